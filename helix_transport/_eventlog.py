@@ -1,0 +1,235 @@
+"""The event log: appending a session's events and following them live.
+
+Writers append through a ``SessionWriter``, which *group-commits*: events emitted
+while a store write is in flight are appended together by the next write, so a
+fast producer costs one store round trip per batch, not per event. An event is
+published to readers only after the store has assigned its sequence.
+
+Readers ``follow`` a session: replay from the store, then tail live events from
+the in-process ``EventHub`` (no store round trip), falling back to polling the
+store for writers in other processes. Readers get batches of consecutive events
+and never see a gap or a repeat.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+
+from helix_transport._exceptions import SessionNotFound
+from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
+from helix_transport.store import READ_LIMIT, SessionUpdate, Store
+
+TERMINAL_PAYLOADS = frozenset({"completed", "failed", "interrupted", "terminated"})
+
+
+def is_terminal(event: StreamEvent) -> bool:
+    """True for the events that end a session's stream."""
+    return event.WhichOneof("payload") in TERMINAL_PAYLOADS
+
+
+@dataclass
+class _Tail:
+    events: list[StreamEvent]
+    waiter: asyncio.Future[None]
+    readers: int = 0
+
+
+class EventHub:
+    """In-process fan-out of freshly appended events, with a bounded recent tail."""
+
+    def __init__(self, *, tail_size: int = 4096) -> None:
+        self._tails: dict[str, _Tail] = {}
+        self._tail_size = tail_size
+
+    def _tail(self, session_id: str) -> _Tail:
+        tail = self._tails.get(session_id)
+        if tail is None:
+            tail = _Tail(events=[], waiter=asyncio.get_running_loop().create_future())
+            self._tails[session_id] = tail
+        return tail
+
+    def publish(self, session_id: str, events: list[StreamEvent]) -> None:
+        """Record newly appended events and wake every waiting reader."""
+        tail = self._tail(session_id)
+        if tail.events and tail.events[-1].sequence + 1 != events[0].sequence:
+            tail.events = []  # another writer took over: the cached tail is no longer contiguous
+        tail.events.extend(events)
+        if len(tail.events) > self._tail_size:
+            del tail.events[: len(tail.events) - self._tail_size]
+        waiter, tail.waiter = tail.waiter, asyncio.get_running_loop().create_future()
+        waiter.set_result(None)
+        if is_terminal(events[-1]) and tail.readers <= 0:
+            # Late readers replay from the store; dropping the tail bounds memory.
+            del self._tails[session_id]
+
+    def since(self, session_id: str, after: int, limit: int) -> list[StreamEvent] | None:
+        """Cached events with ``sequence > after``; ``None`` when the cache can't tell."""
+        tail = self._tails.get(session_id)
+        if tail is None or not tail.events:
+            return None
+        first = tail.events[0].sequence
+        if after + 1 < first:
+            return None
+        start = after + 1 - first
+        return tail.events[start : start + limit]
+
+    def waiter(self, session_id: str) -> asyncio.Future[None]:
+        """A future resolved at the session's next ``publish``."""
+        return self._tail(session_id).waiter
+
+    @contextlib.contextmanager
+    def reading(self, session_id: str) -> Iterator[None]:
+        """Keep the session's entry alive while a reader waits on it."""
+        self._tail(session_id).readers += 1
+        try:
+            yield
+        finally:
+            tail = self._tails.get(session_id)
+            if tail is not None:
+                tail.readers -= 1
+                if tail.readers <= 0 and not tail.events:
+                    del self._tails[session_id]  # nobody writes here: don't keep it
+
+
+class SessionWriter:
+    """Appends one session's events with group commit. One writer per session.
+
+    ``emit`` never blocks; ``flush`` waits until everything emitted is durable and
+    raises the store's error if a write failed (e.g. ``SequenceConflict`` when
+    another process took the session over).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        hub: EventHub,
+        *,
+        session_id: str,
+        agent_type: str,
+        last_sequence: int,
+    ) -> None:
+        self._store = store
+        self._hub = hub
+        self.session_id = session_id
+        self.agent_type = agent_type
+        self.last_sequence = last_sequence
+        self.step = 0
+        self._pending: list[StreamEvent] = []
+        self._task: asyncio.Task[None] | None = None
+        self._error: BaseException | None = None
+
+    def _stamp(self, event: StreamEvent) -> StreamEvent:
+        event.session_id = self.session_id
+        event.agent_type = self.agent_type
+        if not event.step:
+            event.step = self.step
+        event.time.FromNanoseconds(time.time_ns())
+        return event
+
+    def emit(self, event: StreamEvent) -> None:
+        """Queue ``event`` for the log (stamps session, agent type, step and time)."""
+        if self._error is not None:
+            raise self._error
+        self._pending.append(self._stamp(event))
+        if self._task is None:
+            self._task = asyncio.create_task(self._drain())
+
+    async def _drain(self) -> None:
+        try:
+            while self._pending:
+                batch, self._pending = self._pending, []
+                await self._write(batch, None)
+        except BaseException as exc:
+            self._error = exc
+            if not isinstance(exc, Exception):
+                raise
+        finally:
+            self._task = None
+
+    async def _write(self, batch: list[StreamEvent], update: SessionUpdate | None) -> None:
+        self.last_sequence = await self._store.append(
+            self.session_id, batch, expected_sequence=self.last_sequence, update=update
+        )
+        self._hub.publish(self.session_id, batch)
+
+    async def flush(self) -> None:
+        """Wait until every emitted event is in the store."""
+        while self._task is not None:
+            await asyncio.shield(self._task)
+        if self._error is not None:
+            raise self._error
+
+    async def finish(self, event: StreamEvent, update: SessionUpdate) -> None:
+        """Append a terminal ``event`` together with the session ``update``, atomically."""
+        await self.flush()
+        await self._write([self._stamp(event)], update)
+
+
+async def follow(
+    store: Store,
+    hub: EventHub,
+    session_id: str,
+    *,
+    from_sequence: int,
+    batch_limit: int = READ_LIMIT,
+    poll_interval_s: float = 0.5,
+) -> AsyncIterator[list[StreamEvent]]:
+    """Yield batches of events with ``sequence > from_sequence`` until the terminal event.
+
+    Replays from the store, then tails ``hub``; every ``poll_interval_s`` without a
+    wake-up it re-reads the store, which covers writers in other processes.
+
+    Raises:
+        SessionNotFound: the session does not exist.
+    """
+    with hub.reading(session_id):
+        async for batch in _follow(store, hub, session_id, from_sequence, batch_limit, poll_interval_s):
+            yield batch
+
+
+async def _follow(
+    store: Store,
+    hub: EventHub,
+    session_id: str,
+    last: int,
+    batch_limit: int,
+    poll_interval_s: float,
+) -> AsyncIterator[list[StreamEvent]]:
+    force_store = False
+    while True:
+        waiter = hub.waiter(session_id)
+        batch = None if force_store else hub.since(session_id, last, batch_limit)
+        if batch == []:
+            # Caught up with this process's writer: wait for its next publish, and
+            # after a quiet poll interval check the store (another process may write).
+            force_store = not await _wait(waiter, poll_interval_s)
+            continue
+        if batch is None:
+            batch = await store.read(session_id, from_sequence=last, limit=batch_limit)
+        force_store = False
+        if batch:
+            last = batch[-1].sequence
+            yield batch
+            if is_terminal(batch[-1]):
+                return
+            continue
+        record = await store.get_session(session_id)
+        if record is None:
+            raise SessionNotFound(session_id)
+        if record.status.is_terminal and record.last_sequence <= last:
+            return  # finished, and the reader already has everything
+        await _wait(waiter, poll_interval_s)
+
+
+async def _wait(waiter: asyncio.Future[None], timeout_s: float) -> bool:
+    """Wait for ``waiter``; False on timeout. Shielded: the future is shared by readers."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            await asyncio.shield(waiter)
+    except TimeoutError:
+        return False
+    return True

@@ -1,0 +1,90 @@
+"""What an agent is: a name, schemas, a prompt, tools and a model."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel
+
+from helix_transport._exceptions import UsageError
+from helix_transport.agent.tools import FINISH_TOOL, Tool
+
+_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Agent:
+    """An agent type. One service hosts one agent.
+
+    Example::
+
+        agent = Agent(
+            name="summarizer",
+            description="Summarizes text.",
+            input_model=SummarizeInput,
+            output_model=Summary,
+            system_prompt="Summarize the user's text.",
+            model="openai/gpt-4o-mini",
+        )
+    """
+
+    name: str
+    """The agent type: lower-case letters, digits, ``-`` and ``_``."""
+    description: str
+    input_model: type[BaseModel]
+    """Schema of the session input (``StartRequest.input_json``)."""
+    output_model: type[BaseModel]
+    """Schema of the output the run must produce through ``__finish__``."""
+    system_prompt: str = ""
+    tools: Sequence[Tool] = ()
+    model: str = ""
+    """The litellm model name (e.g. ``openai/gpt-4o-mini``, ``scripted/researcher``)."""
+    max_steps: int = 10
+    """Model turns allowed before the run fails with ``max_steps``."""
+    model_settings: dict[str, Any] = field(default_factory=dict)
+    """Extra litellm completion arguments (``temperature``...)."""
+
+    def __post_init__(self) -> None:
+        if not _NAME.match(self.name):
+            raise UsageError(f"agent name {self.name!r} must match {_NAME.pattern}")
+        if self.max_steps < 1:
+            raise UsageError(f"agent {self.name!r}: max_steps must be at least 1")
+        names = [t.name for t in self.tools]
+        if FINISH_TOOL in names or len(set(names)) != len(names):
+            raise UsageError(f"agent {self.name!r}: tool names must be unique and not {FINISH_TOOL}")
+
+    def resolved_model(self) -> str:
+        """``HELIX_MODEL`` when set (a real provider), else ``model``."""
+        model = os.environ.get("HELIX_MODEL") or self.model
+        if not model:
+            raise UsageError(f"agent {self.name!r} has no model; set HELIX_MODEL or Agent.model")
+        return model
+
+    def tool(self, name: str) -> Tool | None:
+        """The tool called ``name``, if the agent has it."""
+        return next((t for t in self.tools if t.name == name), None)
+
+    def tool_schemas(self) -> list[dict[str, Any]]:
+        """Schemas of every tool, ``__finish__`` last, as litellm expects them."""
+        finish = {
+            "type": "function",
+            "function": {
+                "name": FINISH_TOOL,
+                "description": "Finish the task: call this with the final output.",
+                "parameters": self.output_model.model_json_schema(),
+            },
+        }
+        return [*(t.schema() for t in self.tools), finish]
+
+    def input_schema_json(self) -> str:
+        """The input JSON schema, as ``Describe`` returns it."""
+        return json.dumps(self.input_model.model_json_schema())
+
+    def output_schema_json(self) -> str:
+        """The output JSON schema, as ``Describe`` returns it."""
+        return json.dumps(self.output_model.model_json_schema())

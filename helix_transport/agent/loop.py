@@ -1,0 +1,321 @@
+"""The run loop: step -> model -> tools (concurrently) -> checkpoint -> events.
+
+A run is a function of its checkpoint and its log, never of memory: every step
+ends with a checkpoint, and the model's tool calls are checkpointed before the
+tools run, so a resumed run repeats the tools of a cut-off step with the same
+tool call ids (a remote child started by one is reached again, not duplicated)
+instead of asking the model again.
+
+Contract on cancellation: an interrupt *requested through the store* ends the
+run with status ``interrupted`` and an ``interrupted`` event. An external
+``asyncio.CancelledError`` (a shutting-down server) propagates unchanged and
+leaves the session ``running`` with its last checkpoint, to be resumed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable
+from dataclasses import dataclass, field
+from typing import Any, Final, TypeVar
+
+from pydantic import ValidationError
+
+from helix_transport._eventlog import SessionWriter
+from helix_transport._exceptions import AgentRunError, ModelAPIError
+from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
+from helix_transport._status import SessionStatus
+from helix_transport.agent.definition import Agent
+from helix_transport.agent.model import ModelResponse, ToolCall, stream_completion
+from helix_transport.agent.tools import (
+    FINISH_TOOL,
+    ToolArgumentError,
+    ToolContext,
+    describe_validation_error,
+    dump_result,
+)
+from helix_transport.store import Checkpoint, SessionRecord, SessionUpdate, Store, Usage
+
+logger = logging.getLogger("helix.loop")
+
+T = TypeVar("T")
+
+FINISH_INSTRUCTIONS = (
+    f"When the task is done, call the `{FINISH_TOOL}` tool with the final output; "
+    "its arguments must match its schema exactly."
+)
+NUDGE = f"Continue the task. To end it, call `{FINISH_TOOL}` with the final output."
+
+
+@dataclass(frozen=True)
+class _Interrupted:
+    pass
+
+
+INTERRUPTED: Final = _Interrupted()
+
+
+@dataclass(kw_only=True)
+class _RunState:
+    step: int
+    messages: list[dict[str, Any]]
+    usage: Usage = field(default_factory=Usage)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _ToolOutcome:
+    message: dict[str, Any]
+    output_json: str | None = None
+
+
+class RunLoop:
+    """Runs one session of one agent to a terminal status."""
+
+    def __init__(
+        self,
+        agent: Agent,
+        record: SessionRecord,
+        *,
+        store: Store,
+        writer: SessionWriter,
+        interrupt_signal: asyncio.Event,
+    ) -> None:
+        self.agent = agent
+        self.record = record
+        self.store = store
+        self.writer = writer
+        self.interrupt_signal = interrupt_signal
+        self.session_id = record.session_id
+
+    async def run(self, *, resume_reason: str = "") -> SessionStatus:
+        """Run (or resume) the session until it completes, fails or is interrupted."""
+        state = await self._start_or_resume(resume_reason)
+        try:
+            return await self._steps(state)
+        except AgentRunError as exc:
+            return await self._fail(state, str(exc), exc.failure_reason)
+
+    async def _start_or_resume(self, resume_reason: str) -> _RunState:
+        checkpoint = await self.store.load_checkpoint(self.session_id)
+        if checkpoint is not None:
+            self.writer.step = checkpoint.step + 1
+            self.writer.emit(
+                pb.StreamEvent(
+                    run_resumed=pb.RunResumed(step=checkpoint.step + 1, reason=resume_reason or "restart")
+                )
+            )
+            return _RunState(
+                step=checkpoint.step, messages=list(checkpoint.messages), usage=checkpoint.usage
+            )
+        record = self.record
+        self.writer.emit(
+            pb.StreamEvent(
+                run_started=pb.RunStarted(
+                    input_json=record.input_json,
+                    parent_session_id=record.parent_session_id,
+                    metadata=record.metadata,
+                )
+            )
+        )
+        system = "\n\n".join(p for p in (self.agent.system_prompt, FINISH_INSTRUCTIONS) if p)
+        state = _RunState(
+            step=0,
+            messages=[
+                {"role": "system", "content": system},
+                {"role": "user", "content": record.input_json},
+            ],
+        )
+        await self._checkpoint(state)
+        return state
+
+    async def _steps(self, state: _RunState) -> SessionStatus:
+        while True:
+            reason = await self.store.take_interrupt(self.session_id)
+            if reason is not None:
+                return await self._interrupted(state, reason)
+            if state.step >= self.agent.max_steps:
+                return await self._fail(
+                    state, f"no output after {self.agent.max_steps} steps", "max_steps"
+                )
+            step = state.step + 1
+            self.writer.step = step
+            outcome = await self._race(self._step(state))
+            if outcome is INTERRUPTED:
+                reason = await self.store.take_interrupt(self.session_id)
+                return await self._interrupted(state, reason or "")
+            state.step = step
+            if isinstance(outcome, str):
+                return await self._complete(state, outcome)
+            await self._checkpoint(state)
+
+    async def _step(self, state: _RunState) -> str | None:
+        """One step; returns the output JSON when the run is done."""
+        calls = _unanswered_tool_calls(state.messages)
+        if calls is None:  # a fresh step (not one cut off after its model call)
+            self.writer.emit(pb.StreamEvent(step_started=pb.StepStarted()))
+            response = await self._call_model(state)
+            state.usage = state.usage + response.usage
+            state.messages.append(response.to_message())
+            calls = response.tool_calls
+            if calls:
+                # Durable before any tool runs: a resume re-runs these same calls.
+                await self._checkpoint(state, step=state.step)
+        if not calls:
+            state.messages.append({"role": "user", "content": NUDGE})
+            return None
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(self._run_tool(state, c)) for c in calls]
+        outcomes = [t.result() for t in tasks]
+        state.messages.extend(o.message for o in outcomes)
+        return next((o.output_json for o in outcomes if o.output_json is not None), None)
+
+    async def _call_model(self, state: _RunState) -> ModelResponse:
+        emit = self.writer.emit
+        model = self.agent.resolved_model()
+        try:
+            return await stream_completion(
+                model=model,
+                messages=state.messages,
+                tools=self.agent.tool_schemas(),
+                on_text=lambda text: emit(pb.StreamEvent(text_delta=pb.TextDelta(text=text))),
+                settings=self.agent.model_settings,
+                metadata={"session_id": self.session_id, "agent_type": self.agent.name},
+            )
+        except ModelAPIError:
+            raise
+        except Exception as exc:  # a provider bug must still end as a clear failure
+            raise ModelAPIError(model, f"{type(exc).__name__}: {exc}") from exc
+
+    async def _run_tool(self, state: _RunState, call: ToolCall) -> _ToolOutcome:
+        self.writer.emit(
+            pb.StreamEvent(
+                tool_start=pb.ToolStart(
+                    tool_call_id=call.id, tool_name=call.name, arguments_json=call.arguments_json
+                )
+            )
+        )
+        output_json: str | None = None
+        try:
+            if call.name == FINISH_TOOL:
+                output = self.agent.output_model.model_validate_json(call.arguments_json or "{}")
+                output_json = output.model_dump_json()
+                result, is_error = json.dumps({"ok": True}), False
+            else:
+                result, is_error = await self._call_tool(state, call), False
+        except ValidationError as exc:
+            result, is_error = json.dumps({"error": f"invalid output: {describe_validation_error(exc)}"}), True
+        except ToolArgumentError as exc:
+            result, is_error = json.dumps({"error": str(exc)}), True
+        except TimeoutError:
+            result, is_error = json.dumps({"error": f"tool {call.name!r} timed out"}), True
+        except Exception as exc:
+            # A failing tool is the model's problem to handle, not the run's.
+            logger.warning("tool %s failed in session %s", call.name, self.session_id, exc_info=True)
+            result, is_error = json.dumps({"error": f"{type(exc).__name__}: {exc}"}), True
+        self.writer.emit(
+            pb.StreamEvent(
+                tool_end=pb.ToolEnd(
+                    tool_call_id=call.id, tool_name=call.name, result_json=result, is_error=is_error
+                )
+            )
+        )
+        message = {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": result}
+        return _ToolOutcome(message=message, output_json=output_json)
+
+    async def _call_tool(self, state: _RunState, call: ToolCall) -> str:
+        tool = self.agent.tool(call.name)
+        if tool is None:
+            known = ", ".join(t.name for t in self.agent.tools) or "none"
+            raise ToolArgumentError(call.name, f"no such tool (available: {known}, {FINISH_TOOL})")
+        args = tool.parse_args(call.arguments_json)
+        ctx = ToolContext(
+            session_id=self.session_id,
+            agent_type=self.agent.name,
+            tool_call_id=call.id,
+            step=state.step + 1,
+            metadata=self.record.metadata,
+            emit=self.writer.emit,
+        )
+        async with asyncio.timeout(tool.timeout_s):
+            return dump_result(await tool.fn(ctx, args))
+
+    async def _race(self, work: Awaitable[T]) -> T | _Interrupted:
+        """Run ``work`` unless an interrupt arrives first, then cancel it."""
+        task = asyncio.ensure_future(work)
+        signal = asyncio.ensure_future(self.interrupt_signal.wait())
+        try:
+            await asyncio.wait({task, signal}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            signal.cancel()
+            if not task.done():
+                task.cancel()
+                # Wait for the step to unwind (an in-flight model call is cancelled).
+                await asyncio.wait({task})
+        if task.cancelled():
+            return INTERRUPTED
+        return task.result()
+
+    async def _checkpoint(self, state: _RunState, *, step: int | None = None) -> None:
+        await self.writer.flush()
+        done = state.step if step is None else step
+        await self.store.save_checkpoint(
+            Checkpoint(
+                session_id=self.session_id,
+                step=done,
+                messages=state.messages,
+                usage=state.usage,
+                last_sequence=self.writer.last_sequence,
+            )
+        )
+        await self.store.update_session(
+            self.session_id, SessionUpdate(step_count=done, usage=state.usage)
+        )
+
+    async def _complete(self, state: _RunState, output_json: str) -> SessionStatus:
+        self.writer.emit(pb.StreamEvent(output=pb.Output(output_json=output_json)))
+        await self.writer.finish(
+            pb.StreamEvent(completed=pb.Completed(output_json=output_json)),
+            SessionUpdate(
+                status=SessionStatus.COMPLETED,
+                output_json=output_json,
+                step_count=state.step,
+                usage=state.usage,
+            ),
+        )
+        return SessionStatus.COMPLETED
+
+    async def _fail(self, state: _RunState, error: str, reason: str) -> SessionStatus:
+        await self.writer.finish(
+            pb.StreamEvent(failed=pb.Failed(error=error, failure_reason=reason)),
+            SessionUpdate(
+                status=SessionStatus.FAILED,
+                error=error,
+                failure_reason=reason,
+                step_count=state.step,
+                usage=state.usage,
+            ),
+        )
+        return SessionStatus.FAILED
+
+    async def _interrupted(self, state: _RunState, reason: str) -> SessionStatus:
+        await self.writer.finish(
+            pb.StreamEvent(interrupted=pb.Interrupted(reason=reason)),
+            SessionUpdate(
+                status=SessionStatus.INTERRUPTED, step_count=state.step, usage=state.usage
+            ),
+        )
+        return SessionStatus.INTERRUPTED
+
+
+def _unanswered_tool_calls(messages: list[dict[str, Any]]) -> list[ToolCall] | None:
+    """The tool calls of a step cut off after its model call, or ``None``."""
+    last = messages[-1] if messages else {}
+    if last.get("role") != "assistant" or not last.get("tool_calls"):
+        return None
+    return [
+        ToolCall(id=c["id"], name=c["function"]["name"], arguments_json=c["function"]["arguments"])
+        for c in last["tool_calls"]
+    ]
+

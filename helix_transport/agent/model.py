@@ -1,0 +1,128 @@
+"""Calling the model: the one place litellm's completion API is used.
+
+``stream_completion`` drives ``litellm.acompletion(stream=True)`` and turns its
+chunks into text deltas as they arrive plus one final ``ModelResponse`` with the
+assembled tool calls and token usage. Provider errors become ``ModelAPIError``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import litellm
+from openai import OpenAIError  # litellm's exception base
+
+from helix_transport._exceptions import ModelAPIError
+from helix_transport.agent import scripted
+from helix_transport.store._records import Usage
+
+litellm.suppress_debug_info = True
+scripted.install()
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolCall:
+    """A tool call the model asked for."""
+
+    id: str
+    name: str
+    arguments_json: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelResponse:
+    """One complete model turn."""
+
+    text: str = ""
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+
+    def to_message(self) -> dict[str, Any]:
+        """The assistant message to append to the conversation."""
+        message: dict[str, Any] = {"role": "assistant", "content": self.text or None}
+        if self.tool_calls:
+            message["tool_calls"] = [
+                {
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": c.arguments_json},
+                }
+                for c in self.tool_calls
+            ]
+        return message
+
+
+@contextmanager
+def _map_litellm_errors(model: str) -> Iterator[None]:
+    try:
+        yield
+    except (OpenAIError, ValueError, KeyError, TypeError) as exc:
+        # litellm raises openai-style errors for every provider; keep the first line
+        # (later lines carry litellm's bug-report boilerplate, not the cause).
+        detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ModelAPIError(model, detail) from exc
+
+
+async def stream_completion(
+    *,
+    model: str,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]],
+    on_text: Callable[[str], None],
+    settings: dict[str, Any] | None = None,
+    metadata: dict[str, str] | None = None,
+) -> ModelResponse:
+    """Run one streamed completion, calling ``on_text`` for every text delta.
+
+    Raises:
+        ModelAPIError: the provider failed (network, auth, bad request, bad stream).
+    """
+    text: list[str] = []
+    calls: dict[int, dict[str, str]] = {}
+    usage = Usage()
+    with _map_litellm_errors(model):
+        stream = await litellm.acompletion(
+            model=model,
+            messages=messages,
+            tools=tools or None,
+            stream=True,
+            stream_options={"include_usage": True},
+            metadata=metadata or {},
+            **(settings or {}),
+        )
+        async for chunk in _aiter(stream):
+            if getattr(chunk, "usage", None):
+                usage = _usage(chunk.usage)
+            if not chunk.choices:
+                continue
+            delta = chunk.choices[0].delta
+            if delta.content:
+                text.append(delta.content)
+                on_text(delta.content)
+            for tc in delta.tool_calls or ():
+                slot = calls.setdefault(tc.index or 0, {"id": "", "name": "", "arguments": ""})
+                if tc.id:
+                    slot["id"] = tc.id
+                if tc.function and tc.function.name:
+                    slot["name"] += tc.function.name
+                if tc.function and tc.function.arguments:
+                    slot["arguments"] += tc.function.arguments
+    tool_calls = [
+        ToolCall(id=c["id"] or f"call_{i}", name=c["name"], arguments_json=c["arguments"] or "{}")
+        for i, c in sorted(calls.items())
+    ]
+    return ModelResponse(text="".join(text), tool_calls=tool_calls, usage=usage)
+
+
+def _aiter(stream: Any) -> AsyncIterator[Any]:
+    return stream.__aiter__()  # type: ignore[no-any-return]
+
+
+def _usage(raw: Any) -> Usage:
+    prompt = int(getattr(raw, "prompt_tokens", 0) or 0)
+    completion = int(getattr(raw, "completion_tokens", 0) or 0)
+    total = int(getattr(raw, "total_tokens", 0) or 0) or prompt + completion
+    return Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=total)

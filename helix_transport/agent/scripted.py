@@ -1,0 +1,183 @@
+"""A deterministic model served through litellm's custom-provider hook.
+
+Tests and the offline demo use model names like ``scripted/researcher``: litellm
+routes the call here, and a registered *script* (a pure function of the
+conversation) decides the next turn. Because the call goes through
+``litellm.acompletion(..., stream=True)`` like any real provider, the run loop
+exercises exactly the code path it uses in production.
+
+``HELIX_SCRIPTED_DELAY_MS`` adds a delay before every streamed chunk, so a test
+can kill a process in the middle of a run. ``HELIX_SCRIPTED_CALL_LOG`` names a
+file that gets one line per model call (``model session_id``), so a test can
+count calls across processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import litellm
+from litellm.llms.custom_llm import CustomLLM
+
+PROVIDER = "scripted"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScriptedToolCall:
+    """One tool call the scripted model makes."""
+
+    name: str
+    arguments: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScriptedTurn:
+    """What the scripted model answers in one call: text, then tool calls."""
+
+    text: str = ""
+    tool_calls: tuple[ScriptedToolCall, ...] = ()
+
+
+Script = Callable[[list[dict[str, Any]]], ScriptedTurn]
+"""A pure function from the conversation so far to the next turn."""
+
+_SCRIPTS: dict[str, Script] = {}
+
+
+def register_script(name: str, script: Script) -> str:
+    """Register ``script`` and return its model name, ``scripted/<name>``."""
+    install()
+    _SCRIPTS[name] = script
+    return f"{PROVIDER}/{name}"
+
+
+def finish(**output: Any) -> ScriptedTurn:
+    """A turn that ends the run with ``output`` (calls the ``__finish__`` tool)."""
+    return ScriptedTurn(tool_calls=(ScriptedToolCall(name="__finish__", arguments=output),))
+
+
+def call(name: str, **arguments: Any) -> ScriptedToolCall:
+    """A tool call, for building turns: ``ScriptedTurn(tool_calls=(call("search", q="x"),))``."""
+    return ScriptedToolCall(name=name, arguments=arguments)
+
+
+def user_input(messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run's input: the first user message parsed as JSON (``{}`` if it is not)."""
+    for message in messages:
+        if message.get("role") == "user":
+            try:
+                value = json.loads(message.get("content") or "")
+            except json.JSONDecodeError:
+                return {}
+            return value if isinstance(value, dict) else {"input": value}
+    return {}
+
+
+def tool_results(messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """Results of the latest step's tool calls, by tool name (parsed JSON)."""
+    results: dict[str, Any] = {}
+    for message in reversed(messages):
+        if message.get("role") != "tool":
+            break
+        content = message.get("content") or ""
+        try:
+            results.setdefault(message.get("name", ""), json.loads(content))
+        except json.JSONDecodeError:
+            results.setdefault(message.get("name", ""), content)
+    return results
+
+
+def steps_taken(messages: list[dict[str, Any]]) -> int:
+    """How many model turns the conversation already holds."""
+    return sum(1 for m in messages if m.get("role") == "assistant")
+
+
+def _chunks(text: str) -> Iterator[str]:
+    # Word-sized pieces, whitespace kept, so the deltas join back to the text.
+    yield from re.findall(r"\S+\s*|\s+", text)
+
+
+def _tokens(text: str) -> int:
+    return max(1, len(text) // 4) if text else 0
+
+
+class ScriptedLLM(CustomLLM):
+    """The litellm custom provider that plays registered scripts."""
+
+    async def astreaming(self, model: str, messages: list[Any], *args: Any, **kwargs: Any) -> AsyncIterator[Any]:  # type: ignore[override]
+        turn = self._turn(model, messages, kwargs)
+        delay = float(os.environ.get("HELIX_SCRIPTED_DELAY_MS", "0") or 0) / 1000
+        step = steps_taken(messages) + 1
+        pieces = list(_chunks(turn.text))
+        for piece in pieces:
+            if delay:
+                await asyncio.sleep(delay)
+            yield _chunk(text=piece)
+        for index, tool_call in enumerate(turn.tool_calls):
+            if delay:
+                await asyncio.sleep(delay)
+            yield _chunk(
+                tool_use={
+                    "id": f"call_{step}_{index}",
+                    "type": "function",
+                    "function": {"name": tool_call.name, "arguments": json.dumps(tool_call.arguments)},
+                    "index": index,
+                }
+            )
+        prompt = _tokens(json.dumps(messages, default=str))
+        completion = _tokens(turn.text) + sum(
+            _tokens(json.dumps(c.arguments)) for c in turn.tool_calls
+        )
+        yield _chunk(
+            finish_reason="tool_calls" if turn.tool_calls else "stop",
+            usage={
+                "prompt_tokens": prompt,
+                "completion_tokens": completion,
+                "total_tokens": prompt + completion,
+            },
+        )
+
+    def _turn(self, model: str, messages: list[Any], kwargs: dict[str, Any]) -> ScriptedTurn:
+        name = model.split("/", 1)[-1]
+        script = _SCRIPTS.get(name)
+        if script is None:
+            known = ", ".join(sorted(_SCRIPTS)) or "none"
+            raise ValueError(f"no scripted model named {name!r} (registered: {known})")
+        log = os.environ.get("HELIX_SCRIPTED_CALL_LOG")
+        if log:
+            metadata = (kwargs.get("litellm_params") or {}).get("metadata") or {}
+            with open(log, "a") as f:  # tiny append; a test-only path
+                f.write(f"{name} {metadata.get('session_id', '')}\n")
+        return script(list(messages))
+
+
+def _chunk(
+    *,
+    text: str = "",
+    tool_use: dict[str, Any] | None = None,
+    finish_reason: str = "",
+    usage: dict[str, int] | None = None,
+) -> dict[str, Any]:
+    return {
+        "text": text,
+        "tool_use": tool_use,
+        "is_finished": bool(finish_reason),
+        "finish_reason": finish_reason,
+        "usage": usage,
+        "index": 0,
+    }
+
+
+_HANDLER = ScriptedLLM()
+
+
+def install() -> None:
+    """Register the ``scripted`` provider with litellm (idempotent)."""
+    if not any(item.get("provider") == PROVIDER for item in litellm.custom_provider_map):
+        litellm.custom_provider_map.append({"provider": PROVIDER, "custom_handler": _HANDLER})

@@ -1,0 +1,127 @@
+"""Tools: typed async functions the model can call."""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, get_type_hints
+
+from pydantic import BaseModel, ValidationError
+
+from helix_transport._exceptions import UsageError
+from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
+
+FINISH_TOOL = "__finish__"
+"""The tool every agent gets: calling it with valid output ends the run."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolContext:
+    """What a running tool knows about its call."""
+
+    session_id: str
+    agent_type: str
+    tool_call_id: str
+    step: int
+    metadata: dict[str, str]
+    """The session's metadata (trace context, root session id...)."""
+    emit: Callable[[StreamEvent], None]
+    """Append an event to the session's log (its sequence is assigned by the log)."""
+
+
+ToolFn = Callable[[ToolContext, Any], Awaitable[Any]]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Tool:
+    """A tool: a name, a description, a pydantic argument model and an async function."""
+
+    name: str
+    description: str
+    args_model: type[BaseModel]
+    fn: ToolFn
+    timeout_s: float | None = None
+    """Seconds before the call fails with a timeout result; ``None`` for no limit."""
+
+    def schema(self) -> dict[str, Any]:
+        """The OpenAI-style function schema litellm sends to the model."""
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.args_model.model_json_schema(),
+            },
+        }
+
+    def parse_args(self, arguments_json: str) -> BaseModel:
+        """Validate the model's arguments.
+
+        Raises:
+            ToolArgumentError: the arguments are not valid JSON or fail the schema.
+        """
+        try:
+            return self.args_model.model_validate_json(arguments_json or "{}")
+        except ValidationError as exc:
+            raise ToolArgumentError(self.name, describe_validation_error(exc)) from exc
+
+
+class ToolArgumentError(Exception):
+    """The model called a tool with bad arguments; the message goes back to it."""
+
+    def __init__(self, tool_name: str, detail: str) -> None:
+        super().__init__(f"invalid arguments for {tool_name}: {detail}")
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """``loc: msg; loc: msg`` for a pydantic validation error."""
+    return "; ".join(
+        f"{'.'.join(str(p) for p in err['loc']) or '(root)'}: {err['msg']}" for err in exc.errors()
+    )
+
+
+def tool(
+    fn: ToolFn | None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    timeout_s: float | None = None,
+) -> Any:
+    """Make a ``Tool`` from ``async def fn(ctx: ToolContext, args: SomeModel) -> result``.
+
+    The name defaults to the function's, the description to its docstring and the
+    argument model to the annotation of its second parameter. The result may be a
+    pydantic model or anything ``json.dumps`` accepts. Usable bare (``@tool``) or
+    with options (``@tool(timeout_s=5)``).
+    """
+
+    def build(f: ToolFn) -> Tool:
+        params = list(inspect.signature(f).parameters.values())
+        hints = get_type_hints(f)
+        if len(params) != 2 or not _is_model(hints.get(params[1].name)):
+            raise UsageError(
+                f"tool {f.__name__!r} must be `async def {f.__name__}(ctx: ToolContext, "
+                "args: SomePydanticModel)`"
+            )
+        return Tool(
+            name=name or f.__name__,
+            description=description or inspect.getdoc(f) or f.__name__,
+            args_model=hints[params[1].name],
+            fn=f,
+            timeout_s=timeout_s,
+        )
+
+    return build(fn) if fn is not None else build
+
+
+def _is_model(annotation: Any) -> bool:
+    return inspect.isclass(annotation) and issubclass(annotation, BaseModel)
+
+
+def dump_result(value: Any) -> str:
+    """A tool's return value as the JSON string the model sees."""
+    if isinstance(value, BaseModel):
+        return value.model_dump_json()
+    return json.dumps(value, default=str)

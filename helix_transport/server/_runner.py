@@ -1,0 +1,133 @@
+"""Runs this process's sessions: leases, local interrupt signals, resume, drain."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+
+from helix_transport._eventlog import EventHub, SessionWriter
+from helix_transport._exceptions import LeaseLost, SequenceConflict
+from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
+from helix_transport._status import SessionStatus
+from helix_transport.agent.definition import Agent
+from helix_transport.agent.loop import RunLoop
+from helix_transport.store import SessionRecord, SessionUpdate, Store
+
+logger = logging.getLogger("helix.runner")
+
+
+@dataclass
+class _Run:
+    task: asyncio.Task[None]
+    interrupt: asyncio.Event
+
+
+class SessionRunner:
+    """Owns the runs executing in this process.
+
+    Each run holds a lease on its session in the store, renewed every third of
+    its TTL; a process that dies stops renewing, so a restarted process (or
+    another replica) can claim the session and resume it from its checkpoint.
+    """
+
+    def __init__(
+        self, agent: Agent, store: Store, hub: EventHub, *, owner: str, lease_ttl_s: float
+    ) -> None:
+        self.agent = agent
+        self.store = store
+        self.hub = hub
+        self.owner = owner
+        self.lease_ttl_s = lease_ttl_s
+        self._runs: dict[str, _Run] = {}
+        self._renewer: asyncio.Task[None] | None = None
+
+    @property
+    def running(self) -> int:
+        """Runs executing in this process now."""
+        return len(self._runs)
+
+    async def start(self, record: SessionRecord, *, resume_reason: str = "") -> bool:
+        """Run ``record`` here if its lease can be taken; False when another process owns it."""
+        if record.session_id in self._runs:
+            return True
+        if not await self.store.acquire_lease(record.session_id, self.owner, ttl_s=self.lease_ttl_s):
+            return False
+        writer = SessionWriter(
+            self.store,
+            self.hub,
+            session_id=record.session_id,
+            agent_type=self.agent.name,
+            last_sequence=record.last_sequence,
+        )
+        signal = asyncio.Event()
+        loop = RunLoop(self.agent, record, store=self.store, writer=writer, interrupt_signal=signal)
+        task = asyncio.create_task(self._run(loop, resume_reason), name=f"run:{record.session_id}")
+        self._runs[record.session_id] = _Run(task=task, interrupt=signal)
+        if self._renewer is None:
+            self._renewer = asyncio.create_task(self._renew_leases(), name="lease-renewer")
+        return True
+
+    async def _run(self, loop: RunLoop, resume_reason: str) -> None:
+        session_id = loop.session_id
+        try:
+            status = await loop.run(resume_reason=resume_reason)
+            logger.info("session %s ended %s", session_id, status)
+        except (SequenceConflict, LeaseLost) as exc:
+            logger.warning("session %s: stopped writing, another process owns it (%s)", session_id, exc)
+        except Exception:
+            logger.exception("session %s: run loop crashed", session_id)
+            await self._fail_internal(loop)
+        finally:
+            self._runs.pop(session_id, None)
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self.store.release_lease(session_id, self.owner))
+
+    async def _fail_internal(self, loop: RunLoop) -> None:
+        with contextlib.suppress(Exception):
+            await loop.writer.finish(
+                pb.StreamEvent(failed=pb.Failed(error="internal error", failure_reason="internal")),
+                SessionUpdate(status=SessionStatus.FAILED, error="internal error", failure_reason="internal"),
+            )
+
+    def signal_interrupt(self, session_id: str) -> None:
+        """Wake a local run so it stops now rather than at its next step boundary."""
+        run = self._runs.get(session_id)
+        if run is not None:
+            run.interrupt.set()
+
+    async def resume_orphans(self) -> int:
+        """Resume running sessions with no live owner (or owned by this replica id)."""
+        resumed = 0
+        for record in await self.store.list_sessions(status=SessionStatus.RUNNING):
+            if record.session_id not in self._runs and await self.start(record, resume_reason="restart"):
+                resumed += 1
+        return resumed
+
+    async def _renew_leases(self) -> None:
+        while True:
+            await asyncio.sleep(self.lease_ttl_s / 3)
+            for session_id, run in list(self._runs.items()):
+                try:
+                    held = await self.store.acquire_lease(session_id, self.owner, ttl_s=self.lease_ttl_s)
+                except Exception:
+                    logger.warning("lease renewal failed for %s", session_id, exc_info=True)
+                    continue
+                if not held:
+                    logger.warning("session %s: lease lost, stopping the local run", session_id)
+                    run.task.cancel()
+
+    async def shutdown(self, *, grace_s: float) -> None:
+        """Let runs finish for ``grace_s``, then cancel the rest (they stay resumable)."""
+        tasks = [run.task for run in self._runs.values()]
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=grace_s)
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.wait(pending)
+        if self._renewer is not None:
+            self._renewer.cancel()
+            await asyncio.wait({self._renewer})
+            self._renewer = None

@@ -1,0 +1,164 @@
+"""The generic ``AgentService`` servicer: protobuf in, domain calls, protobuf out."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+
+from helix_transport._eventlog import EventHub, follow
+from helix_transport._exceptions import SessionExists, SessionNotFound
+from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
+from helix_transport._proto.helix.agent.v1 import agent_pb2_grpc as pb_grpc
+from helix_transport.agent.definition import Agent
+from helix_transport.server import _validation as check
+from helix_transport.server._runner import SessionRunner
+from helix_transport.server.interceptors import ServerUnavailable
+from helix_transport.store import SessionRecord, Store
+from helix_transport.store._records import input_fingerprint
+
+Context = grpc.aio.ServicerContext[Any, Any]
+
+MAX_RESPONSE_BYTES = 1 << 20
+"""Events are packed into one ``StreamResponse`` up to about this size."""
+
+
+class AgentServicer(pb_grpc.AgentServiceServicer):
+    """Serves one agent over one store. Errors are raised and mapped by the interceptor."""
+
+    def __init__(
+        self,
+        agent: Agent,
+        store: Store,
+        hub: EventHub,
+        runner: SessionRunner,
+        *,
+        poll_interval_s: float = 0.5,
+    ) -> None:
+        self.agent = agent
+        self.store = store
+        self.hub = hub
+        self.runner = runner
+        self.poll_interval_s = poll_interval_s
+        self.accepting = True
+
+    async def Start(self, request: pb.StartRequest, context: Context) -> pb.StartResponse:
+        session_id = check.session_id(request.session_id, generate=True)
+        if request.parent_session_id:
+            check.session_id(request.parent_session_id, field="parent_session_id")
+        parsed = check.agent_input(self.agent.input_model, request.input_json)
+        metadata = check.metadata(dict(request.metadata))
+        input_json = request.input_json or parsed.model_dump_json()
+        # Compare existing sessions on the raw input: an equal JSON value is the same call.
+        record = SessionRecord(
+            session_id=session_id,
+            agent_type=self.agent.name,
+            input_json=input_json,
+            input_hash=input_fingerprint(input_json),
+            parent_session_id=request.parent_session_id,
+            metadata=metadata,
+        )
+        existing = await self.store.get_session(session_id)
+        if existing is None:
+            if not self.accepting:
+                raise ServerUnavailable("server is shutting down; not starting new sessions")
+            existing, created = await self.store.create_session(record)
+        else:
+            created = False
+        if existing.input_hash != record.input_hash or existing.agent_type != self.agent.name:
+            raise SessionExists(session_id)
+        if created:
+            await self.runner.start(existing)
+        return pb.StartResponse(
+            session_id=session_id,
+            created=created,
+            status=existing.status.to_proto(),
+            agent_type=existing.agent_type,
+        )
+
+    async def Stream(
+        self, request: pb.StreamRequest, context: Context
+    ) -> AsyncIterator[pb.StreamResponse]:
+        session_id = check.session_id(request.session_id)
+        from_sequence = check.from_sequence(request.from_sequence)
+        if await self.store.get_session(session_id) is None:
+            raise SessionNotFound(session_id)
+        async for batch in follow(
+            self.store,
+            self.hub,
+            session_id,
+            from_sequence=from_sequence,
+            poll_interval_s=self.poll_interval_s,
+        ):
+            for chunk in _chunks(batch):
+                yield pb.StreamResponse(events=chunk)
+
+    async def GetStatus(
+        self, request: pb.GetStatusRequest, context: Context
+    ) -> pb.GetStatusResponse:
+        record = await self._record(check.session_id(request.session_id))
+        response = pb.GetStatusResponse(
+            session_id=record.session_id,
+            agent_type=record.agent_type,
+            status=record.status.to_proto(),
+            output_json=record.output_json,
+            error=record.error,
+            failure_reason=record.failure_reason,
+            last_sequence=record.last_sequence,
+            step_count=record.step_count,
+            usage=pb.TokenUsage(
+                prompt_tokens=record.usage.prompt_tokens,
+                completion_tokens=record.usage.completion_tokens,
+                total_tokens=record.usage.total_tokens,
+            ),
+            parent_session_id=record.parent_session_id,
+        )
+        response.created_at.FromNanoseconds(int(record.created_at * 1e9))
+        response.updated_at.FromNanoseconds(int(record.updated_at * 1e9))
+        if record.finished_at is not None:
+            response.finished_at.FromNanoseconds(int(record.finished_at * 1e9))
+        return response
+
+    async def Interrupt(
+        self, request: pb.InterruptRequest, context: Context
+    ) -> pb.InterruptResponse:
+        session_id = check.session_id(request.session_id)
+        reason = check.reason(request.reason)
+        record = await self._record(session_id)
+        if record.status.is_terminal:
+            return pb.InterruptResponse(status=record.status.to_proto(), accepted=False)
+        # Durable first (a run in another process sees it at its next step), then
+        # wake a local run so it stops mid-step.
+        await self.store.set_interrupt(session_id, reason)
+        self.runner.signal_interrupt(session_id)
+        return pb.InterruptResponse(status=record.status.to_proto(), accepted=True)
+
+    async def Describe(self, request: pb.DescribeRequest, context: Context) -> pb.DescribeResponse:
+        return pb.DescribeResponse(
+            agent_type=self.agent.name,
+            description=self.agent.description,
+            input_schema_json=self.agent.input_schema_json(),
+            output_schema_json=self.agent.output_schema_json(),
+            tool_names=[t.name for t in self.agent.tools],
+        )
+
+    async def _record(self, session_id: str) -> SessionRecord:
+        record = await self.store.get_session(session_id)
+        if record is None:
+            raise SessionNotFound(session_id)
+        return record
+
+
+def _chunks(batch: list[pb.StreamEvent]) -> list[list[pb.StreamEvent]]:
+    """Split a batch so no ``StreamResponse`` grows far past ``MAX_RESPONSE_BYTES``."""
+    chunks: list[list[pb.StreamEvent]] = [[]]
+    size = 0
+    for event in batch:
+        event_size = event.ByteSize()
+        if chunks[-1] and size + event_size > MAX_RESPONSE_BYTES:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(event)
+        size += event_size
+    return chunks

@@ -1,0 +1,188 @@
+"""Building and running an agent server: ports, health, reflection, graceful stop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import logging
+import os
+import signal
+import socket
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Self
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from helix_transport._eventlog import EventHub
+from helix_transport._exceptions import UsageError
+from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
+from helix_transport._proto.helix.agent.v1 import agent_pb2_grpc as pb_grpc
+from helix_transport.agent.definition import Agent
+from helix_transport.server._runner import SessionRunner
+from helix_transport.server._servicer import AgentServicer
+from helix_transport.server.interceptors import ErrorMappingInterceptor
+from helix_transport.store import Store, open_store
+
+logger = logging.getLogger("helix.server")
+
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["AgentService"].full_name
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServerConfig:
+    """How an agent server listens and behaves."""
+
+    host: str = "127.0.0.1"
+    """Interface to bind; ``0.0.0.0`` in a container."""
+    port: int = 0
+    """Port to bind; 0 picks a free one (see ``AgentServer.port``)."""
+    replica_id: str = ""
+    """This process's identity for session leases; default ``hostname:port``.
+    A restarted process with the same id reclaims its sessions at once; any other
+    process waits for their leases to lapse."""
+    lease_ttl_s: float = 5.0
+    """How long a session's lease lasts without renewal."""
+    graceful_shutdown_timeout_s: float = 10.0
+    """On shutdown, how long running sessions may finish before they are checkpointed
+    and left for the next process to resume."""
+    poll_interval_s: float = 0.5
+    """How often an idle stream re-checks the store for writers in other processes."""
+    max_message_bytes: int = 4 << 20
+    """Largest gRPC message accepted or sent."""
+    reflection: bool = True
+    """Serve gRPC server reflection."""
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise UsageError(f"port must be 0-65535, not {self.port}")
+        if self.lease_ttl_s <= 0 or self.graceful_shutdown_timeout_s < 0:
+            raise UsageError("lease_ttl_s must be positive and graceful_shutdown_timeout_s >= 0")
+
+
+class AgentServer:
+    """One agent type served over gRPC on one store.
+
+    Use ``await create_server(agent, store)`` then ``async with server:`` (or
+    ``await server.start()`` / ``await server.shutdown()``).
+    """
+
+    def __init__(self, agent: Agent, store: Store, config: ServerConfig) -> None:
+        self.agent = agent
+        self.store = store
+        self.config = config
+        options = [
+            ("grpc.max_send_message_length", config.max_message_bytes),
+            ("grpc.max_receive_message_length", config.max_message_bytes),
+            ("grpc.so_reuseport", 0),
+        ]
+        self._server = grpc.aio.server(interceptors=[ErrorMappingInterceptor()], options=options)
+        self.port = self._server.add_insecure_port(f"{config.host}:{config.port}")
+        if self.port == 0:
+            raise UsageError(f"cannot bind {config.host}:{config.port}")
+        self.hub = EventHub()
+        replica_id = config.replica_id or f"{socket.gethostname()}:{self.port}"
+        self.runner = SessionRunner(
+            agent, store, self.hub, owner=replica_id, lease_ttl_s=config.lease_ttl_s
+        )
+        self.servicer = AgentServicer(
+            agent, store, self.hub, self.runner, poll_interval_s=config.poll_interval_s
+        )
+        pb_grpc.add_AgentServiceServicer_to_server(self.servicer, self._server)
+        self.health = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
+        if config.reflection:
+            names = (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME)
+            reflection.enable_server_reflection(names, self._server)
+        self._stopped = asyncio.Event()
+
+    @property
+    def address(self) -> str:
+        """``host:port`` clients can dial."""
+        return f"{self.config.host}:{self.port}"
+
+    async def start(self) -> None:
+        """Start serving, then resume sessions left running by a previous process."""
+        await self._server.start()
+        resumed = await self.runner.resume_orphans()
+        for name in ("", SERVICE_NAME):
+            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        logger.info(
+            "serving agent %r on %s (resumed %d session(s))", self.agent.name, self.address, resumed
+        )
+
+    async def shutdown(self, grace_s: float | None = None) -> None:
+        """Stop taking sessions, drain or checkpoint running ones, then stop. Idempotent."""
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        grace = self.config.graceful_shutdown_timeout_s if grace_s is None else grace_s
+        self.servicer.accepting = False
+        await self.health.enter_graceful_shutdown()
+        await self.runner.shutdown(grace_s=grace)
+        # Runs are done or checkpointed; give open streams a moment to send the rest.
+        await self._server.stop(min(grace, 1.0))
+
+    async def wait_closed(self) -> None:
+        """Wait until ``shutdown`` has been called and finished."""
+        await self._stopped.wait()
+        await self._server.wait_for_termination()
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.shutdown()
+
+
+async def create_server(agent: Agent, store: Store, config: ServerConfig | None = None) -> AgentServer:
+    """Bind an ``AgentServer`` for ``agent`` (not started yet)."""
+    return AgentServer(agent, store, config or ServerConfig())
+
+
+def load_agent(reference: str) -> Agent:
+    """Import ``module:attr`` (like uvicorn's app reference) and check it is an ``Agent``."""
+    module_name, _, attr = reference.partition(":")
+    attr = attr or "agent"
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise UsageError(f"cannot import {module_name!r}: {exc}") from exc
+    agent = getattr(module, attr, None)
+    if not isinstance(agent, Agent):
+        raise UsageError(f"{reference!r} is not an Agent (got {type(agent).__name__})")
+    return agent
+
+
+async def serve(agent: Agent, *, store_url: str, config: ServerConfig) -> None:
+    """Serve ``agent`` until SIGTERM or SIGINT, then shut down gracefully."""
+    store = await open_store(store_url)
+    try:
+        server = await create_server(agent, store, config)
+        await server.start()
+        print(f"helix-mesh: agent {agent.name!r} listening on {server.address}", flush=True)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, lambda: asyncio.ensure_future(server.shutdown()))
+        await server.wait_closed()
+    finally:
+        await store.aclose()
+
+
+def configure_logging() -> None:
+    """Plain logging for services; ``HELIX_LOG_LEVEL`` sets the level."""
+    logging.basicConfig(
+        level=os.environ.get("HELIX_LOG_LEVEL", "INFO").upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    with contextlib.suppress(Exception):
+        logging.getLogger("LiteLLM").setLevel(logging.WARNING)

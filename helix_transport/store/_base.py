@@ -1,0 +1,137 @@
+"""The state store contract every backend implements."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
+from helix_transport._status import SessionStatus
+from helix_transport.store._records import (
+    Checkpoint,
+    SessionRecord,
+    SessionUpdate,
+    SubSessionRef,
+)
+
+READ_LIMIT = 1000
+"""Default and maximum events one ``read`` returns."""
+
+
+@runtime_checkable
+class Store(Protocol):
+    """Durable state of sessions: records, event logs, checkpoints, flags and refs.
+
+    Every method is atomic on its own. Backends raise ``StoreError`` subclasses and
+    translate their driver's exceptions at one boundary.
+    """
+
+    async def create_session(self, record: SessionRecord) -> tuple[SessionRecord, bool]:
+        """Create ``record`` unless its id exists; of concurrent creators exactly one wins.
+
+        Returns:
+            The stored record and whether this call created it. When the id exists,
+            the existing record is returned unchanged with ``False``; the caller
+            compares ``input_hash`` to decide between idempotent replay and conflict.
+        """
+        ...
+
+    async def get_session(self, session_id: str) -> SessionRecord | None:
+        """The session, or ``None`` when it does not exist."""
+        ...
+
+    async def update_session(
+        self,
+        session_id: str,
+        update: SessionUpdate,
+        *,
+        expected_status: SessionStatus | None = None,
+    ) -> SessionRecord | None:
+        """Apply ``update``; with ``expected_status``, only if the status still matches.
+
+        Returns:
+            The updated record, or ``None`` when ``expected_status`` did not match.
+
+        Raises:
+            SessionNotFound: no such session.
+        """
+        ...
+
+    async def list_sessions(self, *, status: SessionStatus) -> list[SessionRecord]:
+        """Sessions in ``status`` (used on start to find runs to resume)."""
+        ...
+
+    async def append(
+        self,
+        session_id: str,
+        events: Sequence[StreamEvent],
+        *,
+        expected_sequence: int | None = None,
+        update: SessionUpdate | None = None,
+    ) -> int:
+        """Append ``events`` to the session's log, assigning their sequences.
+
+        Sets ``sequence`` on each event in place (``last_sequence + 1`` onwards) and
+        updates the session's ``last_sequence`` in the same atomic write, together
+        with ``update`` when given (so a terminal event and a terminal status land
+        together or not at all).
+
+        Args:
+            expected_sequence: fail unless the log currently ends at this sequence;
+                a writer that owns the session passes its own last sequence, so a
+                second writer is detected instead of interleaving.
+
+        Returns:
+            The sequence of the last appended event.
+
+        Raises:
+            SessionNotFound: no such session.
+            SequenceConflict: the log does not end at ``expected_sequence``.
+        """
+        ...
+
+    async def read(
+        self, session_id: str, *, from_sequence: int = 0, limit: int = READ_LIMIT
+    ) -> list[StreamEvent]:
+        """Up to ``limit`` events with ``sequence > from_sequence``, in order."""
+        ...
+
+    async def save_checkpoint(self, checkpoint: Checkpoint) -> None:
+        """Replace the session's checkpoint."""
+        ...
+
+    async def load_checkpoint(self, session_id: str) -> Checkpoint | None:
+        """The session's latest checkpoint, or ``None``."""
+        ...
+
+    async def set_interrupt(self, session_id: str, reason: str) -> None:
+        """Record a durable interrupt request for the session."""
+        ...
+
+    async def take_interrupt(self, session_id: str) -> str | None:
+        """Atomically read and clear the session's interrupt request.
+
+        Returns:
+            The reason ("" allowed) if a request was pending, else ``None``.
+        """
+        ...
+
+    async def put_subsession_ref(self, ref: SubSessionRef) -> None:
+        """Insert or replace the ref keyed by (parent, child session id)."""
+        ...
+
+    async def list_subsession_refs(self, parent_session_id: str) -> list[SubSessionRef]:
+        """The parent's refs, in the order they were first stored."""
+        ...
+
+    async def acquire_lease(self, session_id: str, owner: str, *, ttl_s: float) -> bool:
+        """Take or renew the session's lease if it is free, lapsed or already ``owner``'s."""
+        ...
+
+    async def release_lease(self, session_id: str, owner: str) -> None:
+        """Drop the lease if ``owner`` holds it."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release connections the store owns. Idempotent."""
+        ...

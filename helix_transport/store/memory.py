@@ -1,0 +1,224 @@
+"""An in-process store for tests and single-process demos; nothing survives a restart."""
+
+from __future__ import annotations
+
+import bisect
+import copy
+import dataclasses
+import json
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from helix_transport._exceptions import SequenceConflict, SessionNotFound, UsageError
+from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
+from helix_transport._status import SessionStatus
+from helix_transport.store._base import READ_LIMIT
+from helix_transport.store._records import (
+    Checkpoint,
+    SessionRecord,
+    SessionUpdate,
+    SubSessionRef,
+    Usage,
+)
+
+
+class MemoryStore:
+    """A ``Store`` kept in dictionaries.
+
+    Atomicity comes from asyncio itself: no method awaits between reading and
+    writing its state, so no other coroutine can run in between. (Not thread-safe;
+    use one store per event loop.)
+
+    Callers never share objects with the store: records are deep-copied in and out,
+    events are kept serialized, and checkpoints are kept as JSON, so a checkpoint
+    that a durable backend could not store fails here too.
+    """
+
+    def __init__(self) -> None:
+        self._sessions: dict[str, SessionRecord] = {}
+        # Each log is (sequence, serialized event) pairs in sequence order.
+        self._events: dict[str, list[tuple[int, bytes]]] = {}
+        self._checkpoints: dict[str, str] = {}
+        self._interrupts: dict[str, str] = {}
+        # Dicts keep insertion order and replacing a key keeps its slot, which is
+        # exactly the "order first stored" the Protocol asks of sub-session refs.
+        self._refs: dict[str, dict[str, SubSessionRef]] = {}
+        self._closed = False
+
+    async def __aenter__(self) -> MemoryStore:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def create_session(self, record: SessionRecord) -> tuple[SessionRecord, bool]:
+        """Create ``record`` unless its id exists (see ``Store.create_session``)."""
+        self._check_open()
+        existing = self._sessions.get(record.session_id)
+        if existing is not None:
+            return copy.deepcopy(existing), False
+        self._sessions[record.session_id] = copy.deepcopy(record)
+        self._events[record.session_id] = []
+        return copy.deepcopy(record), True
+
+    async def get_session(self, session_id: str) -> SessionRecord | None:
+        """The session, or ``None`` when it does not exist."""
+        self._check_open()
+        record = self._sessions.get(session_id)
+        return None if record is None else copy.deepcopy(record)
+
+    async def update_session(
+        self,
+        session_id: str,
+        update: SessionUpdate,
+        *,
+        expected_status: SessionStatus | None = None,
+    ) -> SessionRecord | None:
+        """Apply ``update``, optionally only while the status matches.
+
+        Raises:
+            SessionNotFound: no such session.
+        """
+        record = self._require_session(session_id)
+        if expected_status is not None and record.status != expected_status:
+            return None
+        updated = update.apply(record, now=time.time())
+        self._sessions[session_id] = updated
+        return copy.deepcopy(updated)
+
+    async def list_sessions(self, *, status: SessionStatus) -> list[SessionRecord]:
+        """Sessions in ``status``."""
+        self._check_open()
+        return [copy.deepcopy(r) for r in self._sessions.values() if r.status == status]
+
+    async def append(
+        self,
+        session_id: str,
+        events: Sequence[StreamEvent],
+        *,
+        expected_sequence: int | None = None,
+        update: SessionUpdate | None = None,
+    ) -> int:
+        """Append ``events``, assigning their sequences in place (see ``Store.append``).
+
+        Raises:
+            SessionNotFound: no such session.
+            SequenceConflict: the log does not end at ``expected_sequence``.
+        """
+        record = self._require_session(session_id)
+        last = record.last_sequence
+        if expected_sequence is not None and expected_sequence != last:
+            raise SequenceConflict(session_id, expected_sequence, last)
+        log = self._events[session_id]
+        for event in events:
+            last += 1
+            event.sequence = last
+            log.append((last, event.SerializeToString()))
+        if update is not None:
+            record = update.apply(record, now=time.time())
+        self._sessions[session_id] = dataclasses.replace(record, last_sequence=last)
+        return last
+
+    async def read(
+        self, session_id: str, *, from_sequence: int = 0, limit: int = READ_LIMIT
+    ) -> list[StreamEvent]:
+        """Up to ``limit`` (at most ``READ_LIMIT``) events after ``from_sequence``.
+
+        An unknown session reads as an empty log.
+        """
+        self._check_open()
+        log = self._events.get(session_id, [])
+        start = bisect.bisect_right(log, from_sequence, key=lambda entry: entry[0])
+        stop = start + max(min(limit, READ_LIMIT), 0)
+        return [StreamEvent.FromString(data) for _, data in log[start:stop]]
+
+    async def save_checkpoint(self, checkpoint: Checkpoint) -> None:
+        """Replace the session's checkpoint."""
+        self._check_open()
+        self._checkpoints[checkpoint.session_id] = json.dumps(_checkpoint_to_json(checkpoint))
+
+    async def load_checkpoint(self, session_id: str) -> Checkpoint | None:
+        """The session's latest checkpoint, or ``None``."""
+        self._check_open()
+        data = self._checkpoints.get(session_id)
+        return None if data is None else _checkpoint_from_json(session_id, json.loads(data))
+
+    async def set_interrupt(self, session_id: str, reason: str) -> None:
+        """Record an interrupt request; a later one replaces an untaken one."""
+        self._check_open()
+        self._interrupts[session_id] = reason
+
+    async def take_interrupt(self, session_id: str) -> str | None:
+        """Read and clear the session's interrupt request."""
+        self._check_open()
+        return self._interrupts.pop(session_id, None)
+
+    async def put_subsession_ref(self, ref: SubSessionRef) -> None:
+        """Insert or replace the ref keyed by (parent, child session id)."""
+        self._check_open()
+        refs = self._refs.setdefault(ref.parent_session_id, {})
+        refs[ref.child_session_id] = copy.deepcopy(ref)
+
+    async def list_subsession_refs(self, parent_session_id: str) -> list[SubSessionRef]:
+        """The parent's refs, in the order they were first stored."""
+        self._check_open()
+        return [copy.deepcopy(r) for r in self._refs.get(parent_session_id, {}).values()]
+
+    async def acquire_lease(self, session_id: str, owner: str, *, ttl_s: float) -> bool:
+        """Take or renew the lease if it is free, lapsed or already ``owner``'s.
+
+        Raises:
+            SessionNotFound: no such session.
+        """
+        record = self._require_session(session_id)
+        now = time.time()
+        if record.owner and record.owner != owner and record.lease_expires_at > now:
+            return False
+        self._sessions[session_id] = dataclasses.replace(
+            record, owner=owner, lease_expires_at=now + ttl_s
+        )
+        return True
+
+    async def release_lease(self, session_id: str, owner: str) -> None:
+        """Drop the lease if ``owner`` holds it; otherwise do nothing."""
+        self._check_open()
+        record = self._sessions.get(session_id)
+        if record is not None and record.owner == owner:
+            self._sessions[session_id] = dataclasses.replace(record, owner="", lease_expires_at=0.0)
+
+    async def aclose(self) -> None:
+        """Mark the store closed; later calls raise ``UsageError``. Idempotent."""
+        self._closed = True
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise UsageError("MemoryStore is closed")
+
+    def _require_session(self, session_id: str) -> SessionRecord:
+        self._check_open()
+        record = self._sessions.get(session_id)
+        if record is None:
+            raise SessionNotFound(session_id)
+        return record
+
+
+def _checkpoint_to_json(checkpoint: Checkpoint) -> dict[str, Any]:
+    return {
+        "step": checkpoint.step,
+        "messages": checkpoint.messages,
+        "usage": dataclasses.asdict(checkpoint.usage),
+        "last_sequence": checkpoint.last_sequence,
+        "state": checkpoint.state,
+    }
+
+
+def _checkpoint_from_json(session_id: str, data: dict[str, Any]) -> Checkpoint:
+    return Checkpoint(
+        session_id=session_id,
+        step=data["step"],
+        messages=data["messages"],
+        usage=Usage(**data["usage"]),
+        last_sequence=data["last_sequence"],
+        state=data["state"],
+    )

@@ -1,0 +1,543 @@
+"""The embedded durable store: one SQLite file, safe to share between processes.
+
+All SQLite work runs on one worker thread the store owns, so the event loop never
+blocks on disk and the connection is only ever touched by the thread that made it.
+Every ``Store`` method is a single transaction; writes start with ``BEGIN
+IMMEDIATE`` so they take SQLite's write lock up front and stay atomic when several
+processes open the same file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import sqlite3
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+from helix_transport._exceptions import (
+    SequenceConflict,
+    SessionNotFound,
+    StoreError,
+    StoreUnavailable,
+    UsageError,
+)
+from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
+from helix_transport._status import SessionStatus
+from helix_transport.store._base import READ_LIMIT
+from helix_transport.store._records import (
+    Checkpoint,
+    RemoteCursor,
+    SessionRecord,
+    SessionUpdate,
+    SubSessionRef,
+    Usage,
+)
+
+SCHEMA_VERSION = 1
+"""The schema this module writes; a file with a newer version is refused."""
+
+_T = TypeVar("_T")
+
+# Errors of the environment (locked past busy_timeout, unopenable file, full or
+# failing disk) that may clear up on their own; anything else is a bug or corruption.
+_TRANSIENT_CODES = frozenset(
+    {
+        sqlite3.SQLITE_BUSY,
+        sqlite3.SQLITE_LOCKED,
+        sqlite3.SQLITE_CANTOPEN,
+        sqlite3.SQLITE_IOERR,
+        sqlite3.SQLITE_FULL,
+        sqlite3.SQLITE_NOMEM,
+        sqlite3.SQLITE_PROTOCOL,
+    }
+)
+
+# Column names are the record fields' names; metadata, usage, messages and state are JSON.
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS sessions (
+    session_id TEXT PRIMARY KEY, agent_type TEXT NOT NULL, input_json TEXT NOT NULL,
+    input_hash TEXT NOT NULL, status TEXT NOT NULL, parent_session_id TEXT NOT NULL,
+    metadata TEXT NOT NULL, output_json TEXT NOT NULL, error TEXT NOT NULL,
+    failure_reason TEXT NOT NULL, step_count INTEGER NOT NULL, usage TEXT NOT NULL,
+    last_sequence INTEGER NOT NULL, created_at REAL NOT NULL, updated_at REAL NOT NULL,
+    finished_at REAL, owner TEXT NOT NULL, lease_expires_at REAL NOT NULL
+);
+-- Startup scans for RUNNING sessions to resume.
+CREATE INDEX IF NOT EXISTS sessions_by_status ON sessions (status);
+CREATE TABLE IF NOT EXISTS events (
+    session_id TEXT NOT NULL, sequence INTEGER NOT NULL, data BLOB NOT NULL,
+    PRIMARY KEY (session_id, sequence)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS checkpoints (
+    session_id TEXT PRIMARY KEY, step INTEGER NOT NULL, messages TEXT NOT NULL,
+    usage TEXT NOT NULL, last_sequence INTEGER NOT NULL, state TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS interrupts (session_id TEXT PRIMARY KEY, reason TEXT NOT NULL);
+-- position keeps the order refs were first stored, remote_* are NULL for a local child.
+CREATE TABLE IF NOT EXISTS subsession_refs (
+    parent_session_id TEXT NOT NULL, child_session_id TEXT NOT NULL,
+    position INTEGER NOT NULL, agent_type TEXT NOT NULL, tool_call_id TEXT NOT NULL,
+    status TEXT NOT NULL, address TEXT NOT NULL, started_at REAL NOT NULL,
+    completed_at REAL, remote_stream_id TEXT, remote_last_sequence INTEGER,
+    output_json TEXT NOT NULL, error TEXT NOT NULL, failure_reason TEXT NOT NULL,
+    PRIMARY KEY (parent_session_id, child_session_id)
+);
+"""
+
+# Derived from the records so a new field without a schema migration fails loudly
+# ("no column named ...") instead of being dropped silently.
+_SESSION_COLUMNS = [f.name for f in dataclasses.fields(SessionRecord)]
+# What update_session/append may change; leases are written only by the lease methods.
+_STATE_COLUMNS = [
+    *(f.name for f in dataclasses.fields(SessionUpdate)),
+    "last_sequence",
+    "updated_at",
+    "finished_at",
+]
+_REF_COLUMNS = [
+    *(f.name for f in dataclasses.fields(SubSessionRef) if f.name != "remote"),
+    "remote_stream_id",
+    "remote_last_sequence",
+]
+
+_INSERT_SESSION = (
+    f"INSERT INTO sessions ({', '.join(_SESSION_COLUMNS)}) "
+    f"VALUES ({', '.join(':' + c for c in _SESSION_COLUMNS)}) "
+    "ON CONFLICT (session_id) DO NOTHING"
+)
+_WRITE_STATE = (
+    f"UPDATE sessions SET {', '.join(f'{c} = :{c}' for c in _STATE_COLUMNS)} "
+    "WHERE session_id = :session_id"
+)
+# A new ref goes after the parent's others; a replaced one keeps its position.
+_PUT_REF = (
+    f"INSERT INTO subsession_refs (position, {', '.join(_REF_COLUMNS)}) VALUES ("
+    "(SELECT COALESCE(MAX(position), 0) + 1 FROM subsession_refs"
+    " WHERE parent_session_id = :parent_session_id), "
+    f"{', '.join(':' + c for c in _REF_COLUMNS)}) "
+    "ON CONFLICT (parent_session_id, child_session_id) DO UPDATE SET "
+    + ", ".join(f"{c} = excluded.{c}" for c in _REF_COLUMNS if not c.endswith("session_id"))
+)
+_ACQUIRE_LEASE = (
+    "UPDATE sessions SET owner = :owner, lease_expires_at = :expires "
+    "WHERE session_id = :session_id "
+    "AND (owner = '' OR owner = :owner OR lease_expires_at <= :now)"
+)
+
+
+@contextmanager
+def _map_sqlite_errors() -> Iterator[None]:
+    """Translate ``sqlite3`` exceptions into the helix error tree."""
+    try:
+        yield
+    except sqlite3.Error as exc:
+        # Extended result codes carry the primary code in their low byte.
+        code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+        if code in _TRANSIENT_CODES:
+            raise StoreUnavailable(f"sqlite: {exc}") from exc
+        raise StoreError(f"sqlite: {exc}") from exc
+
+
+@contextmanager
+def _transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """One write transaction: commit on success, roll back on any exception."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+        conn.execute("COMMIT")
+    except BaseException:
+        # A failed COMMIT can leave the transaction open; never leak it to the next call.
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
+class SqliteStore:
+    """A ``Store`` in one SQLite file (WAL mode), the embedded durable default.
+
+    Open it with ``await SqliteStore.open(path)`` and close it with ``aclose()`` or
+    ``async with``. Several processes may open the same file: every write is one
+    ``BEGIN IMMEDIATE`` transaction, and sequences come from the session row inside
+    it, so two writers can never interleave a log.
+    """
+
+    def __init__(self, conn: sqlite3.Connection, executor: ThreadPoolExecutor) -> None:
+        """Wrap ``conn``, which must have been opened on ``executor``'s single thread.
+
+        Prefer ``SqliteStore.open``; the store owns both and closes them.
+        """
+        self._conn = conn
+        self._executor = executor
+        self._closed = False
+
+    @classmethod
+    async def open(cls, path: str, *, busy_timeout_s: float = 5.0) -> SqliteStore:
+        """Open (creating if needed) the database at ``path`` and its schema.
+
+        Args:
+            path: a file path (parent directories are created) or ``":memory:"``.
+            busy_timeout_s: how long a write waits for another process's lock
+                before failing with ``StoreUnavailable``.
+
+        Raises:
+            StoreUnavailable: the file cannot be opened or created.
+            StoreError: the file is not a helix database of a known schema version.
+        """
+        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="helix-sqlite")
+        try:
+            conn = await asyncio.get_running_loop().run_in_executor(
+                executor, _connect, path, busy_timeout_s
+            )
+        except BaseException:
+            executor.shutdown(wait=False)
+            raise
+        return cls(conn, executor)
+
+    async def __aenter__(self) -> SqliteStore:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def create_session(self, record: SessionRecord) -> tuple[SessionRecord, bool]:
+        """Create ``record`` unless its id exists (see ``Store.create_session``)."""
+        return await self._run(lambda conn: _create_session(conn, record))
+
+    async def get_session(self, session_id: str) -> SessionRecord | None:
+        """The session, or ``None`` when it does not exist."""
+        return await self._run(lambda conn: _get_session(conn, session_id))
+
+    async def update_session(
+        self,
+        session_id: str,
+        update: SessionUpdate,
+        *,
+        expected_status: SessionStatus | None = None,
+    ) -> SessionRecord | None:
+        """Apply ``update``, optionally only while the status matches.
+
+        Raises:
+            SessionNotFound: no such session.
+        """
+        return await self._run(
+            lambda conn: _update_session(conn, session_id, update, expected_status)
+        )
+
+    async def list_sessions(self, *, status: SessionStatus) -> list[SessionRecord]:
+        """Sessions in ``status``, oldest first."""
+        sql = "SELECT * FROM sessions WHERE status = ? ORDER BY created_at, session_id"
+        return await self._run(
+            lambda conn: [_session_from_row(r) for r in conn.execute(sql, (status.value,))]
+        )
+
+    async def append(
+        self,
+        session_id: str,
+        events: Sequence[StreamEvent],
+        *,
+        expected_sequence: int | None = None,
+        update: SessionUpdate | None = None,
+    ) -> int:
+        """Append ``events``, assigning their sequences in place (see ``Store.append``).
+
+        When the append fails, the events keep the sequences they had before.
+
+        Raises:
+            SessionNotFound: no such session.
+            SequenceConflict: the log does not end at ``expected_sequence``.
+        """
+        return await self._run(
+            lambda conn: _append(conn, session_id, events, expected_sequence, update)
+        )
+
+    async def read(
+        self, session_id: str, *, from_sequence: int = 0, limit: int = READ_LIMIT
+    ) -> list[StreamEvent]:
+        """Up to ``limit`` (at most ``READ_LIMIT``) events after ``from_sequence``.
+
+        An unknown session reads as an empty log.
+        """
+        sql = (
+            "SELECT data FROM events WHERE session_id = ? AND sequence > ? "
+            "ORDER BY sequence LIMIT ?"
+        )
+        params = (session_id, from_sequence, max(min(limit, READ_LIMIT), 0))
+        # Parsing happens on the worker too: up to READ_LIMIT messages is real CPU work.
+        return await self._run(
+            lambda conn: [StreamEvent.FromString(r[0]) for r in conn.execute(sql, params)]
+        )
+
+    async def save_checkpoint(self, checkpoint: Checkpoint) -> None:
+        """Replace the session's checkpoint."""
+        await self._run(lambda conn: _save_checkpoint(conn, checkpoint))
+
+    async def load_checkpoint(self, session_id: str) -> Checkpoint | None:
+        """The session's latest checkpoint, or ``None``."""
+        return await self._run(lambda conn: _load_checkpoint(conn, session_id))
+
+    async def set_interrupt(self, session_id: str, reason: str) -> None:
+        """Record an interrupt request; a later one replaces an untaken one."""
+        sql = "INSERT OR REPLACE INTO interrupts (session_id, reason) VALUES (?, ?)"
+        await self._run(lambda conn: _write(conn, sql, (session_id, reason)))
+
+    async def take_interrupt(self, session_id: str) -> str | None:
+        """Read and clear the session's interrupt request."""
+        return await self._run(lambda conn: _take_interrupt(conn, session_id))
+
+    async def put_subsession_ref(self, ref: SubSessionRef) -> None:
+        """Insert or replace the ref keyed by (parent, child session id)."""
+        await self._run(lambda conn: _write(conn, _PUT_REF, _ref_params(ref)))
+
+    async def list_subsession_refs(self, parent_session_id: str) -> list[SubSessionRef]:
+        """The parent's refs, in the order they were first stored."""
+        sql = "SELECT * FROM subsession_refs WHERE parent_session_id = ? ORDER BY position"
+        return await self._run(
+            lambda conn: [_ref_from_row(r) for r in conn.execute(sql, (parent_session_id,))]
+        )
+
+    async def acquire_lease(self, session_id: str, owner: str, *, ttl_s: float) -> bool:
+        """Take or renew the lease if it is free, lapsed or already ``owner``'s.
+
+        Raises:
+            SessionNotFound: no such session.
+        """
+        return await self._run(lambda conn: _acquire_lease(conn, session_id, owner, ttl_s))
+
+    async def release_lease(self, session_id: str, owner: str) -> None:
+        """Drop the lease if ``owner`` holds it; otherwise do nothing."""
+        sql = (
+            "UPDATE sessions SET owner = '', lease_expires_at = 0 "
+            "WHERE session_id = ? AND owner = ?"
+        )
+        await self._run(lambda conn: _write(conn, sql, (session_id, owner)))
+
+    async def aclose(self) -> None:
+        """Close the connection and stop the worker thread. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            # Queued behind any call still running, so those finish first.
+            await asyncio.get_running_loop().run_in_executor(
+                self._executor, self._call, lambda conn: conn.close()
+            )
+        finally:
+            self._executor.shutdown(wait=False)
+
+    async def _run(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
+        if self._closed:
+            raise UsageError("SqliteStore is closed")
+        # If the caller is cancelled the worker still finishes the transaction:
+        # it commits or rolls back as a whole, never half.
+        return await asyncio.get_running_loop().run_in_executor(self._executor, self._call, fn)
+
+    def _call(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
+        with _map_sqlite_errors():
+            return fn(self._conn)
+
+
+# Everything below runs on the store's worker thread.
+
+
+def _connect(path: str, busy_timeout_s: float) -> sqlite3.Connection:
+    if path != ":memory:":
+        try:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreUnavailable(f"cannot create the directory for {path!r}: {exc}") from exc
+    with _map_sqlite_errors():
+        # isolation_level=None: we issue BEGIN/COMMIT ourselves, so the module's
+        # implicit transactions cannot split or widen ours.
+        conn = sqlite3.connect(path, timeout=busy_timeout_s, isolation_level=None)
+        try:
+            conn.row_factory = sqlite3.Row
+            conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
+            conn.execute("PRAGMA journal_mode = WAL")
+            # NORMAL is durable in WAL mode except for the last commits on power loss.
+            conn.execute("PRAGMA synchronous = NORMAL")
+            _ensure_schema(conn)
+        except BaseException:
+            conn.close()
+            raise
+    return conn
+
+
+def _ensure_schema(conn: sqlite3.Connection) -> None:
+    # In one write transaction so two processes opening a new file don't race.
+    with _transaction(conn):
+        # Not executescript(): it would COMMIT the transaction we are in.
+        for statement in _SCHEMA.split(";"):
+            if statement.strip():
+                conn.execute(statement)
+        row = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()
+        version = row[0]
+        if version is None:
+            conn.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
+        elif version > SCHEMA_VERSION:
+            raise StoreError(
+                f"the database has schema version {version}; this helix-mesh "
+                f"understands up to {SCHEMA_VERSION}: upgrade helix-mesh"
+            )
+
+
+def _write(conn: sqlite3.Connection, sql: str, params: Any) -> None:
+    with _transaction(conn):
+        conn.execute(sql, params)
+
+
+def _get_session(conn: sqlite3.Connection, session_id: str) -> SessionRecord | None:
+    row = conn.execute("SELECT * FROM sessions WHERE session_id = ?", (session_id,)).fetchone()
+    return None if row is None else _session_from_row(row)
+
+
+def _require_session(conn: sqlite3.Connection, session_id: str) -> SessionRecord:
+    record = _get_session(conn, session_id)
+    if record is None:
+        raise SessionNotFound(session_id)
+    return record
+
+
+def _create_session(conn: sqlite3.Connection, record: SessionRecord) -> tuple[SessionRecord, bool]:
+    with _transaction(conn):
+        created = conn.execute(_INSERT_SESSION, _session_params(record)).rowcount == 1
+        return _require_session(conn, record.session_id), created
+
+
+def _update_session(
+    conn: sqlite3.Connection,
+    session_id: str,
+    update: SessionUpdate,
+    expected_status: SessionStatus | None,
+) -> SessionRecord | None:
+    with _transaction(conn):
+        record = _require_session(conn, session_id)
+        if expected_status is not None and record.status != expected_status:
+            return None
+        record = update.apply(record, now=time.time())
+        conn.execute(_WRITE_STATE, _session_params(record))
+        return record
+
+
+def _append(
+    conn: sqlite3.Connection,
+    session_id: str,
+    events: Sequence[StreamEvent],
+    expected_sequence: int | None,
+    update: SessionUpdate | None,
+) -> int:
+    previous = [event.sequence for event in events]
+    try:
+        with _transaction(conn):
+            record = _require_session(conn, session_id)
+            last = record.last_sequence
+            if expected_sequence is not None and expected_sequence != last:
+                raise SequenceConflict(session_id, expected_sequence, last)
+            rows = []
+            for event in events:
+                last += 1
+                event.sequence = last
+                rows.append((session_id, last, event.SerializeToString()))
+            conn.executemany(
+                "INSERT INTO events (session_id, sequence, data) VALUES (?, ?, ?)", rows
+            )
+            if update is not None:
+                record = update.apply(record, now=time.time())
+            conn.execute(
+                _WRITE_STATE, _session_params(dataclasses.replace(record, last_sequence=last))
+            )
+            return last
+    except BaseException:
+        # Nothing was stored, so the caller's events must not claim sequences either.
+        for event, sequence in zip(events, previous, strict=True):
+            event.sequence = sequence
+        raise
+
+
+def _save_checkpoint(conn: sqlite3.Connection, checkpoint: Checkpoint) -> None:
+    params = (
+        checkpoint.session_id,
+        checkpoint.step,
+        json.dumps(checkpoint.messages),
+        json.dumps(dataclasses.asdict(checkpoint.usage)),
+        checkpoint.last_sequence,
+        json.dumps(checkpoint.state),
+    )
+    _write(conn, "INSERT OR REPLACE INTO checkpoints VALUES (?, ?, ?, ?, ?, ?)", params)
+
+
+def _load_checkpoint(conn: sqlite3.Connection, session_id: str) -> Checkpoint | None:
+    sql = "SELECT * FROM checkpoints WHERE session_id = ?"
+    row = conn.execute(sql, (session_id,)).fetchone()
+    if row is None:
+        return None
+    fields = {name: row[name] for name in row.keys()}  # noqa: SIM118 (Row has no __iter__ of keys)
+    for name in ("messages", "state"):
+        fields[name] = json.loads(fields[name])
+    fields["usage"] = Usage(**json.loads(fields["usage"]))
+    return Checkpoint(**fields)
+
+
+def _take_interrupt(conn: sqlite3.Connection, session_id: str) -> str | None:
+    with _transaction(conn):
+        sql = "SELECT reason FROM interrupts WHERE session_id = ?"
+        row = conn.execute(sql, (session_id,)).fetchone()
+        if row is None:
+            return None
+        conn.execute("DELETE FROM interrupts WHERE session_id = ?", (session_id,))
+        reason: str = row["reason"]
+        return reason
+
+
+def _acquire_lease(conn: sqlite3.Connection, session_id: str, owner: str, ttl_s: float) -> bool:
+    with _transaction(conn):
+        now = time.time()
+        params = {"session_id": session_id, "owner": owner, "now": now, "expires": now + ttl_s}
+        if conn.execute(_ACQUIRE_LEASE, params).rowcount == 1:
+            return True
+        _require_session(conn, session_id)
+        return False
+
+
+def _session_params(record: SessionRecord) -> dict[str, Any]:
+    params = {name: getattr(record, name) for name in _SESSION_COLUMNS}
+    params["status"] = record.status.value
+    params["metadata"] = json.dumps(record.metadata)
+    params["usage"] = json.dumps(dataclasses.asdict(record.usage))
+    return params
+
+
+def _session_from_row(row: sqlite3.Row) -> SessionRecord:
+    fields = {name: row[name] for name in _SESSION_COLUMNS}
+    fields["status"] = SessionStatus(row["status"])
+    fields["metadata"] = json.loads(row["metadata"])
+    fields["usage"] = Usage(**json.loads(row["usage"]))
+    return SessionRecord(**fields)
+
+
+def _ref_params(ref: SubSessionRef) -> dict[str, Any]:
+    params = {f.name: getattr(ref, f.name) for f in dataclasses.fields(ref)}
+    remote = params.pop("remote")
+    params["status"] = ref.status.value
+    params["remote_stream_id"] = None if remote is None else remote.stream_id
+    params["remote_last_sequence"] = None if remote is None else remote.last_sequence
+    return params
+
+
+def _ref_from_row(row: sqlite3.Row) -> SubSessionRef:
+    fields = {name: row[name] for name in _REF_COLUMNS}
+    stream_id = fields.pop("remote_stream_id")
+    remote_last_sequence = fields.pop("remote_last_sequence")
+    fields["status"] = SessionStatus(row["status"])
+    fields["remote"] = (
+        None
+        if stream_id is None
+        else RemoteCursor(stream_id=stream_id, last_sequence=remote_last_sequence)
+    )
+    return SubSessionRef(**fields)

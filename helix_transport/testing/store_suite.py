@@ -1,0 +1,387 @@
+"""A conformance suite every ``Store`` backend must pass.
+
+Subclass ``StoreConformance`` in a test module (its name must start with ``Test``)
+and provide a ``store`` fixture that yields a fresh, empty store::
+
+    class TestMyStore(StoreConformance):
+        @pytest.fixture
+        async def store(self) -> AsyncIterator[Store]:
+            store = await MyStore.open(...)
+            yield store
+            await store.aclose()
+
+The tests only use the ``Store`` Protocol, so they pin down behaviour, not storage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+
+from helix_transport._exceptions import SequenceConflict, SessionNotFound
+from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
+from helix_transport._status import SessionStatus
+from helix_transport.store._base import READ_LIMIT, Store
+from helix_transport.store._records import (
+    Checkpoint,
+    RemoteCursor,
+    SessionRecord,
+    SessionUpdate,
+    SubSessionRef,
+    Usage,
+    input_fingerprint,
+)
+
+__all__ = ["StoreConformance", "make_event", "make_record"]
+
+
+def make_record(session_id: str = "s-1", **overrides: Any) -> SessionRecord:
+    """A valid RUNNING session record; ``overrides`` replace any field."""
+    input_json = overrides.pop("input_json", '{"topic": "tides"}')
+    fields: dict[str, Any] = {
+        "session_id": session_id,
+        "agent_type": "researcher",
+        "input_json": input_json,
+        "input_hash": input_fingerprint(input_json),
+    }
+    return SessionRecord(**(fields | overrides))
+
+
+def make_event(text: str, *, session_id: str = "s-1") -> StreamEvent:
+    """A ``text_delta`` event carrying ``text``, with no sequence yet."""
+    event = StreamEvent(session_id=session_id, agent_type="researcher", step=1)
+    event.text_delta.text = text
+    return event
+
+
+def _texts(events: list[StreamEvent]) -> list[str]:
+    return [e.text_delta.text for e in events]
+
+
+def _sequences(events: list[StreamEvent]) -> list[int]:
+    return [e.sequence for e in events]
+
+
+class StoreConformance:
+    """The ``Store`` contract as tests; needs a ``store`` fixture (see module docstring)."""
+
+    # Lets the suite run in projects whose pytest-asyncio is in strict mode.
+    pytestmark = pytest.mark.asyncio
+
+    # --- sessions -----------------------------------------------------------------
+
+    async def test_create_and_get_round_trip_every_field(self, store: Store) -> None:
+        record = make_record(
+            "s-full",
+            status=SessionStatus.FAILED,
+            parent_session_id="s-parent",
+            metadata={"tenant": "acme", "ünïcode": "✓"},
+            output_json='{"partial": true}',
+            error="model refused",
+            failure_reason="model_error",
+            step_count=7,
+            usage=Usage(prompt_tokens=11, completion_tokens=22, total_tokens=33),
+            created_at=1_700_000_000.25,
+            updated_at=1_700_000_123.5,
+            finished_at=1_700_000_124.75,
+            owner="replica-1",
+            lease_expires_at=1_700_000_200.125,
+        )
+        stored, created = await store.create_session(record)
+        assert created is True
+        assert stored == record
+        assert await store.get_session("s-full") == record
+        assert await store.get_session("s-missing") is None
+
+    async def test_returned_records_are_copies(self, store: Store) -> None:
+        await store.create_session(make_record(metadata={"k": "v"}))
+        got = await store.get_session("s-1")
+        assert got is not None
+        got.metadata["k"] = "changed"
+        again = await store.get_session("s-1")
+        assert again is not None and again.metadata == {"k": "v"}
+
+    async def test_concurrent_creators_exactly_one_wins(self, store: Store) -> None:
+        records = [make_record("s-race", input_json=f'{{"n": {n}}}') for n in range(20)]
+        results = await asyncio.gather(*(store.create_session(r) for r in records))
+        winners = [stored for stored, created in results if created]
+        assert len(winners) == 1
+        assert all(stored == winners[0] for stored, _ in results)
+        assert await store.get_session("s-race") == winners[0]
+
+    async def test_recreate_returns_existing_record(self, store: Store) -> None:
+        original = make_record(input_json='{"a": 1}')
+        await store.create_session(original)
+        stored, created = await store.create_session(make_record(input_json='{"a": 2}'))
+        assert created is False
+        assert stored == original
+        assert await store.get_session("s-1") == original
+
+    async def test_update_session(self, store: Store) -> None:
+        await store.create_session(make_record(created_at=1.0, updated_at=1.0))
+        before = time.time()
+        update = SessionUpdate(status=SessionStatus.COMPLETED, output_json='{"ok": 1}')
+        updated = await store.update_session("s-1", update)
+        assert updated is not None
+        assert updated.status is SessionStatus.COMPLETED
+        assert updated.output_json == '{"ok": 1}'
+        assert updated.updated_at >= before
+        assert updated.finished_at is not None and updated.finished_at >= before
+        assert updated.created_at == 1.0
+        assert await store.get_session("s-1") == updated
+
+    async def test_update_session_with_expected_status(self, store: Store) -> None:
+        await store.create_session(make_record())
+        matched = await store.update_session(
+            "s-1", SessionUpdate(step_count=3), expected_status=SessionStatus.RUNNING
+        )
+        assert matched is not None and matched.step_count == 3
+        before = await store.get_session("s-1")
+        missed = await store.update_session(
+            "s-1",
+            SessionUpdate(status=SessionStatus.TERMINATED, step_count=9),
+            expected_status=SessionStatus.INTERRUPTED,
+        )
+        assert missed is None
+        assert await store.get_session("s-1") == before
+
+    async def test_unknown_session_raises_not_found(self, store: Store) -> None:
+        with pytest.raises(SessionNotFound) as update_error:
+            await store.update_session("s-nope", SessionUpdate(step_count=1))
+        assert update_error.value.session_id == "s-nope"
+        with pytest.raises(SessionNotFound) as append_error:
+            await store.append("s-nope", [make_event("x")])
+        assert append_error.value.session_id == "s-nope"
+        assert await store.get_session("s-nope") is None
+
+    async def test_list_sessions_by_status(self, store: Store) -> None:
+        for n in range(3):
+            await store.create_session(make_record(f"run-{n}"))
+        for n in range(2):
+            await store.create_session(make_record(f"done-{n}", status=SessionStatus.COMPLETED))
+        running = await store.list_sessions(status=SessionStatus.RUNNING)
+        assert sorted(r.session_id for r in running) == ["run-0", "run-1", "run-2"]
+        assert all(r.status is SessionStatus.RUNNING for r in running)
+        done = await store.list_sessions(status=SessionStatus.COMPLETED)
+        assert sorted(r.session_id for r in done) == ["done-0", "done-1"]
+        assert await store.list_sessions(status=SessionStatus.INTERRUPTED) == []
+
+    # --- the event log ------------------------------------------------------------
+
+    async def test_append_assigns_gapless_sequences(self, store: Store) -> None:
+        await store.create_session(make_record())
+        first = [make_event(t) for t in "abc"]
+        assert await store.append("s-1", first) == 3
+        assert _sequences(first) == [1, 2, 3]
+        second = [make_event(t) for t in "de"]
+        assert await store.append("s-1", second) == 5
+        assert _sequences(second) == [4, 5]
+        log = await store.read("s-1")
+        assert _sequences(log) == [1, 2, 3, 4, 5]
+        assert _texts(log) == list("abcde")
+        record = await store.get_session("s-1")
+        assert record is not None and record.last_sequence == 5
+
+    async def test_concurrent_appenders_never_collide(self, store: Store) -> None:
+        await store.create_session(make_record())
+        assigned: dict[int, str] = {}
+
+        async def writer(w: int) -> None:
+            for i in range(20):
+                event = make_event(f"w{w}-{i}")
+                last = await store.append("s-1", [event])
+                assert last == event.sequence
+                assigned[event.sequence] = event.text_delta.text
+
+        await asyncio.gather(*(writer(w) for w in range(10)))
+        log = await store.read("s-1")
+        assert _sequences(log) == list(range(1, 201))
+        assert {e.sequence: e.text_delta.text for e in log} == assigned
+        assert sorted(_texts(log)) == sorted(f"w{w}-{i}" for w in range(10) for i in range(20))
+        for w in range(10):  # each writer's own events stay in its order
+            mine = [t for t in _texts(log) if t.startswith(f"w{w}-")]
+            assert mine == [f"w{w}-{i}" for i in range(20)]
+        record = await store.get_session("s-1")
+        assert record is not None and record.last_sequence == 200
+
+    async def test_expected_sequence_conflict_writes_nothing(self, store: Store) -> None:
+        await store.create_session(make_record())
+        assert await store.append("s-1", [make_event("a")], expected_sequence=0) == 1
+        assert await store.append("s-1", [make_event("b")], expected_sequence=1) == 2
+        stale = [make_event("stale")]
+        terminal = SessionUpdate(status=SessionStatus.FAILED, error="stale writer")
+        with pytest.raises(SequenceConflict) as conflict:
+            await store.append("s-1", stale, expected_sequence=1, update=terminal)
+        assert (conflict.value.session_id, conflict.value.expected) == ("s-1", 1)
+        assert conflict.value.actual == 2
+        assert stale[0].sequence == 0
+        assert _texts(await store.read("s-1")) == ["a", "b"]
+        record = await store.get_session("s-1")
+        assert record is not None
+        assert (record.last_sequence, record.status, record.error) == (
+            2,
+            SessionStatus.RUNNING,
+            "",
+        )
+
+    async def test_append_with_update_is_atomic(self, store: Store) -> None:
+        await store.create_session(make_record())
+        await store.append("s-1", [make_event("thinking")])
+        done = StreamEvent(session_id="s-1", agent_type="researcher", step=1)
+        done.completed.output_json = '{"answer": 42}'
+        update = SessionUpdate(status=SessionStatus.COMPLETED, output_json='{"answer": 42}')
+        assert await store.append("s-1", [done], update=update) == 2
+        record = await store.get_session("s-1")
+        assert record is not None
+        assert record.status is SessionStatus.COMPLETED
+        assert record.output_json == '{"answer": 42}'
+        assert record.finished_at is not None
+        assert record.last_sequence == 2
+        log = await store.read("s-1")
+        assert log[-1].WhichOneof("payload") == "completed"
+        assert log[-1].completed.output_json == '{"answer": 42}'
+
+    async def test_stored_events_are_copies(self, store: Store) -> None:
+        await store.create_session(make_record())
+        event = make_event("original")
+        await store.append("s-1", [event])
+        event.text_delta.text = "mutated after append"
+        first = await store.read("s-1")
+        first[0].text_delta.text = "mutated after read"
+        assert _texts(await store.read("s-1")) == ["original"]
+
+    async def test_read_ranges_and_limits(self, store: Store) -> None:
+        await store.create_session(make_record())
+        await store.append("s-1", [make_event(f"e{n}") for n in range(1, 6)])
+        everything = await store.read("s-1", from_sequence=0)
+        assert _sequences(everything) == [1, 2, 3, 4, 5]
+        assert _texts(everything) == ["e1", "e2", "e3", "e4", "e5"]
+        assert all(e.session_id == "s-1" and e.step == 1 for e in everything)
+        middle = await store.read("s-1", from_sequence=2)
+        assert (_sequences(middle), _texts(middle)) == ([3, 4, 5], ["e3", "e4", "e5"])
+        assert await store.read("s-1", from_sequence=5) == []
+        assert await store.read("s-1", from_sequence=99) == []
+        assert _sequences(await store.read("s-1", from_sequence=1, limit=2)) == [2, 3]
+        assert _sequences(await store.read("s-1", limit=1)) == [1]
+
+    async def test_read_returns_at_most_read_limit(self, store: Store) -> None:
+        await store.create_session(make_record())
+        await store.append("s-1", [make_event(str(n)) for n in range(READ_LIMIT + 5)])
+        page = await store.read("s-1", limit=READ_LIMIT * 2)
+        assert _sequences(page) == list(range(1, READ_LIMIT + 1))
+        rest = await store.read("s-1", from_sequence=READ_LIMIT)
+        assert _sequences(rest) == list(range(READ_LIMIT + 1, READ_LIMIT + 6))
+
+    # --- checkpoints, interrupts, sub-session refs ---------------------------------
+
+    async def test_checkpoint_save_replace_load(self, store: Store) -> None:
+        assert await store.load_checkpoint("s-1") is None
+        first = Checkpoint(
+            session_id="s-1",
+            step=2,
+            messages=[
+                {"role": "user", "content": "tides?"},
+                {"role": "assistant", "tool_calls": [{"id": "c1", "args": {"n": [1, 2.5]}}]},
+            ],
+            usage=Usage(prompt_tokens=5, completion_tokens=6, total_tokens=11),
+            last_sequence=9,
+            state={"pending": ["c1"], "nested": {"flag": True, "none": None}},
+        )
+        await store.save_checkpoint(first)
+        assert await store.load_checkpoint("s-1") == first
+        second = Checkpoint(session_id="s-1", step=3, messages=[{"role": "user"}])
+        await store.save_checkpoint(second)
+        assert await store.load_checkpoint("s-1") == second
+        assert await store.load_checkpoint("s-other") is None
+
+    async def test_interrupt_set_and_take(self, store: Store) -> None:
+        assert await store.take_interrupt("s-1") is None
+        await store.set_interrupt("s-1", "user pressed stop")
+        assert await store.take_interrupt("s-2") is None
+        assert await store.take_interrupt("s-1") == "user pressed stop"
+        assert await store.take_interrupt("s-1") is None
+        await store.set_interrupt("s-1", "")
+        assert await store.take_interrupt("s-1") == ""
+        assert await store.take_interrupt("s-1") is None
+
+    async def test_subsession_refs(self, store: Store) -> None:
+        remote = SubSessionRef(
+            parent_session_id="p",
+            child_session_id="c-remote",
+            agent_type="summarizer",
+            tool_call_id="call-1",
+            address="summarizer:50051",
+            started_at=1_700_000_000.5,
+            completed_at=None,
+            remote=RemoteCursor(stream_id="remote-42", last_sequence=17),
+        )
+        local = SubSessionRef(
+            parent_session_id="p",
+            child_session_id="c-local",
+            agent_type="critic",
+            tool_call_id="call-2",
+            status=SessionStatus.FAILED,
+            started_at=1_700_000_001.0,
+            completed_at=1_700_000_002.25,
+            output_json='{"x": 1}',
+            error="boom",
+            failure_reason="max_steps",
+        )
+        third = SubSessionRef(
+            parent_session_id="p", child_session_id="c-3", agent_type="a", tool_call_id="call-3"
+        )
+        other = SubSessionRef(
+            parent_session_id="q", child_session_id="c-q", agent_type="a", tool_call_id="call-q"
+        )
+        for ref in (remote, local, third, other):
+            await store.put_subsession_ref(ref)
+        assert await store.list_subsession_refs("p") == [remote, local, third]
+        finished = SubSessionRef(
+            parent_session_id="p",
+            child_session_id="c-remote",
+            agent_type="summarizer",
+            tool_call_id="call-1",
+            status=SessionStatus.COMPLETED,
+            address="summarizer:50051",
+            started_at=1_700_000_000.5,
+            completed_at=1_700_000_010.0,
+            remote=RemoteCursor(stream_id="remote-42", last_sequence=30),
+            output_json='{"summary": "ok"}',
+        )
+        await store.put_subsession_ref(finished)
+        assert await store.list_subsession_refs("p") == [finished, local, third]
+        assert await store.list_subsession_refs("q") == [other]
+        assert await store.list_subsession_refs("nobody") == []
+
+    # --- leases and lifecycle -----------------------------------------------------
+
+    async def test_leases(self, store: Store) -> None:
+        await store.create_session(make_record())
+        assert await store.acquire_lease("s-1", "A", ttl_s=0.4) is True
+        held = await store.get_session("s-1")
+        assert held is not None and held.owner == "A"
+        assert held.lease_expires_at > time.time()
+        assert await store.acquire_lease("s-1", "B", ttl_s=0.4) is False
+        await asyncio.sleep(0.25)
+        assert await store.acquire_lease("s-1", "A", ttl_s=0.4) is True  # renew
+        renewed = await store.get_session("s-1")
+        assert renewed is not None and renewed.lease_expires_at > held.lease_expires_at
+        await asyncio.sleep(0.25)  # past the first expiry, inside the renewed one
+        assert await store.acquire_lease("s-1", "B", ttl_s=0.4) is False
+        await asyncio.sleep(0.3)  # the renewed lease has lapsed too
+        assert await store.acquire_lease("s-1", "B", ttl_s=30) is True
+        assert await store.acquire_lease("s-1", "A", ttl_s=30) is False
+        await store.release_lease("s-1", "A")  # not the owner: nothing happens
+        still_b = await store.get_session("s-1")
+        assert still_b is not None and still_b.owner == "B"
+        await store.release_lease("s-1", "B")
+        released = await store.get_session("s-1")
+        assert released is not None and released.owner == ""
+        assert await store.acquire_lease("s-1", "A", ttl_s=30) is True
+
+    async def test_aclose_is_idempotent(self, store: Store) -> None:
+        await store.aclose()
+        await store.aclose()
