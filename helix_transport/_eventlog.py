@@ -187,7 +187,9 @@ async def follow(
         SessionNotFound: the session does not exist.
     """
     with hub.reading(session_id):
-        async for batch in _follow(store, hub, session_id, from_sequence, batch_limit, poll_interval_s):
+        async for batch in _follow(
+            store, hub, session_id, from_sequence, batch_limit, poll_interval_s
+        ):
             yield batch
 
 

@@ -56,7 +56,9 @@ class Agent:
             raise UsageError(f"agent {self.name!r}: max_steps must be at least 1")
         names = [t.name for t in self.tools]
         if FINISH_TOOL in names or len(set(names)) != len(names):
-            raise UsageError(f"agent {self.name!r}: tool names must be unique and not {FINISH_TOOL}")
+            raise UsageError(
+                f"agent {self.name!r}: tool names must be unique and not {FINISH_TOOL}"
+            )
 
     def resolved_model(self) -> str:
         """``HELIX_MODEL`` when set (a real provider), else ``model``."""

@@ -103,7 +103,9 @@ class RunLoop:
             self.writer.step = checkpoint.step + 1
             self.writer.emit(
                 pb.StreamEvent(
-                    run_resumed=pb.RunResumed(step=checkpoint.step + 1, reason=resume_reason or "restart")
+                    run_resumed=pb.RunResumed(
+                        step=checkpoint.step + 1, reason=resume_reason or "restart"
+                    )
                 )
             )
             return _RunState(
@@ -205,14 +207,19 @@ class RunLoop:
             else:
                 result, is_error = await self._call_tool(state, call), False
         except ValidationError as exc:
-            result, is_error = json.dumps({"error": f"invalid output: {describe_validation_error(exc)}"}), True
+            result, is_error = (
+                json.dumps({"error": f"invalid output: {describe_validation_error(exc)}"}),
+                True,
+            )
         except ToolArgumentError as exc:
             result, is_error = json.dumps({"error": str(exc)}), True
         except TimeoutError:
             result, is_error = json.dumps({"error": f"tool {call.name!r} timed out"}), True
         except Exception as exc:
             # A failing tool is the model's problem to handle, not the run's.
-            logger.warning("tool %s failed in session %s", call.name, self.session_id, exc_info=True)
+            logger.warning(
+                "tool %s failed in session %s", call.name, self.session_id, exc_info=True
+            )
             result, is_error = json.dumps({"error": f"{type(exc).__name__}: {exc}"}), True
         self.writer.emit(
             pb.StreamEvent(
@@ -318,4 +325,3 @@ def _unanswered_tool_calls(messages: list[dict[str, Any]]) -> list[ToolCall] | N
         ToolCall(id=c["id"], name=c["function"]["name"], arguments_json=c["function"]["arguments"])
         for c in last["tool_calls"]
     ]
-

@@ -110,7 +110,9 @@ def _tokens(text: str) -> int:
 class ScriptedLLM(CustomLLM):
     """The litellm custom provider that plays registered scripts."""
 
-    async def astreaming(self, model: str, messages: list[Any], *args: Any, **kwargs: Any) -> AsyncIterator[Any]:  # type: ignore[override]
+    async def astreaming(
+        self, model: str, messages: list[Any], *args: Any, **kwargs: Any
+    ) -> AsyncIterator[Any]:  # type: ignore[override]
         turn = self._turn(model, messages, kwargs)
         delay = float(os.environ.get("HELIX_SCRIPTED_DELAY_MS", "0") or 0) / 1000
         step = steps_taken(messages) + 1
@@ -126,7 +128,10 @@ class ScriptedLLM(CustomLLM):
                 tool_use={
                     "id": f"call_{step}_{index}",
                     "type": "function",
-                    "function": {"name": tool_call.name, "arguments": json.dumps(tool_call.arguments)},
+                    "function": {
+                        "name": tool_call.name,
+                        "arguments": json.dumps(tool_call.arguments),
+                    },
                     "index": index,
                 }
             )

@@ -52,7 +52,9 @@ class SessionRunner:
         """Run ``record`` here if its lease can be taken; False when another process owns it."""
         if record.session_id in self._runs:
             return True
-        if not await self.store.acquire_lease(record.session_id, self.owner, ttl_s=self.lease_ttl_s):
+        if not await self.store.acquire_lease(
+            record.session_id, self.owner, ttl_s=self.lease_ttl_s
+        ):
             return False
         writer = SessionWriter(
             self.store,
@@ -75,7 +77,9 @@ class SessionRunner:
             status = await loop.run(resume_reason=resume_reason)
             logger.info("session %s ended %s", session_id, status)
         except (SequenceConflict, LeaseLost) as exc:
-            logger.warning("session %s: stopped writing, another process owns it (%s)", session_id, exc)
+            logger.warning(
+                "session %s: stopped writing, another process owns it (%s)", session_id, exc
+            )
         except Exception:
             logger.exception("session %s: run loop crashed", session_id)
             await self._fail_internal(loop)
@@ -88,7 +92,9 @@ class SessionRunner:
         with contextlib.suppress(Exception):
             await loop.writer.finish(
                 pb.StreamEvent(failed=pb.Failed(error="internal error", failure_reason="internal")),
-                SessionUpdate(status=SessionStatus.FAILED, error="internal error", failure_reason="internal"),
+                SessionUpdate(
+                    status=SessionStatus.FAILED, error="internal error", failure_reason="internal"
+                ),
             )
 
     def signal_interrupt(self, session_id: str) -> None:
@@ -101,7 +107,9 @@ class SessionRunner:
         """Resume running sessions with no live owner (or owned by this replica id)."""
         resumed = 0
         for record in await self.store.list_sessions(status=SessionStatus.RUNNING):
-            if record.session_id not in self._runs and await self.start(record, resume_reason="restart"):
+            if record.session_id not in self._runs and await self.start(
+                record, resume_reason="restart"
+            ):
                 resumed += 1
         return resumed
 
@@ -110,7 +118,9 @@ class SessionRunner:
             await asyncio.sleep(self.lease_ttl_s / 3)
             for session_id, run in list(self._runs.items()):
                 try:
-                    held = await self.store.acquire_lease(session_id, self.owner, ttl_s=self.lease_ttl_s)
+                    held = await self.store.acquire_lease(
+                        session_id, self.owner, ttl_s=self.lease_ttl_s
+                    )
                 except Exception:
                     logger.warning("lease renewal failed for %s", session_id, exc_info=True)
                     continue

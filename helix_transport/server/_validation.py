@@ -56,7 +56,9 @@ def metadata(values: dict[str, str]) -> dict[str, str]:
         if not key or len(key) > MAX_METADATA_KEY:
             raise InvalidArgument("metadata", f"keys must be 1-{MAX_METADATA_KEY} characters")
         if len(value) > MAX_METADATA_VALUE:
-            raise InvalidArgument(f"metadata[{key}]", f"longer than {MAX_METADATA_VALUE} characters")
+            raise InvalidArgument(
+                f"metadata[{key}]", f"longer than {MAX_METADATA_VALUE} characters"
+            )
     return dict(values)
 
 

@@ -144,7 +144,9 @@ class AgentServer:
         await self.shutdown()
 
 
-async def create_server(agent: Agent, store: Store, config: ServerConfig | None = None) -> AgentServer:
+async def create_server(
+    agent: Agent, store: Store, config: ServerConfig | None = None
+) -> AgentServer:
     """Bind an ``AgentServer`` for ``agent`` (not started yet)."""
     return AgentServer(agent, store, config or ServerConfig())
 

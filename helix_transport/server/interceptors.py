@@ -59,15 +59,19 @@ class ErrorMappingInterceptor(grpc.aio.ServerInterceptor):
 
     async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        continuation: Callable[
+            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]
+        ],
         handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
         handler = await continuation(handler_call_details)
         if handler is None:
             return handler
         method = handler_call_details.method
-        if handler.unary_unary is not None:
-            inner_unary = handler.unary_unary
+        # grpc's stubs type handler behaviours as sync; under grpc.aio they are async.
+        inner_unary: Any = handler.unary_unary
+        inner_stream: Any = handler.unary_stream
+        if inner_unary is not None:
 
             async def unary(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
                 try:
@@ -82,8 +86,7 @@ class ErrorMappingInterceptor(grpc.aio.ServerInterceptor):
                 request_deserializer=handler.request_deserializer,
                 response_serializer=handler.response_serializer,
             )
-        if handler.unary_stream is not None:
-            inner_stream = handler.unary_stream
+        if inner_stream is not None:
 
             async def stream(
                 request: Any, context: grpc.aio.ServicerContext[Any, Any]

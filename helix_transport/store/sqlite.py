@@ -477,7 +477,7 @@ def _load_checkpoint(conn: sqlite3.Connection, session_id: str) -> Checkpoint | 
     row = conn.execute(sql, (session_id,)).fetchone()
     if row is None:
         return None
-    fields = {name: row[name] for name in row.keys()}  # noqa: SIM118 (Row has no __iter__ of keys)
+    fields = dict(zip(row.keys(), row, strict=True))
     for name in ("messages", "state"):
         fields[name] = json.loads(fields[name])
     fields["usage"] = Usage(**json.loads(fields["usage"]))

@@ -1,0 +1,81 @@
+"""Client configuration: frozen, keyword-only, with shared defaults."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import ClassVar
+
+from helix_transport._exceptions import UsageError
+
+
+@dataclass(frozen=True, kw_only=True)
+class RetryConfig:
+    """Exponential backoff with full jitter, bounded by a total deadline."""
+
+    initial_backoff: timedelta = timedelta(milliseconds=50)
+    """Delay before the first retry."""
+    max_backoff: timedelta = timedelta(seconds=2)
+    """Largest delay between two attempts."""
+    multiplier: float = 2.0
+    """Growth of the delay per failed attempt."""
+    deadline: timedelta = timedelta(seconds=30)
+    """Give up once this long has passed since the first failure."""
+
+    default: ClassVar[RetryConfig]
+
+    def __post_init__(self) -> None:
+        if self.initial_backoff <= timedelta(0) or self.max_backoff < self.initial_backoff:
+            raise UsageError("RetryConfig: need 0 < initial_backoff <= max_backoff")
+        if self.multiplier < 1 or self.deadline < timedelta(0):
+            raise UsageError("RetryConfig: need multiplier >= 1 and deadline >= 0")
+
+    def backoff_s(self, attempt: int) -> float:
+        """Seconds to wait before retry number ``attempt`` (0-based), jittered."""
+        cap = min(
+            self.max_backoff.total_seconds(),
+            self.initial_backoff.total_seconds() * self.multiplier**attempt,
+        )
+        # Full jitter: spreads reconnecting clients so a restarted server isn't stampeded.
+        return random.uniform(cap / 2, cap)
+
+
+RetryConfig.default = RetryConfig()
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClientConfig:
+    """How a client talks to one agent service."""
+
+    rpc_timeout: timedelta = timedelta(seconds=10)
+    """Deadline of each unary call (Start, GetStatus, Interrupt, Describe)."""
+    reconnect: RetryConfig = RetryConfig.default
+    """Backoff and deadline for resuming a broken stream (and retrying unary calls)."""
+    keepalive_time: timedelta = timedelta(seconds=20)
+    """HTTP/2 ping interval on an idle connection, to notice dead peers."""
+    keepalive_timeout: timedelta = timedelta(seconds=10)
+    """How long a ping may go unanswered before the connection is dropped."""
+    max_message_bytes: int = 4 << 20
+    """Largest gRPC message sent or received."""
+
+    default: ClassVar[ClientConfig]
+
+    def channel_options(self) -> list[tuple[str, int | str]]:
+        """grpc channel options for this config."""
+        return [
+            ("grpc.keepalive_time_ms", int(self.keepalive_time.total_seconds() * 1000)),
+            ("grpc.keepalive_timeout_ms", int(self.keepalive_timeout.total_seconds() * 1000)),
+            ("grpc.keepalive_permit_without_calls", 1),
+            ("grpc.http2.max_pings_without_data", 0),
+            ("grpc.max_send_message_length", self.max_message_bytes),
+            ("grpc.max_receive_message_length", self.max_message_bytes),
+            # Round-robin over every address a dns:/// target resolves to.
+            ("grpc.lb_policy_name", "round_robin"),
+            # Reconnect quickly after a server restart instead of grpc's 1s+ default.
+            ("grpc.initial_reconnect_backoff_ms", 100),
+            ("grpc.max_reconnect_backoff_ms", 2000),
+        ]
+
+
+ClientConfig.default = ClientConfig()

@@ -1,0 +1,261 @@
+"""``helix-mesh``: serve an agent, call one, inspect and interrupt sessions.
+
+helix-mesh serve services.researcher:agent --port 50061 [--store sqlite:///r.db]
+helix-mesh call 127.0.0.1:50061 --input '{"topic": "gRPC"}'
+helix-mesh status 127.0.0.1:50061 SESSION_ID
+helix-mesh interrupt 127.0.0.1:50061 SESSION_ID --reason "user stop"
+helix-mesh describe 127.0.0.1:50061
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import TextIO
+
+from google.protobuf import json_format
+
+from helix_transport._config import ClientConfig
+from helix_transport._exceptions import HelixError
+from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
+from helix_transport.store import STORE_URL_ENV
+from helix_transport.transport import AgentClient
+
+_STATUS_NAMES = {v: k.removeprefix("SESSION_STATUS_").lower() for k, v in pb.SessionStatus.items()}
+
+
+def status_name(value: pb.SessionStatus.ValueType) -> str:
+    """``completed`` for ``SESSION_STATUS_COMPLETED``."""
+    return _STATUS_NAMES.get(value, str(value))
+
+
+class EventPrinter:
+    """Renders events for people: one line each, children indented under their parent."""
+
+    def __init__(self, out: TextIO = sys.stdout, *, color: bool | None = None) -> None:
+        self.out = out
+        self.color = out.isatty() if color is None else color
+        self._in_text: tuple[str, int] | None = None
+
+    def _c(self, code: str, text: str) -> str:
+        return f"\x1b[{code}m{text}\x1b[0m" if self.color else text
+
+    def print(self, event: pb.StreamEvent, depth: int = 0) -> None:
+        """Print one event (and, for a forwarded child event, the child's event nested)."""
+        kind = event.WhichOneof("payload")
+        if kind == "child_event":
+            self.print(event.child_event.event, depth + 1)
+            return
+        indent = "  " * depth
+        key = (event.session_id, event.step)
+        if kind == "text_delta":
+            if self._in_text != key:
+                self._end_text()
+                self.out.write(f"{indent}{self._c('2', f'[{event.agent_type}]')} ")
+                self._in_text = key
+            self.out.write(event.text_delta.text.replace("\n", "\n" + indent + "  "))
+            self.out.flush()
+            return
+        self._end_text()
+        label = self._c("2", f"[{event.agent_type} #{event.sequence}]")
+        self.out.write(f"{indent}{label} {self._describe(event, kind)}\n")
+        self.out.flush()
+
+    def _end_text(self) -> None:
+        if self._in_text is not None:
+            self.out.write("\n")
+            self._in_text = None
+
+    def _describe(self, event: pb.StreamEvent, kind: str | None) -> str:
+        if kind == "run_started":
+            return (
+                self._c("1", "started")
+                + f" {event.session_id} input={event.run_started.input_json}"
+            )
+        if kind == "step_started":
+            return f"step {event.step}"
+        if kind == "tool_start":
+            t = event.tool_start
+            return f"→ {t.tool_name}({_short(t.arguments_json)})"
+        if kind == "tool_end":
+            end = event.tool_end
+            mark = self._c("31", "✗") if end.is_error else "←"
+            return f"{mark} {end.tool_name}: {_short(end.result_json)}"
+        if kind == "subagent_start":
+            s = event.subagent_start
+            return f"⇢ delegating to {s.child_agent_type} ({s.child_session_id})"
+        if kind == "subagent_end":
+            done = event.subagent_end
+            return f"⇠ {done.child_agent_type} {status_name(done.status)}"
+        if kind == "output":
+            return f"output {event.output.output_json}"
+        if kind == "completed":
+            return self._c("32", "completed")
+        if kind == "failed":
+            f = event.failed
+            return self._c("31", f"failed ({f.failure_reason}): {f.error}")
+        if kind == "interrupted":
+            return self._c("33", f"interrupted: {event.interrupted.reason or '-'}")
+        if kind == "terminated":
+            return self._c("33", f"terminated: {event.terminated.reason or '-'}")
+        if kind == "run_resumed":
+            r = event.run_resumed
+            return self._c("36", f"resumed at step {r.step} ({r.reason})")
+        if kind == "error":
+            return self._c("31", f"error: {event.error.message}")
+        return f"({kind or 'unknown event'})"
+
+    def close(self) -> None:
+        """End a pending line of streamed text."""
+        self._end_text()
+
+
+def _short(text: str, limit: int = 100) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _proto_json(message: pb.GetStatusResponse | pb.DescribeResponse) -> str:
+    return json_format.MessageToJson(message, preserving_proto_field_name=True, indent=2)
+
+
+async def _call(args: argparse.Namespace) -> int:
+    config = ClientConfig(rpc_timeout=timedelta(seconds=args.timeout))
+    async with await AgentClient.connect(args.address, config=config) as client:
+        session_id = args.session_id
+        if not args.follow:
+            started = await client.start(args.input, session_id=session_id)
+            session_id = started.session_id
+            if not started.created:
+                print(f"(session {session_id} already existed; streaming it)", file=sys.stderr)
+        printer = EventPrinter()
+        final: pb.StreamEvent | None = None
+        async for event in client.stream(session_id, from_sequence=args.from_sequence):
+            if args.json:
+                print(json_format.MessageToJson(event, indent=None), flush=True)
+            else:
+                printer.print(event)
+            final = event
+        printer.close()
+        kind = final.WhichOneof("payload") if final is not None else None
+        if kind == "completed" and not args.json:
+            print(json.dumps(json.loads(final.completed.output_json), indent=2))  # type: ignore[union-attr]
+        return 0 if kind in ("completed", None) else 1
+
+
+async def _status(args: argparse.Namespace) -> int:
+    async with await AgentClient.connect(args.address) as client:
+        print(_proto_json(await client.get_status(args.session_id)))
+    return 0
+
+
+async def _interrupt(args: argparse.Namespace) -> int:
+    async with await AgentClient.connect(args.address) as client:
+        result = await client.interrupt(args.session_id, reason=args.reason)
+    state = "interrupt recorded" if result.accepted else "already finished; nothing changed"
+    print(f"{args.session_id}: {status_name(result.status)} ({state})")
+    return 0
+
+
+async def _describe(args: argparse.Namespace) -> int:
+    async with await AgentClient.connect(args.address) as client:
+        print(_proto_json(await client.describe()))
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from helix_transport.server.app import ServerConfig, configure_logging, load_agent, serve
+
+    configure_logging()
+    agent = load_agent(args.agent)
+    store_url = args.store or os.environ.get(STORE_URL_ENV) or f"sqlite:///.helix/{agent.name}.db"
+    config = ServerConfig(
+        host=args.host,
+        port=args.port,
+        replica_id=args.replica_id or os.environ.get("HELIX_REPLICA_ID", ""),
+        lease_ttl_s=args.lease_ttl,
+        graceful_shutdown_timeout_s=args.drain_timeout,
+        reflection=not args.no_reflection,
+    )
+    asyncio.run(serve(agent, store_url=store_url, config=config))
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="helix-mesh", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="serve an agent (MODULE:ATTR) as a gRPC service")
+    serve.add_argument(
+        "agent", help="the agent, as module:attribute (e.g. services.researcher:agent)"
+    )
+    _serve_options(serve)
+
+    call = sub.add_parser("call", help="start a session and stream its events")
+    call.add_argument("address")
+    call.add_argument("--input", default="{}", help="the input as JSON")
+    call.add_argument("--session-id", default="", help="choose the session id (idempotent)")
+    call.add_argument("--follow", action="store_true", help="only stream an existing session")
+    call.add_argument("--from-sequence", type=int, default=0)
+    call.add_argument("--json", action="store_true", help="print events as JSON lines")
+    call.add_argument("--timeout", type=float, default=10.0, help="seconds per unary call")
+
+    status = sub.add_parser("status", help="show a session's status")
+    status.add_argument("address")
+    status.add_argument("session_id")
+
+    interrupt = sub.add_parser("interrupt", help="interrupt a running session")
+    interrupt.add_argument("address")
+    interrupt.add_argument("session_id")
+    interrupt.add_argument("--reason", default="")
+
+    describe = sub.add_parser("describe", help="show an agent's type and schemas")
+    describe.add_argument("address")
+    return parser
+
+
+def _serve_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default=os.environ.get("HELIX_HOST", "127.0.0.1"))
+    parser.add_argument("--port", type=int, default=int(os.environ.get("HELIX_PORT", "50051")))
+    parser.add_argument(
+        "--store", default="", help=f"store URL (default ${STORE_URL_ENV} or sqlite)"
+    )
+    parser.add_argument("--replica-id", default="", help="lease owner id (default hostname:port)")
+    parser.add_argument("--lease-ttl", type=float, default=5.0, help="session lease seconds")
+    parser.add_argument("--drain-timeout", type=float, default=10.0, help="shutdown drain seconds")
+    parser.add_argument("--no-reflection", action="store_true", help="disable server reflection")
+
+
+_COMMANDS = {"call": _call, "status": _status, "interrupt": _interrupt, "describe": _describe}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``helix-mesh`` command."""
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "serve":
+            return _serve(args)
+        return asyncio.run(_COMMANDS[args.command](args))
+    except HelixError as exc:
+        print(f"helix-mesh: {exc}", file=sys.stderr)
+        return 2 if type(exc).__name__ == "UsageError" else 1
+    except KeyboardInterrupt:
+        return 130
+
+
+def serve_main(reference: str, argv: Sequence[str] | None = None) -> None:
+    """``python -m services.NAME [options]``: serve that package's agent."""
+    parser = argparse.ArgumentParser(prog=f"python -m {reference.split(':')[0]}")
+    _serve_options(parser)
+    args = parser.parse_args(argv)
+    args.agent = reference
+    args.command = "serve"
+    try:
+        raise SystemExit(_serve(args))
+    except HelixError as exc:
+        print(f"helix-mesh: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None

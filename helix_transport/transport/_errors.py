@@ -1,0 +1,54 @@
+"""The one boundary where gRPC errors become ``HelixError``s."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import grpc
+
+from helix_transport._exceptions import (
+    ConnectError,
+    DeadlineExceeded,
+    HelixError,
+    InvalidArgument,
+    RemoteError,
+    SessionExists,
+    SessionNotFound,
+)
+
+RESUMABLE = frozenset(
+    {
+        grpc.StatusCode.UNAVAILABLE,  # server down, restarting, or unreachable
+        grpc.StatusCode.CANCELLED,  # the server cancelled the call while shutting down
+        grpc.StatusCode.INTERNAL,  # a reset HTTP/2 stream surfaces as INTERNAL
+        grpc.StatusCode.UNKNOWN,  # a connection dropped mid-message
+    }
+)
+"""Status codes after which a stream is resumed from its last sequence."""
+
+
+def to_helix_error(exc: grpc.aio.AioRpcError, *, address: str, session_id: str = "") -> HelixError:
+    """The most specific ``HelixError`` for a failed call."""
+    code, detail = exc.code(), exc.details() or ""
+    if code == grpc.StatusCode.NOT_FOUND and session_id:
+        return SessionNotFound(session_id)
+    if code == grpc.StatusCode.ALREADY_EXISTS and session_id:
+        return SessionExists(session_id)
+    if code == grpc.StatusCode.INVALID_ARGUMENT:
+        field, _, problem = detail.partition(": ")
+        return InvalidArgument(field, problem) if problem else InvalidArgument("request", detail)
+    if code == grpc.StatusCode.UNAVAILABLE:
+        return ConnectError(address, detail)
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return DeadlineExceeded(f"call to {address} exceeded its deadline")
+    return RemoteError(code.name, detail)
+
+
+@contextmanager
+def map_grpc_errors(address: str, session_id: str = "") -> Iterator[None]:
+    """Re-raise ``AioRpcError`` as the matching ``HelixError``."""
+    try:
+        yield
+    except grpc.aio.AioRpcError as exc:
+        raise to_helix_error(exc, address=address, session_id=session_id) from exc

@@ -1,0 +1,241 @@
+"""The gRPC client for one agent service, with a stream that survives breaks."""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import time
+from collections.abc import AsyncIterator, Mapping
+from types import TracebackType
+from typing import Self
+
+import grpc
+
+from helix_transport._config import ClientConfig
+from helix_transport._eventlog import is_terminal
+from helix_transport._exceptions import SequenceGap, StreamInterrupted, UsageError
+from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
+from helix_transport._proto.helix.agent.v1 import agent_pb2_grpc as pb_grpc
+from helix_transport.transport._errors import RESUMABLE, map_grpc_errors, to_helix_error
+
+
+class _State(enum.Enum):
+    OPENED = "opened"
+    CLOSED = "closed"
+
+
+class AgentClient:
+    """A client for one agent service address; one channel, reused by every call.
+
+    Build it with ``await AgentClient.connect("127.0.0.1:50051")`` (or
+    ``dns:///name:port`` to balance over every resolved address) and close it with
+    ``aclose()`` or ``async with``.
+    """
+
+    def __init__(
+        self,
+        channel: grpc.aio.Channel,
+        *,
+        address: str,
+        config: ClientConfig = ClientConfig.default,
+    ) -> None:
+        self._channel = channel
+        self._stub = pb_grpc.AgentServiceStub(channel)
+        self._state = _State.OPENED
+        self.address = address
+        self.config = config
+
+    @classmethod
+    async def connect(
+        cls,
+        address: str,
+        *,
+        config: ClientConfig = ClientConfig.default,
+        credentials: grpc.ChannelCredentials | None = None,
+        call_credentials: grpc.CallCredentials | None = None,
+    ) -> AgentClient:
+        """Open a channel to ``address``. Connection happens lazily, on the first call.
+
+        Args:
+            credentials: TLS channel credentials; plaintext when ``None``.
+            call_credentials: per-call credentials (e.g. a bearer token); need TLS,
+                or ``grpc.local_channel_credentials()`` on loopback.
+        """
+        if not address:
+            raise UsageError("an agent service address is required (host:port or dns:///name:port)")
+        options = config.channel_options()
+        if call_credentials is not None:
+            credentials = grpc.composite_channel_credentials(
+                credentials or grpc.local_channel_credentials(), call_credentials
+            )
+        if credentials is None:
+            channel = grpc.aio.insecure_channel(address, options=options)
+        else:
+            channel = grpc.aio.secure_channel(address, credentials, options=options)
+        return cls(channel, address=address, config=config)
+
+    def _check_open(self) -> None:
+        if self._state is _State.CLOSED:
+            raise UsageError(f"client for {self.address} is closed")
+
+    @property
+    def _timeout(self) -> float:
+        return self.config.rpc_timeout.total_seconds()
+
+    async def start(
+        self,
+        input_json: str,
+        *,
+        session_id: str = "",
+        parent_session_id: str = "",
+        metadata: Mapping[str, str] | None = None,
+    ) -> pb.StartResponse:
+        """Start a session (idempotent on ``session_id``).
+
+        Retries while the service is unavailable, within the reconnect deadline:
+        ``Start`` is idempotent, so a retry can never run the session twice.
+        """
+        self._check_open()
+        request = pb.StartRequest(
+            session_id=session_id,
+            input_json=input_json,
+            parent_session_id=parent_session_id,
+            metadata=dict(metadata or {}),
+        )
+        retry = self.config.reconnect
+        started = time.monotonic()
+        attempt = 0
+        while True:
+            try:
+                return await self._stub.Start(request, timeout=self._timeout)
+            except grpc.aio.AioRpcError as exc:
+                spent = time.monotonic() - started
+                if (
+                    not session_id
+                    or exc.code() != grpc.StatusCode.UNAVAILABLE
+                    or spent >= retry.deadline.total_seconds()
+                ):
+                    raise to_helix_error(exc, address=self.address, session_id=session_id) from exc
+            await asyncio.sleep(retry.backoff_s(attempt))
+            attempt += 1
+
+    def stream(self, session_id: str, *, from_sequence: int = 0) -> EventStream:
+        """The session's events after ``from_sequence``; see ``EventStream``."""
+        self._check_open()
+        return EventStream(self, session_id, from_sequence=from_sequence)
+
+    async def get_status(self, session_id: str) -> pb.GetStatusResponse:
+        """The session's status, output and counters."""
+        self._check_open()
+        with map_grpc_errors(self.address, session_id):
+            return await self._stub.GetStatus(
+                pb.GetStatusRequest(session_id=session_id), timeout=self._timeout
+            )
+
+    async def interrupt(self, session_id: str, *, reason: str = "") -> pb.InterruptResponse:
+        """Ask a running session to stop (durable; a finished one is left as it is)."""
+        self._check_open()
+        with map_grpc_errors(self.address, session_id):
+            return await self._stub.Interrupt(
+                pb.InterruptRequest(session_id=session_id, reason=reason), timeout=self._timeout
+            )
+
+    async def describe(self) -> pb.DescribeResponse:
+        """The agent's type, description and input/output schemas."""
+        self._check_open()
+        with map_grpc_errors(self.address):
+            return await self._stub.Describe(pb.DescribeRequest(), timeout=self._timeout)
+
+    async def aclose(self) -> None:
+        """Close the channel. Idempotent."""
+        if self._state is _State.CLOSED:
+            return
+        self._state = _State.CLOSED
+        await self._channel.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+class EventStream:
+    """A lazy, resumable iterator over a session's events.
+
+    Connects when iterated. Tracks ``last_sequence``; when the stream breaks
+    (server restart, network drop, a replica that went away) it reconnects with
+    ``from_sequence=last_sequence`` after a jittered backoff, until the client's
+    reconnect deadline passes without progress, then raises ``StreamInterrupted``.
+    Events at or below ``last_sequence`` (duplicates) are dropped; a skipped
+    sequence raises ``SequenceGap``. Iteration ends after the terminal event.
+    """
+
+    def __init__(self, client: AgentClient, session_id: str, *, from_sequence: int = 0) -> None:
+        self._client = client
+        self.session_id = session_id
+        self.last_sequence = from_sequence
+        self.reconnects = 0
+        """How many times the stream was resumed after a break."""
+
+    def __aiter__(self) -> AsyncIterator[pb.StreamEvent]:
+        return self._events()
+
+    async def _events(self) -> AsyncIterator[pb.StreamEvent]:
+        client = self._client
+        retry = client.config.reconnect
+        broken_since: float | None = None
+        attempt = 0
+        while True:
+            call = client._stub.Stream(
+                pb.StreamRequest(session_id=self.session_id, from_sequence=self.last_sequence)
+            )
+            detail = "the stream ended before the session's terminal event"
+            try:
+                async for response in call:
+                    for event in response.events:
+                        if event.sequence <= self.last_sequence:
+                            continue  # already delivered before a reconnect
+                        if event.sequence != self.last_sequence + 1:
+                            raise SequenceGap(
+                                self.session_id, self.last_sequence + 1, event.sequence
+                            )
+                        self.last_sequence = event.sequence
+                        broken_since, attempt = None, 0
+                        yield event
+                        if is_terminal(event):
+                            return
+                if await self._finished():
+                    return
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() not in RESUMABLE:
+                    raise to_helix_error(
+                        exc, address=client.address, session_id=self.session_id
+                    ) from exc
+                detail = f"{exc.code().name}: {exc.details()}"
+            finally:
+                call.cancel()
+            # The server ends a stream cleanly only after the terminal event, so any
+            # other end (a drained server, a reset) is a break to resume from.
+            now = time.monotonic()
+            broken_since = broken_since or now
+            if now - broken_since >= retry.deadline.total_seconds():
+                raise StreamInterrupted(self.session_id, self.last_sequence, detail)
+            await asyncio.sleep(retry.backoff_s(attempt))
+            attempt += 1
+            self.reconnects += 1
+
+    async def _finished(self) -> bool:
+        """After a clean end: True when the reader already has the whole finished log."""
+        status = await self._client._stub.GetStatus(
+            pb.GetStatusRequest(session_id=self.session_id), timeout=self._client._timeout
+        )
+        return (
+            status.status not in (pb.SESSION_STATUS_UNSPECIFIED, pb.SESSION_STATUS_RUNNING)
+            and status.last_sequence <= self.last_sequence
+        )
