@@ -259,3 +259,7 @@ def serve_main(reference: str, argv: Sequence[str] | None = None) -> None:
     except HelixError as exc:
         print(f"helix-mesh: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

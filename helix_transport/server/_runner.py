@@ -113,6 +113,15 @@ class SessionRunner:
                 resumed += 1
         return resumed
 
+    async def watch_orphans(self) -> None:
+        """Every lease TTL, resume running sessions whose owner stopped renewing."""
+        while True:
+            await asyncio.sleep(self.lease_ttl_s)
+            try:
+                await self.resume_orphans()
+            except Exception:
+                logger.warning("orphan scan failed", exc_info=True)
+
     async def _renew_leases(self) -> None:
         while True:
             await asyncio.sleep(self.lease_ttl_s / 3)

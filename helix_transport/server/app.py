@@ -9,6 +9,7 @@ import logging
 import os
 import signal
 import socket
+import sys
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
@@ -98,6 +99,7 @@ class AgentServer:
             names = (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME)
             reflection.enable_server_reflection(names, self._server)
         self._stopped = asyncio.Event()
+        self._orphan_watch: asyncio.Task[None] | None = None
 
     @property
     def address(self) -> str:
@@ -108,6 +110,7 @@ class AgentServer:
         """Start serving, then resume sessions left running by a previous process."""
         await self._server.start()
         resumed = await self.runner.resume_orphans()
+        self._orphan_watch = asyncio.create_task(self.runner.watch_orphans(), name="orphan-watch")
         for name in ("", SERVICE_NAME):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         logger.info(
@@ -122,6 +125,8 @@ class AgentServer:
         grace = self.config.graceful_shutdown_timeout_s if grace_s is None else grace_s
         self.servicer.accepting = False
         await self.health.enter_graceful_shutdown()
+        if self._orphan_watch is not None:
+            self._orphan_watch.cancel()
         await self.runner.shutdown(grace_s=grace)
         # Runs are done or checkpointed; give open streams a moment to send the rest.
         await self._server.stop(min(grace, 1.0))
@@ -155,6 +160,10 @@ def load_agent(reference: str) -> Agent:
     """Import ``module:attr`` (like uvicorn's app reference) and check it is an ``Agent``."""
     module_name, _, attr = reference.partition(":")
     attr = attr or "agent"
+    # Like uvicorn: resolve the reference from the working directory too, so
+    # `helix-mesh serve services.researcher:agent` works from a checkout.
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:

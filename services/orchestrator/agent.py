@@ -4,7 +4,7 @@ For now it works alone: a ``plan`` tool splits the question, and the scripted mo
 finishes with an answer composed from that plan. The next step replaces this with
 delegation: ``plan``'s sub-questions go to the researcher and the summarizer over
 gRPC (remote sub-agent tools), and the answer is built from what they return. Only
-``_script``, the tool list and the prompt need to change; the schemas stay.
+``script``, the tool list and the prompt need to change; the schemas stay.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def _plan_result(messages: list[dict[str, Any]]) -> Any:
     return None
 
 
-def _script(messages: list[dict[str, Any]]) -> ScriptedTurn:
+def script(messages: list[dict[str, Any]]) -> ScriptedTurn:
     """Plan, then finish with an answer composed from the plan."""
     question = Question.model_validate(user_input(messages)).question
     result = _plan_result(messages)
@@ -116,6 +116,6 @@ agent = Agent(
     output_model=Answer,
     system_prompt=SYSTEM_PROMPT,
     tools=[plan],
-    model=register_script("orchestrator", _script),
+    model=register_script("orchestrator", script),
     max_steps=8,
 )

@@ -198,7 +198,7 @@ def _is_error(value: Any) -> bool:
     return not isinstance(value, dict) or "error" in value
 
 
-def _script(messages: list[dict[str, Any]]) -> ScriptedTurn:
+def script(messages: list[dict[str, Any]]) -> ScriptedTurn:
     """search -> fetch the top hits concurrently -> finish, decided from the conversation."""
     request = ResearchInput.model_validate(user_input(messages))
     results = _tool_results(messages)
@@ -237,6 +237,6 @@ agent = Agent(
     output_model=ResearchOutput,
     system_prompt=SYSTEM_PROMPT,
     tools=[search_notes, fetch_note],
-    model=register_script("researcher", _script),
+    model=register_script("researcher", script),
     max_steps=6,
 )

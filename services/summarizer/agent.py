@@ -91,7 +91,7 @@ def _latest_results(messages: list[dict[str, Any]]) -> dict[str, Any]:
     return results
 
 
-def _script(messages: list[dict[str, Any]]) -> ScriptedTurn:
+def script(messages: list[dict[str, Any]]) -> ScriptedTurn:
     """Both tools at once, then a summary of the first ``max_sentences`` sentences."""
     request = SummarizeInput.model_validate(user_input(messages))
     results = _latest_results(messages)
@@ -136,6 +136,6 @@ agent = Agent(
     output_model=Summary,
     system_prompt=SYSTEM_PROMPT,
     tools=[count_words, split_sentences],
-    model=register_script("summarizer", _script),
+    model=register_script("summarizer", script),
     max_steps=6,
 )

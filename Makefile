@@ -1,0 +1,87 @@
+# helix-mesh developer tasks. `make test` is what CI runs (.ci/run).
+#
+# The Makefile bootstraps its own virtualenv in .venv and reinstalls it only when
+# pyproject.toml changes (the .venv/.installed stamp).
+
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := test
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+# Importing litellm otherwise downloads a model cost map from the network.
+export LITELLM_LOCAL_MODEL_COST_MAP := True
+
+REDIS_HOST := 127.0.0.1
+REDIS_PORT := 6379
+PG_HOST := 127.0.0.1
+PG_PORT := 5432
+
+.PHONY: venv proto proto-check lint services-up test demo bench clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --disable-pip-version-check -e '.[dev]'
+	touch $@
+
+proto: venv
+	$(PY) scripts/gen_proto.py
+
+proto-check: venv
+	$(PY) scripts/gen_proto.py --check
+
+lint: venv
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+	$(PY) -m mypy
+	$(PY) scripts/gen_proto.py --check
+
+# Start local Redis and PostgreSQL unless they already answer. Missing tools are not an
+# error here: the tests decide (under CI=true an unreachable backend fails the run).
+services-up:
+	@if ! command -v redis-cli >/dev/null || ! command -v redis-server >/dev/null; then \
+	  echo "services-up: redis-server/redis-cli not installed; Redis-backed tests cannot reach Redis"; \
+	elif redis-cli -h $(REDIS_HOST) -p $(REDIS_PORT) ping >/dev/null 2>&1; then \
+	  echo "services-up: Redis answering on $(REDIS_HOST):$(REDIS_PORT)"; \
+	else \
+	  echo "services-up: starting Redis on $(REDIS_HOST):$(REDIS_PORT)"; \
+	  redis-server --daemonize yes --bind 127.0.0.1 -::1 --port $(REDIS_PORT) --save "" \
+	    --appendonly no --dir /var/lib/redis --logfile /var/log/redis/ci.log \
+	    || echo "services-up: redis-server failed to start (see /var/log/redis/ci.log)"; \
+	  for _ in $$(seq 50); do \
+	    redis-cli -h $(REDIS_HOST) -p $(REDIS_PORT) ping >/dev/null 2>&1 && break; sleep 0.1; \
+	  done; \
+	  redis-cli -h $(REDIS_HOST) -p $(REDIS_PORT) ping >/dev/null 2>&1 \
+	    || echo "services-up: Redis still not answering on $(REDIS_HOST):$(REDIS_PORT)"; \
+	fi
+	@if ! command -v pg_isready >/dev/null || ! command -v pg_ctlcluster >/dev/null; then \
+	  echo "services-up: pg_isready/pg_ctlcluster not installed; PostgreSQL-backed tests cannot reach PostgreSQL"; \
+	elif pg_isready -q -h $(PG_HOST) -p $(PG_PORT); then \
+	  echo "services-up: PostgreSQL answering on $(PG_HOST):$(PG_PORT)"; \
+	elif [ -z "$$(ls /etc/postgresql 2>/dev/null)" ]; then \
+	  echo "services-up: no cluster under /etc/postgresql; PostgreSQL-backed tests cannot reach PostgreSQL"; \
+	else \
+	  echo "services-up: starting PostgreSQL on $(PG_HOST):$(PG_PORT)"; \
+	  pg_ctlcluster --skip-systemctl-redirect $$(ls /etc/postgresql | head -n1) main start \
+	    || echo "services-up: pg_ctlcluster failed to start the cluster"; \
+	  pg_isready -q -h $(PG_HOST) -p $(PG_PORT) -t 10 \
+	    || echo "services-up: PostgreSQL still not answering on $(PG_HOST):$(PG_PORT)"; \
+	fi
+
+test: venv services-up lint
+	$(PY) -m pytest -q
+
+demo: venv
+	$(PY) scripts/demo.py
+
+bench: venv
+	$(PY) tests/bench/run.py
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -1,0 +1,110 @@
+"""Test helpers: polling, free ports, and agent services in real processes."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+async def assert_eventually(
+    check: Callable[[], Awaitable[bool]], *, timeout_s: float = 10.0, interval_s: float = 0.05
+) -> None:
+    """Poll ``check`` until it returns True, failing after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not await check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout_s}s")
+        await asyncio.sleep(interval_s)
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class ServiceProcess:
+    """``helix-mesh serve AGENT`` in its own process, on a fixed port, killable."""
+
+    def __init__(
+        self,
+        agent: str,
+        *,
+        port: int,
+        store_url: str,
+        log_path: Path,
+        env: dict[str, str] | None = None,
+        extra_args: list[str] | None = None,
+    ) -> None:
+        self.agent = agent
+        self.port = port
+        self.store_url = store_url
+        self.log_path = log_path
+        self.env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+        self.extra_args = extra_args or []
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    async def start(self, *, timeout_s: float = 30.0) -> None:
+        """Start the process and wait until its health check says SERVING."""
+        args = [
+            sys.executable, "-m", "helix_transport.cli", "serve", self.agent,
+            "--port", str(self.port), "--store", self.store_url,
+            "--replica-id", f"test-{self.port}", *self.extra_args,
+        ]  # fmt: skip
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(args, cwd=ROOT, env=self.env, stdout=log, stderr=log)
+        log.close()
+        await self.wait_serving(timeout_s=timeout_s)
+
+    async def wait_serving(self, *, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        async with grpc.aio.insecure_channel(self.address) as channel:
+            stub = health_pb2_grpc.HealthStub(channel)
+            while True:
+                if self.proc is not None and self.proc.poll() is not None:
+                    raise RuntimeError(f"server exited early:\n{self.log_path.read_text()[-3000:]}")
+                try:
+                    reply = await stub.Check(health_pb2.HealthCheckRequest(), timeout=1)
+                    if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                        return
+                except grpc.aio.AioRpcError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"server not serving:\n{self.log_path.read_text()[-3000:]}")
+                await asyncio.sleep(0.1)
+
+    def kill(self) -> None:
+        """SIGKILL: no drain, no checkpoint beyond what is already in the store."""
+        if self.proc is not None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(timeout=10)
+            self.proc = None
+
+    def terminate(self, *, timeout_s: float = 30.0) -> int:
+        """SIGTERM and wait; returns the exit code."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        code = self.proc.wait(timeout=timeout_s)
+        self.proc = None
+        return code
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.kill()
