@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
 from pydantic import BaseModel, Field
 
 from helix_transport import Agent, ToolContext, tool
+from helix_transport.remote import remote_agent_tool
 from helix_transport.agent.scripted import (
     ScriptedTurn,
     call,
@@ -86,3 +89,67 @@ fixer = Agent(
     model=register_script("fixer", _bad_output_then_good),
     max_steps=3,
 )
+
+
+# --- Delegation -------------------------------------------------------------------------
+# Parents that call remote children through the mesh registry
+# (HELIX_AGENT_ADDRESS_COUNTER, _LOOPER, _MIDDLE), so the same definitions serve
+# in-process tests and server subprocesses.
+
+
+class Delegation(BaseModel):
+    tool: str
+    args: dict[str, object] = Field(default_factory=dict)
+
+
+class DelegateInput(BaseModel):
+    calls: list[Delegation]
+
+
+class DelegateOutput(BaseModel):
+    results: list[object]
+
+
+def _last_step_results(messages: list[dict[str, object]]) -> list[object]:
+    results: list[object] = []
+    for message in reversed(messages):
+        if message.get("role") != "tool":
+            break
+        results.append(json.loads(str(message.get("content"))))
+    return results[::-1]
+
+
+def _delegate(messages: list[dict[str, object]]) -> ScriptedTurn:
+    if steps_taken(messages) == 0:
+        wanted = DelegateInput.model_validate(user_input(messages))
+        return ScriptedTurn(
+            text="Delegating. ",
+            tool_calls=tuple(call(c.tool, **c.args) for c in wanted.calls),
+        )
+    return finish(results=_last_step_results(messages))
+
+
+def _delegating_agent(name: str) -> Agent:
+    return Agent(
+        name=name,
+        description="Delegates the calls in its input to remote agents, in one step.",
+        input_model=DelegateInput,
+        output_model=DelegateOutput,
+        tools=[
+            remote_agent_tool("count", agent_type="counter", input_model=CountInput),
+            remote_agent_tool("loop", agent_type="looper", input_model=CountInput),
+            remote_agent_tool("delegate", agent_type="middle", input_model=DelegateInput),
+            remote_agent_tool(
+                "count_quickly", agent_type="counter", input_model=CountInput, timeout_s=0.5
+            ),
+        ],
+        model=register_script("delegate", _delegate),
+        max_steps=4,
+    )
+
+
+delegator = _delegating_agent("delegator")
+"""The root of a delegation tree."""
+
+middle = _delegating_agent("middle")
+"""The same, one level down (delegator -> middle -> counter is three levels)."""

@@ -33,10 +33,12 @@ from helix_transport.agent.tools import (
     FINISH_TOOL,
     ToolArgumentError,
     ToolContext,
+    ToolError,
     describe_validation_error,
     dump_result,
 )
 from helix_transport.store import Checkpoint, SessionRecord, SessionUpdate, Store, Usage
+from helix_transport.transport._pool import ClientPool
 
 logger = logging.getLogger("helix.loop")
 
@@ -81,12 +83,14 @@ class RunLoop:
         store: Store,
         writer: SessionWriter,
         interrupt_signal: asyncio.Event,
+        clients: ClientPool,
     ) -> None:
         self.agent = agent
         self.record = record
         self.store = store
         self.writer = writer
         self.interrupt_signal = interrupt_signal
+        self.clients = clients
         self.session_id = record.session_id
 
     async def run(self, *, resume_reason: str = "") -> SessionStatus:
@@ -211,8 +215,8 @@ class RunLoop:
                 json.dumps({"error": f"invalid output: {describe_validation_error(exc)}"}),
                 True,
             )
-        except ToolArgumentError as exc:
-            result, is_error = json.dumps({"error": str(exc)}), True
+        except ToolError as exc:
+            result, is_error = json.dumps({"error": exc.message}), True
         except TimeoutError:
             result, is_error = json.dumps({"error": f"tool {call.name!r} timed out"}), True
         except Exception as exc:
@@ -244,6 +248,9 @@ class RunLoop:
             step=state.step + 1,
             metadata=self.record.metadata,
             emit=self.writer.emit,
+            flush=self.writer.flush,
+            store=self.store,
+            clients=self.clients,
         )
         async with asyncio.timeout(tool.timeout_s):
             return dump_result(await tool.fn(ctx, args))

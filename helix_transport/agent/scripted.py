@@ -110,9 +110,11 @@ def _tokens(text: str) -> int:
 class ScriptedLLM(CustomLLM):
     """The litellm custom provider that plays registered scripts."""
 
-    async def astreaming(
+    # litellm declares astreaming as a coroutine returning an iterator but awaits an
+    # async generator in practice; only model, messages and kwargs matter here.
+    async def astreaming(  # type: ignore[override]
         self, model: str, messages: list[Any], *args: Any, **kwargs: Any
-    ) -> AsyncIterator[Any]:  # type: ignore[override]
+    ) -> AsyncIterator[Any]:
         turn = self._turn(model, messages, kwargs)
         delay = float(os.environ.get("HELIX_SCRIPTED_DELAY_MS", "0") or 0) / 1000
         step = steps_taken(messages) + 1

@@ -12,6 +12,8 @@ from pydantic import BaseModel, ValidationError
 
 from helix_transport._exceptions import UsageError
 from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
+from helix_transport.store import Store
+from helix_transport.transport._pool import ClientPool
 
 FINISH_TOOL = "__finish__"
 """The tool every agent gets: calling it with valid output ends the run."""
@@ -29,6 +31,12 @@ class ToolContext:
     """The session's metadata (trace context, root session id...)."""
     emit: Callable[[StreamEvent], None]
     """Append an event to the session's log (its sequence is assigned by the log)."""
+    flush: Callable[[], Awaitable[None]]
+    """Wait until every emitted event is durable in the log."""
+    store: Store
+    """The session's store (sub-session refs live there)."""
+    clients: ClientPool
+    """Shared clients for calling other agent services."""
 
 
 ToolFn = Callable[[ToolContext, Any], Awaitable[Any]]
@@ -36,12 +44,19 @@ ToolFn = Callable[[ToolContext, Any], Awaitable[Any]]
 
 @dataclass(frozen=True, kw_only=True)
 class Tool:
-    """A tool: a name, a description, a pydantic argument model and an async function."""
+    """A tool: a name, a description, an argument schema and an async function.
+
+    Arguments are validated by ``args_model`` and passed as that model; a tool built
+    from a JSON schema alone (``parameters``, e.g. from a remote ``Describe``) gets
+    the parsed JSON object and leaves validation to its callee.
+    """
 
     name: str
     description: str
-    args_model: type[BaseModel]
+    args_model: type[BaseModel] | None
     fn: ToolFn
+    parameters: dict[str, Any] | None = None
+    """The JSON schema of the arguments when there is no ``args_model``."""
     timeout_s: float | None = None
     """Seconds before the call fails with a timeout result; ``None`` for no limit."""
 
@@ -52,23 +67,46 @@ class Tool:
             "function": {
                 "name": self.name,
                 "description": self.description,
-                "parameters": self.args_model.model_json_schema(),
+                "parameters": (
+                    self.args_model.model_json_schema()
+                    if self.args_model is not None
+                    else self.parameters or {"type": "object"}
+                ),
             },
         }
 
-    def parse_args(self, arguments_json: str) -> BaseModel:
+    def parse_args(self, arguments_json: str) -> Any:
         """Validate the model's arguments.
 
         Raises:
             ToolArgumentError: the arguments are not valid JSON or fail the schema.
         """
+        if self.args_model is None:
+            try:
+                value = json.loads(arguments_json or "{}")
+            except ValueError as exc:
+                raise ToolArgumentError(self.name, f"not valid JSON: {exc}") from exc
+            if not isinstance(value, dict):
+                raise ToolArgumentError(self.name, "arguments must be a JSON object")
+            return value
         try:
             return self.args_model.model_validate_json(arguments_json or "{}")
         except ValidationError as exc:
             raise ToolArgumentError(self.name, describe_validation_error(exc)) from exc
 
 
-class ToolArgumentError(Exception):
+class ToolError(Exception):
+    """Raise from a tool to hand ``{"error": message}`` back to the model.
+
+    The run goes on: the model decides what to do with a failed tool call.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class ToolArgumentError(ToolError):
     """The model called a tool with bad arguments; the message goes back to it."""
 
     def __init__(self, tool_name: str, detail: str) -> None:

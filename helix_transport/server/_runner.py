@@ -14,6 +14,7 @@ from helix_transport._status import SessionStatus
 from helix_transport.agent.definition import Agent
 from helix_transport.agent.loop import RunLoop
 from helix_transport.store import SessionRecord, SessionUpdate, Store
+from helix_transport.transport._pool import ClientPool
 
 logger = logging.getLogger("helix.runner")
 
@@ -33,13 +34,21 @@ class SessionRunner:
     """
 
     def __init__(
-        self, agent: Agent, store: Store, hub: EventHub, *, owner: str, lease_ttl_s: float
+        self,
+        agent: Agent,
+        store: Store,
+        hub: EventHub,
+        *,
+        owner: str,
+        lease_ttl_s: float,
+        clients: ClientPool,
     ) -> None:
         self.agent = agent
         self.store = store
         self.hub = hub
         self.owner = owner
         self.lease_ttl_s = lease_ttl_s
+        self.clients = clients
         self._runs: dict[str, _Run] = {}
         self._renewer: asyncio.Task[None] | None = None
 
@@ -64,7 +73,14 @@ class SessionRunner:
             last_sequence=record.last_sequence,
         )
         signal = asyncio.Event()
-        loop = RunLoop(self.agent, record, store=self.store, writer=writer, interrupt_signal=signal)
+        loop = RunLoop(
+            self.agent,
+            record,
+            store=self.store,
+            writer=writer,
+            interrupt_signal=signal,
+            clients=self.clients,
+        )
         task = asyncio.create_task(self._run(loop, resume_reason), name=f"run:{record.session_id}")
         self._runs[record.session_id] = _Run(task=task, interrupt=signal)
         if self._renewer is None:

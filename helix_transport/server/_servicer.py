@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -12,13 +14,20 @@ from helix_transport._exceptions import SessionExists, SessionNotFound
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._proto.helix.agent.v1 import agent_pb2_grpc as pb_grpc
 from helix_transport.agent.definition import Agent
+from helix_transport.remote import interrupt_children
 from helix_transport.server import _validation as check
 from helix_transport.server._runner import SessionRunner
 from helix_transport.server.interceptors import ServerUnavailable
 from helix_transport.store import SessionRecord, Store
 from helix_transport.store._records import input_fingerprint
+from helix_transport.transport._pool import ClientPool
+
+logger = logging.getLogger("helix.server")
 
 Context = grpc.aio.ServicerContext[Any, Any]
+
+CASCADE_TIMEOUT_S = 5.0
+"""How long ``Interrupt`` waits for running children to acknowledge theirs."""
 
 MAX_RESPONSE_BYTES = 1 << 20
 """Events are packed into one ``StreamResponse`` up to about this size."""
@@ -34,12 +43,14 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
         hub: EventHub,
         runner: SessionRunner,
         *,
+        clients: ClientPool,
         poll_interval_s: float = 0.5,
     ) -> None:
         self.agent = agent
         self.store = store
         self.hub = hub
         self.runner = runner
+        self.clients = clients
         self.poll_interval_s = poll_interval_s
         self.accepting = True
 
@@ -129,9 +140,15 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
         if record.status.is_terminal:
             return pb.InterruptResponse(status=record.status.to_proto(), accepted=False)
         # Durable first (a run in another process sees it at its next step), then
-        # wake a local run so it stops mid-step.
+        # wake a local run so it stops mid-step, then cascade to running children
+        # (each child's service cascades to its own), so the whole tree stops.
         await self.store.set_interrupt(session_id, reason)
         self.runner.signal_interrupt(session_id)
+        try:
+            async with asyncio.timeout(CASCADE_TIMEOUT_S):
+                await interrupt_children(self.store, self.clients, session_id, reason=reason)
+        except TimeoutError:
+            logger.warning("session %s: interrupting its children timed out", session_id)
         return pb.InterruptResponse(status=record.status.to_proto(), accepted=True)
 
     async def Describe(self, request: pb.DescribeRequest, context: Context) -> pb.DescribeResponse:

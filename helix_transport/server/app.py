@@ -18,6 +18,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from helix_transport._config import ClientConfig
 from helix_transport._eventlog import EventHub
 from helix_transport._exceptions import UsageError
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
@@ -27,6 +28,7 @@ from helix_transport.server._runner import SessionRunner
 from helix_transport.server._servicer import AgentServicer
 from helix_transport.server.interceptors import ErrorMappingInterceptor
 from helix_transport.store import Store, open_store
+from helix_transport.transport._pool import ClientPool
 
 logger = logging.getLogger("helix.server")
 
@@ -56,6 +58,8 @@ class ServerConfig:
     """Largest gRPC message accepted or sent."""
     reflection: bool = True
     """Serve gRPC server reflection."""
+    client: ClientConfig = ClientConfig.default
+    """How this server's agents call other agent services (remote sub-agents)."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -86,11 +90,22 @@ class AgentServer:
             raise UsageError(f"cannot bind {config.host}:{config.port}")
         self.hub = EventHub()
         replica_id = config.replica_id or f"{socket.gethostname()}:{self.port}"
+        self.clients = ClientPool(config=config.client)
         self.runner = SessionRunner(
-            agent, store, self.hub, owner=replica_id, lease_ttl_s=config.lease_ttl_s
+            agent,
+            store,
+            self.hub,
+            owner=replica_id,
+            lease_ttl_s=config.lease_ttl_s,
+            clients=self.clients,
         )
         self.servicer = AgentServicer(
-            agent, store, self.hub, self.runner, poll_interval_s=config.poll_interval_s
+            agent,
+            store,
+            self.hub,
+            self.runner,
+            clients=self.clients,
+            poll_interval_s=config.poll_interval_s,
         )
         pb_grpc.add_AgentServiceServicer_to_server(self.servicer, self._server)
         self.health = health.aio.HealthServicer()
@@ -130,6 +145,7 @@ class AgentServer:
         await self.runner.shutdown(grace_s=grace)
         # Runs are done or checkpointed; give open streams a moment to send the rest.
         await self._server.stop(min(grace, 1.0))
+        await self.clients.aclose()
 
     async def wait_closed(self) -> None:
         """Wait until ``shutdown`` has been called and finished."""

@@ -24,10 +24,22 @@ class Store(Protocol):
 
     Every method is atomic on its own. Backends raise ``StoreError`` subclasses and
     translate their driver's exceptions at one boundary.
+
+    Conventions every backend follows (the conformance suite checks them):
+
+    - ``read`` of an unknown session returns ``[]``; ``update_session``, ``append``
+      and ``acquire_lease`` raise ``SessionNotFound``; ``release_lease`` is a no-op.
+    - Checkpoints, interrupt flags and refs are keyed by session id and do not
+      check that the session exists (a parent may record a ref before its child).
+    - Records and events handed out are copies: mutating them changes nothing stored.
+    - Leases only say who *should* run a session; writers also pass
+      ``expected_sequence`` to ``append``, which is what actually stops a second writer.
     """
 
     async def create_session(self, record: SessionRecord) -> tuple[SessionRecord, bool]:
         """Create ``record`` unless its id exists; of concurrent creators exactly one wins.
+
+        ``record`` is a fresh session: ``last_sequence`` 0, no owner.
 
         Returns:
             The stored record and whether this call created it. When the id exists,
@@ -93,7 +105,10 @@ class Store(Protocol):
     async def read(
         self, session_id: str, *, from_sequence: int = 0, limit: int = READ_LIMIT
     ) -> list[StreamEvent]:
-        """Up to ``limit`` events with ``sequence > from_sequence``, in order."""
+        """Up to ``limit`` events with ``sequence > from_sequence``, in order.
+
+        ``limit`` is capped at ``READ_LIMIT``; a limit below 1 returns ``[]``.
+        """
         ...
 
     async def save_checkpoint(self, checkpoint: Checkpoint) -> None:
@@ -105,7 +120,7 @@ class Store(Protocol):
         ...
 
     async def set_interrupt(self, session_id: str, reason: str) -> None:
-        """Record a durable interrupt request for the session."""
+        """Record a durable interrupt request for the session (replacing a pending one)."""
         ...
 
     async def take_interrupt(self, session_id: str) -> str | None:

@@ -107,7 +107,10 @@ async def raw_stream(
 ) -> AsyncIterator[pb.StreamResponse]:
     """Send ``from_sequence`` messages, each one event shaped like a helix text delta."""
     event = pb.StreamEvent(
-        session_id=request.session_id, agent_type=AGENT.name, step=2, text_delta=pb.TextDelta(text="x")
+        session_id=request.session_id,
+        agent_type=AGENT.name,
+        step=2,
+        text_delta=pb.TextDelta(text="x"),
     )
     for sequence in range(1, request.from_sequence + 1):
         event.sequence = sequence
@@ -136,7 +139,9 @@ RawCall = Callable[..., grpc.aio.UnaryStreamCall[pb.StreamRequest, pb.StreamResp
 async def raw_receive(stream: RawCall, messages: int) -> int:
     """Events received from one raw RPC sending ``messages`` messages."""
     count = 0
-    async for response in stream(pb.StreamRequest(session_id="raw-session-0001", from_sequence=messages)):
+    async for response in stream(
+        pb.StreamRequest(session_id="raw-session-0001", from_sequence=messages)
+    ):
         count += len(response.events)
     return count
 
@@ -201,7 +206,14 @@ class Bench:
     async def throughput_row(self, scenario: str, run: Callable[[], Awaitable[int]]) -> Row:
         raw = await events_per_second(lambda: raw_receive(self.raw, self.events))
         helix = await events_per_second(run)
-        return Row(scenario=scenario, store=self.store_name, unit="events/s", helix=helix, raw=raw, ratio=helix / raw)
+        return Row(
+            scenario=scenario,
+            store=self.store_name,
+            unit="events/s",
+            helix=helix,
+            raw=raw,
+            ratio=helix / raw,
+        )
 
     async def rows(self, sessions: int) -> list[Row]:
         n = self.events
@@ -214,7 +226,9 @@ class Bench:
 
         rows = [await self.throughput_row(f"1 live stream, {n:,} events", live)]
         finished = last[-1]
-        rows.append(await self.throughput_row(f"2 replay {n:,}-event log", lambda: self.replay(finished)))
+        rows.append(
+            await self.throughput_row(f"2 replay {n:,}-event log", lambda: self.replay(finished))
+        )
         rows.append(
             await self.throughput_row(
                 f"3 via litellm, {n:,} deltas", lambda: self._received(self.session("text", n))
@@ -225,7 +239,11 @@ class Bench:
         for p in (50, 99):
             h, r = percentile(helix, p), percentile(raw, p)
             scenario = f"4 round trip p{p} ({sessions} sessions)"
-            rows.append(Row(scenario=scenario, store=self.store_name, unit="ms", helix=h, raw=r, ratio=h / r))
+            rows.append(
+                Row(
+                    scenario=scenario, store=self.store_name, unit="ms", helix=h, raw=r, ratio=h / r
+                )
+            )
         return rows
 
     @staticmethod
@@ -233,7 +251,9 @@ class Bench:
         return (await session)[1]
 
 
-async def bench_store(store_name: str, store: Store, raw: RawCall, args: argparse.Namespace) -> list[Row]:
+async def bench_store(
+    store_name: str, store: Store, raw: RawCall, args: argparse.Namespace
+) -> list[Row]:
     try:
         async with await create_server(AGENT, store) as server:
             async with await AgentClient.connect(server.address) as client:
@@ -285,7 +305,8 @@ def print_table(rows: list[Row], args: argparse.Namespace, elapsed_s: float) -> 
     print()
     header = ("scenario", "store", "helix", "raw grpc.aio", "helix/raw")
     table = [header] + [
-        (r.scenario, r.store, fmt(r.helix, r.unit), fmt(r.raw, r.unit), f"{r.ratio:.2f}x") for r in rows
+        (r.scenario, r.store, fmt(r.helix, r.unit), fmt(r.raw, r.unit), f"{r.ratio:.2f}x")
+        for r in rows
     ]
     widths = [max(len(line[i]) for line in table) for i in range(len(header))]
     for i, line in enumerate(table):
@@ -299,10 +320,18 @@ def print_table(rows: list[Row], args: argparse.Namespace, elapsed_s: float) -> 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--events", type=int, default=10_000, help="events per stream (default 10000)")
-    parser.add_argument("--sessions", type=int, default=500, help="round-trip sessions (default 500)")
-    parser.add_argument("--json", action="store_true", help="print a JSON document instead of a table")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--events", type=int, default=10_000, help="events per stream (default 10000)"
+    )
+    parser.add_argument(
+        "--sessions", type=int, default=500, help="round-trip sessions (default 500)"
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print a JSON document instead of a table"
+    )
     args = parser.parse_args()
     if args.events < 1 or args.sessions < 2:
         parser.error("--events must be >= 1 and --sessions >= 2")

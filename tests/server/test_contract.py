@@ -20,7 +20,9 @@ from tests.agents import counter, fixer, looper
 from tests.conftest import Serve
 
 
-async def collect(client: AgentClient, session_id: str, from_sequence: int = 0) -> list[pb.StreamEvent]:
+async def collect(
+    client: AgentClient, session_id: str, from_sequence: int = 0
+) -> list[pb.StreamEvent]:
     return [e async for e in client.stream(session_id, from_sequence=from_sequence)]
 
 
@@ -35,7 +37,9 @@ async def test_session_runs_to_completion_with_gapless_sequences(serve: Serve) -
         events = await collect(client, "s1")
 
     assert [e.sequence for e in events] == list(range(1, len(events) + 1))
-    assert {e.session_id for e in events} == {"s1"} and {e.agent_type for e in events} == {"counter"}
+    assert {e.session_id for e in events} == {"s1"} and {e.agent_type for e in events} == {
+        "counter"
+    }
     assert kinds(events)[0] == "run_started" and kinds(events)[-2:] == ["output", "completed"]
     assert kinds(events).count("step_started") == 4  # three ticks, then the finish step
     assert kinds(events).count("text_delta") == 12
@@ -181,7 +185,11 @@ async def test_invalid_output_goes_back_to_the_model(serve: Serve) -> None:
         events = await collect(client, "s1")
 
     ends = [e.tool_end for e in events if e.WhichOneof("payload") == "tool_end"]
-    assert ends[0].is_error and "invalid output" in ends[0].result_json and "total" in ends[0].result_json
+    assert (
+        ends[0].is_error
+        and "invalid output" in ends[0].result_json
+        and "total" in ends[0].result_json
+    )
     assert json.loads(events[-1].completed.output_json) == {"total": 7, "steps": 1}
 
 
@@ -204,7 +212,10 @@ async def test_describe_returns_schemas(serve: Serve) -> None:
         (pb.StartRequest(input_json='"a string"'), "input_json"),
         (pb.StartRequest(input_json='{"steps": 1}', session_id="has space"), "session_id"),
         (pb.StartRequest(input_json='{"steps": 1}', session_id="x" * 600), "session_id"),
-        (pb.StartRequest(input_json='{"steps": 1}', parent_session_id="bad/id"), "parent_session_id"),
+        (
+            pb.StartRequest(input_json='{"steps": 1}', parent_session_id="bad/id"),
+            "parent_session_id",
+        ),
         (
             pb.StartRequest(input_json="{}", metadata={f"k{i}": "v" for i in range(65)}),
             "metadata",

@@ -24,7 +24,9 @@ def workdir(tmp_path: Path) -> Iterator[Path]:
     yield tmp_path
 
 
-def _service(workdir: Path, *, port: int, replica: str = "", lease_ttl: float = 1.0) -> ServiceProcess:
+def _service(
+    workdir: Path, *, port: int, replica: str = "", lease_ttl: float = 1.0
+) -> ServiceProcess:
     args = ["--lease-ttl", str(lease_ttl), "--drain-timeout", "0.5"]
     service = ServiceProcess(
         "tests.agents:counter",
@@ -48,7 +50,9 @@ def _model_calls(workdir: Path, session_id: str) -> int:
 
 
 @pytest.mark.parametrize("same_replica", [True, False], ids=["restart", "new-replica"])
-async def test_sigkill_mid_run_resumes_with_a_gapless_stream(workdir: Path, same_replica: bool) -> None:
+async def test_sigkill_mid_run_resumes_with_a_gapless_stream(
+    workdir: Path, same_replica: bool
+) -> None:
     port = free_port()
     first = _service(workdir, port=port, replica="" if same_replica else "first")
     await first.start()

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import grpc
 import pytest
@@ -40,7 +41,7 @@ TIMEOUT_S = 30.0
 
 
 @asynccontextmanager
-async def serving(agent: Agent) -> AsyncIterator[pb_grpc.AgentServiceStub]:
+async def serving(agent: Agent) -> AsyncIterator[pb_grpc.AgentServiceAsyncStub]:
     """``agent`` served on a fresh memory store; a raw stub dialing it."""
     server = await create_server(agent, MemoryStore())
     async with server, grpc.aio.insecure_channel(server.address) as channel:
@@ -48,7 +49,7 @@ async def serving(agent: Agent) -> AsyncIterator[pb_grpc.AgentServiceStub]:
 
 
 async def run(
-    stub: pb_grpc.AgentServiceStub, session_id: str, payload: dict[str, Any]
+    stub: pb_grpc.AgentServiceAsyncStub, session_id: str, payload: dict[str, Any]
 ) -> tuple[list[pb.StreamEvent], dict[str, Any]]:
     """Start a session, stream it to its end; its events and its parsed output."""
     started = await stub.Start(
@@ -169,9 +170,8 @@ async def test_researcher_with_no_matching_notes_finishes_empty() -> None:
 
 
 async def test_fetch_note_names_an_unknown_id() -> None:
-    ctx = ToolContext(
-        session_id="s", agent_type="researcher", tool_call_id="c", step=1, metadata={}, emit=print
-    )
+    # The notes tools never look at their context.
+    ctx = cast(ToolContext, SimpleNamespace())
     with pytest.raises(NoteNotFound, match="no note with id 'nope'"):
         await fetch_note.fn(ctx, FetchNoteArgs(note_id="nope"))
     note = await fetch_note.fn(ctx, FetchNoteArgs(note_id="backoff"))

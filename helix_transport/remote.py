@@ -1,0 +1,310 @@
+"""Remote sub-agents: a child agent in another service, seen by its parent as a tool.
+
+A call of the tool starts (or rejoins) the child session
+``{parent_session_id}-remote-{tool_call_id}`` over the child's ``AgentService``
+and forwards every child event into the parent's log, in this order::
+
+    tool_start (parent) · subagent_start · child_event… · subagent_end · tool_end (parent)
+
+Because the child id is a function of the parent's tool call, and the parent
+checkpoints its tool calls before running them, a resumed parent calls the same
+child again: ``Start`` is idempotent, so the child never runs twice, and the
+parent continues the child's stream right after the last child event its own
+log holds (nothing lost, nothing duplicated). A child that finished meanwhile
+simply replays its remaining events and its output.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import time
+from typing import Any
+
+from pydantic import BaseModel
+
+from helix_transport._exceptions import HelixError, SessionExists
+from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
+from helix_transport._status import SessionStatus
+from helix_transport.agent.tools import Tool, ToolContext, ToolError
+from helix_transport.registry import resolve_address
+from helix_transport.store import READ_LIMIT, RemoteCursor, Store, SubSessionRef
+from helix_transport.transport import AgentClient
+from helix_transport.transport._pool import ClientPool
+
+ROOT_SESSION_KEY = "helix.root_session_id"
+"""Metadata key carrying the root session id down a delegation tree."""
+
+REF_FLUSH_EVENTS = 64
+REF_FLUSH_SECONDS = 0.25
+"""The sub-session ref's ``last_sequence`` is written at most this often, not per event."""
+
+
+def child_session_id(parent_session_id: str, tool_call_id: str) -> str:
+    """The deterministic id of the child a tool call starts."""
+    return f"{parent_session_id}-remote-{tool_call_id}"
+
+
+def remote_agent_tool(
+    name: str,
+    *,
+    agent_type: str,
+    address: str | None = None,
+    input_model: type[BaseModel] | None = None,
+    parameters: dict[str, Any] | None = None,
+    description: str = "",
+    timeout_s: float | None = None,
+) -> Tool:
+    """A tool that delegates to the agent service for ``agent_type``.
+
+    Args:
+        name: the tool name the parent's model sees.
+        agent_type: the child's agent type.
+        address: the child service (``host:port``, ``dns:///name:port``); when
+            ``None`` it is looked up in the mesh registry at call time
+            (``HELIX_AGENT_ADDRESS_<TYPE>``).
+        input_model: the child's input schema, validated before the call.
+        parameters: the child's input as a JSON schema, when there is no model
+            (see ``remote_agent_tool_from_service``).
+        description: what the parent's model is told the tool does.
+        timeout_s: give up on the child after this long, interrupting it.
+
+    The tool returns the child's output JSON; a child that fails, times out or
+    cannot be reached becomes ``{"error": ...}`` for the model.
+    """
+    delegate = _RemoteDelegation(agent_type=agent_type, address=address, timeout_s=timeout_s)
+    return Tool(
+        name=name,
+        description=description or f"Delegate to the {agent_type} agent.",
+        args_model=input_model,
+        parameters=parameters,
+        fn=delegate,
+    )
+
+
+async def remote_agent_tool_from_service(
+    name: str, *, address: str, client: AgentClient | None = None, timeout_s: float | None = None
+) -> Tool:
+    """Build the tool from the child service's ``Describe`` answer alone."""
+    owned = client is None
+    client = client or await AgentClient.connect(address)
+    try:
+        described = await client.describe()
+    finally:
+        if owned:
+            await client.aclose()
+    return remote_agent_tool(
+        name,
+        agent_type=described.agent_type,
+        address=address,
+        parameters=json.loads(described.input_schema_json),
+        description=described.description,
+        timeout_s=timeout_s,
+    )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _RemoteDelegation:
+    agent_type: str
+    address: str | None
+    timeout_s: float | None
+
+    async def __call__(self, ctx: ToolContext, args: Any) -> Any:
+        input_json = args.model_dump_json() if isinstance(args, BaseModel) else json.dumps(args)
+        try:
+            address = self.address or resolve_address(self.agent_type)
+            client = await ctx.clients.get(address)
+        except HelixError as exc:
+            raise ToolError(f"{self.agent_type}: {exc.message}") from exc
+        call = _ChildCall(ctx, client, agent_type=self.agent_type, address=address)
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                return await call.run(input_json)
+        except TimeoutError:
+            await call.give_up(f"timed out after {self.timeout_s:g}s")
+            raise ToolError(f"{self.agent_type} timed out after {self.timeout_s:g}s") from None
+
+
+class _ChildCall:
+    """One delegation: start or rejoin the child, forward its events, return its output."""
+
+    def __init__(
+        self, ctx: ToolContext, client: AgentClient, *, agent_type: str, address: str
+    ) -> None:
+        self.ctx = ctx
+        self.client = client
+        self.agent_type = agent_type
+        self.address = address
+        self.child_id = child_session_id(ctx.session_id, ctx.tool_call_id)
+        self.ref = SubSessionRef(
+            parent_session_id=ctx.session_id,
+            child_session_id=self.child_id,
+            agent_type=agent_type,
+            tool_call_id=ctx.tool_call_id,
+            address=address,
+            remote=RemoteCursor(stream_id=self.child_id),
+        )
+
+    async def run(self, input_json: str) -> Any:
+        ctx = self.ctx
+        existing = await _find_ref(ctx.store, ctx.session_id, self.child_id)
+        last = 0
+        if existing is not None:  # a resumed parent rejoining its child
+            self.ref = dataclasses.replace(existing, address=self.address)
+            last = await _last_forwarded(ctx.store, ctx.session_id, ctx.tool_call_id)
+        ctx.emit(
+            pb.StreamEvent(
+                subagent_start=pb.SubagentStart(
+                    tool_call_id=ctx.tool_call_id,
+                    child_session_id=self.child_id,
+                    child_agent_type=self.agent_type,
+                    address=self.address,
+                )
+            )
+        )
+        metadata = {
+            **ctx.metadata,
+            ROOT_SESSION_KEY: ctx.metadata.get(ROOT_SESSION_KEY, ctx.session_id),
+        }
+        try:
+            await self.client.start(
+                input_json,
+                session_id=self.child_id,
+                parent_session_id=ctx.session_id,
+                metadata=metadata,
+            )
+            await self._save(last_sequence=last)
+            final = await self._forward(last) or await self._final_from_status()
+        except SessionExists as exc:
+            return await self._end(
+                SessionStatus.FAILED, error=f"{exc.message} (a different call owns it)"
+            )
+        except HelixError as exc:
+            return await self._end(SessionStatus.FAILED, error=f"{self.agent_type}: {exc.message}")
+        kind = final.WhichOneof("payload")
+        if kind == "completed":
+            return await self._end(SessionStatus.COMPLETED, output_json=final.completed.output_json)
+        if kind == "failed":
+            return await self._end(SessionStatus.FAILED, error=final.failed.error)
+        status = SessionStatus.INTERRUPTED if kind == "interrupted" else SessionStatus.TERMINATED
+        return await self._end(status, error=f"{self.agent_type} was {status.value}")
+
+    async def _forward(self, last: int) -> pb.StreamEvent | None:
+        """Forward child events after ``last`` into the parent's log; return the terminal one.
+
+        ``None`` when the parent's log already held every event of the finished child.
+        """
+        ctx = self.ctx
+        unsaved, saved_at = 0, time.monotonic()
+        final: pb.StreamEvent | None = None
+        async for event in self.client.stream(self.child_id, from_sequence=last):
+            ctx.emit(
+                pb.StreamEvent(
+                    child_event=pb.ChildEvent(tool_call_id=ctx.tool_call_id, event=event)
+                )
+            )
+            final = event
+            unsaved += 1
+            if unsaved >= REF_FLUSH_EVENTS or time.monotonic() - saved_at > REF_FLUSH_SECONDS:
+                # The ref only claims events the parent's log already holds.
+                await ctx.flush()
+                await self._save(last_sequence=event.sequence)
+                unsaved, saved_at = 0, time.monotonic()
+        return final
+
+    async def _final_from_status(self) -> pb.StreamEvent:
+        """The child's outcome as a terminal event, read from its status."""
+        status = await self.client.get_status(self.child_id)
+        if status.status == pb.SESSION_STATUS_COMPLETED:
+            return pb.StreamEvent(completed=pb.Completed(output_json=status.output_json))
+        if status.status == pb.SESSION_STATUS_FAILED:
+            return pb.StreamEvent(
+                failed=pb.Failed(error=status.error, failure_reason=status.failure_reason)
+            )
+        if status.status == pb.SESSION_STATUS_INTERRUPTED:
+            return pb.StreamEvent(interrupted=pb.Interrupted())
+        return pb.StreamEvent(terminated=pb.Terminated())
+
+    async def _end(self, status: SessionStatus, *, output_json: str = "", error: str = "") -> Any:
+        ctx = self.ctx
+        ctx.emit(
+            pb.StreamEvent(
+                subagent_end=pb.SubagentEnd(
+                    tool_call_id=ctx.tool_call_id,
+                    child_session_id=self.child_id,
+                    child_agent_type=self.agent_type,
+                    status=status.to_proto(),
+                    output_json=output_json,
+                    error=error,
+                )
+            )
+        )
+        await ctx.flush()
+        await self._save(
+            status=status, output_json=output_json, error=error, completed_at=time.time()
+        )
+        if status is not SessionStatus.COMPLETED:
+            raise ToolError(error)
+        return json.loads(output_json)
+
+    async def _save(self, **changes: Any) -> None:
+        if "last_sequence" in changes:
+            cursor = RemoteCursor(
+                stream_id=self.child_id, last_sequence=changes.pop("last_sequence")
+            )
+            changes["remote"] = cursor
+        self.ref = dataclasses.replace(self.ref, **changes)
+        await self.ctx.store.put_subsession_ref(self.ref)
+
+    async def give_up(self, reason: str) -> None:
+        """Interrupt the child (best effort) and record the call as failed."""
+        with contextlib.suppress(HelixError):
+            await self.client.interrupt(self.child_id, reason=reason)
+        with contextlib.suppress(ToolError):
+            await self._end(SessionStatus.FAILED, error=f"{self.agent_type} {reason}")
+
+
+async def _find_ref(store: Store, parent_id: str, child_id: str) -> SubSessionRef | None:
+    refs = await store.list_subsession_refs(parent_id)
+    return next((r for r in refs if r.child_session_id == child_id), None)
+
+
+async def _last_forwarded(store: Store, session_id: str, tool_call_id: str) -> int:
+    """The last child sequence the parent's own log holds for this tool call.
+
+    The log, not the (batched) ref, is the truth after a crash: events forwarded
+    after the ref's last write are in the log and must not be forwarded again.
+    """
+    last, position = 0, 0
+    while True:
+        events = await store.read(session_id, from_sequence=position, limit=READ_LIMIT)
+        for event in events:
+            if (
+                event.WhichOneof("payload") == "child_event"
+                and event.child_event.tool_call_id == tool_call_id
+            ):
+                last = max(last, event.child_event.event.sequence)
+        if len(events) < READ_LIMIT:
+            return last
+        position = events[-1].sequence
+
+
+async def interrupt_children(
+    store: Store, clients: ClientPool, session_id: str, *, reason: str
+) -> None:
+    """Interrupt every running child recorded for ``session_id`` (they cascade further)."""
+    refs = [
+        r for r in await store.list_subsession_refs(session_id) if r.status is SessionStatus.RUNNING
+    ]
+
+    async def one(ref: SubSessionRef) -> None:
+        client = await clients.get(ref.address)
+        with contextlib.suppress(HelixError):
+            await client.interrupt(ref.child_session_id, reason=reason or "parent interrupted")
+
+    async with asyncio.TaskGroup() as group:
+        for ref in refs:
+            if ref.address:
+                group.create_task(one(ref))

@@ -1,0 +1,40 @@
+"""One ``AgentClient`` (one channel) per target address, shared by every caller."""
+
+from __future__ import annotations
+
+import asyncio
+
+from helix_transport._config import ClientConfig
+from helix_transport.transport.grpc import AgentClient
+
+
+class ClientPool:
+    """Reuses one client per address: gRPC channels multiplex calls over HTTP/2,
+    so a parent fanning out to many children on one service needs one connection."""
+
+    def __init__(self, *, config: ClientConfig = ClientConfig.default) -> None:
+        self.config = config
+        self._clients: dict[str, AgentClient] = {}
+        self._lock = asyncio.Lock()
+
+    async def get(self, address: str) -> AgentClient:
+        """The client for ``address``, connecting on first use."""
+        client = self._clients.get(address)
+        if client is not None:
+            return client
+        async with self._lock:
+            client = self._clients.get(address)
+            if client is None:
+                client = await AgentClient.connect(address, config=self.config)
+                self._clients[address] = client
+            return client
+
+    def addresses(self) -> list[str]:
+        """The addresses with an open client."""
+        return list(self._clients)
+
+    async def aclose(self) -> None:
+        """Close every client. Idempotent."""
+        clients, self._clients = list(self._clients.values()), {}
+        for client in clients:
+            await client.aclose()

@@ -1,0 +1,278 @@
+"""Remote sub-agents over real gRPC: four services on 127.0.0.1, each with its own store.
+
+The parent knows its children only through the contract: every call crosses a
+real gRPC channel, found through the mesh registry (HELIX_AGENT_ADDRESS_<TYPE>).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import timedelta
+
+import pytest
+
+from helix_transport import (
+    AgentClient,
+    AgentServer,
+    ClientConfig,
+    RetryConfig,
+    ServerConfig,
+    create_server,
+)
+from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
+from helix_transport.registry import address_env_var
+from helix_transport.remote import child_session_id, remote_agent_tool_from_service
+from helix_transport.store import MemoryStore, Store
+from tests.agents import counter, delegator, looper, middle
+from tests.helpers import assert_eventually, free_port
+
+FAST_GIVE_UP = ClientConfig(
+    reconnect=RetryConfig(
+        initial_backoff=timedelta(milliseconds=20),
+        max_backoff=timedelta(milliseconds=200),
+        deadline=timedelta(seconds=1),
+    )
+)
+
+
+@dataclass
+class Mesh:
+    client: AgentClient
+    """A client of the root (delegator) service."""
+    stores: dict[str, Store]
+    addresses: dict[str, str]
+    servers: dict[str, AgentServer]
+
+
+@pytest.fixture
+async def mesh(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Mesh]:
+    stores: dict[str, Store] = {}
+    addresses: dict[str, str] = {}
+    servers: dict[str, AgentServer] = {}
+    for agent in (counter, looper, middle, delegator):
+        stores[agent.name] = MemoryStore()
+        server = await create_server(agent, stores[agent.name], ServerConfig(client=FAST_GIVE_UP))
+        await server.start()
+        servers[agent.name] = server
+        addresses[agent.name] = server.address
+        monkeypatch.setenv(address_env_var(agent.name), server.address)
+    client = await AgentClient.connect(addresses["delegator"])
+    try:
+        yield Mesh(client=client, stores=stores, addresses=addresses, servers=servers)
+    finally:
+        await client.aclose()
+        for server in reversed(servers.values()):
+            await server.shutdown(grace_s=1)
+
+
+def calls(*items: tuple[str, dict[str, object]]) -> str:
+    return json.dumps({"calls": [{"tool": t, "args": a} for t, a in items]})
+
+
+async def run(mesh: Mesh, input_json: str, session_id: str = "root") -> list[pb.StreamEvent]:
+    await mesh.client.start(input_json, session_id=session_id)
+    return [e async for e in mesh.client.stream(session_id)]
+
+
+def kind(event: pb.StreamEvent) -> str:
+    return event.WhichOneof("payload") or ""
+
+
+def forwarded(events: list[pb.StreamEvent], tool_call_id: str) -> list[pb.StreamEvent]:
+    return [
+        e.child_event.event
+        for e in events
+        if kind(e) == "child_event" and e.child_event.tool_call_id == tool_call_id
+    ]
+
+
+async def test_child_events_arrive_in_order_between_start_and_end(mesh: Mesh) -> None:
+    events = await run(mesh, calls(("count", {"steps": 2, "words": 3})))
+
+    assert [e.sequence for e in events] == list(range(1, len(events) + 1))
+    order = [
+        kind(e)
+        for e in events
+        if kind(e) in {"tool_start", "subagent_start", "child_event", "subagent_end", "tool_end"}
+    ]
+    first_call = order[: order.index("tool_end") + 1]
+    assert first_call[:2] == ["tool_start", "subagent_start"]
+    assert first_call[-2:] == ["subagent_end", "tool_end"]
+    assert set(first_call[2:-2]) == {"child_event"}
+
+    child_id = child_session_id("root", "call_1_0")
+    child = forwarded(events, "call_1_0")
+    assert {e.session_id for e in child} == {child_id} and {e.agent_type for e in child} == {
+        "counter"
+    }
+    assert [e.sequence for e in child] == list(range(1, len(child) + 1))
+    assert kind(child[-1]) == "completed"
+    # The child's log, read from the child's own service, is what the parent forwarded.
+    async with await AgentClient.connect(mesh.addresses["counter"]) as counter_client:
+        direct = [e async for e in counter_client.stream(child_id)]
+    assert [e.SerializeToString() for e in direct] == [e.SerializeToString() for e in child]
+
+    end = next(e.subagent_end for e in events if kind(e) == "subagent_end")
+    assert end.status == pb.SESSION_STATUS_COMPLETED and end.child_session_id == child_id
+    assert json.loads(events[-1].completed.output_json) == {"results": [{"total": 2, "steps": 2}]}
+
+
+async def test_sub_session_ref_is_stored_with_every_field(mesh: Mesh) -> None:
+    events = await run(mesh, calls(("count", {"steps": 1})))
+    refs = await mesh.stores["delegator"].list_subsession_refs("root")
+
+    assert len(refs) == 1
+    ref = refs[0]
+    child_last = forwarded(events, "call_1_0")[-1].sequence
+    assert ref.child_session_id == child_session_id("root", "call_1_0")
+    assert (ref.agent_type, ref.tool_call_id, ref.address) == (
+        "counter",
+        "call_1_0",
+        mesh.addresses["counter"],
+    )
+    assert ref.status.value == "completed" and ref.completed_at is not None
+    assert ref.completed_at >= ref.started_at
+    assert ref.remote is not None and ref.remote.stream_id == ref.child_session_id
+    assert ref.remote.last_sequence <= child_last
+    assert json.loads(ref.output_json) == {"total": 1, "steps": 1}
+    child = await mesh.stores["counter"].get_session(ref.child_session_id)
+    assert child is not None and child.parent_session_id == "root"
+    assert child.metadata["helix.root_session_id"] == "root"
+
+
+async def test_sibling_calls_run_concurrently(mesh: Mesh, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HELIX_SCRIPTED_DELAY_MS", "10")
+    events = await run(mesh, calls(*[("count", {"steps": 2, "words": 5})] * 3))
+
+    ids = ["call_1_0", "call_1_1", "call_1_2"]
+    first_seen = {
+        i: next(
+            n
+            for n, e in enumerate(events)
+            if kind(e) == "child_event" and e.child_event.tool_call_id == i
+        )
+        for i in ids
+    }
+    last_seen = {
+        i: max(
+            n
+            for n, e in enumerate(events)
+            if kind(e) == "child_event" and e.child_event.tool_call_id == i
+        )
+        for i in ids
+    }
+    # Every child had started streaming before any of them finished.
+    assert max(first_seen.values()) < min(last_seen.values())
+    assert json.loads(events[-1].completed.output_json)["results"] == [{"total": 2, "steps": 2}] * 3
+
+
+async def test_failed_child_is_an_error_result_and_siblings_go_on(mesh: Mesh) -> None:
+    events = await run(mesh, calls(("loop", {}), ("count", {"steps": 1})))
+
+    results = json.loads(events[-1].completed.output_json)["results"]
+    assert "error" in results[0] and "3 steps" in results[0]["error"]
+    assert results[1] == {"total": 1, "steps": 1}
+    ends = {e.tool_end.tool_call_id: e.tool_end for e in events if kind(e) == "tool_end"}
+    assert ends["call_1_0"].is_error and not ends["call_1_1"].is_error
+
+
+async def test_unreachable_child_is_an_error_result(
+    mesh: Mesh, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(address_env_var("looper"), f"127.0.0.1:{free_port()}")
+    events = await run(mesh, calls(("loop", {}), ("count", {"steps": 1})))
+
+    results = json.loads(events[-1].completed.output_json)["results"]
+    assert "cannot reach" in results[0]["error"]
+    assert results[1] == {"total": 1, "steps": 1}
+
+
+async def test_timeout_interrupts_the_child(mesh: Mesh, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HELIX_SCRIPTED_DELAY_MS", "20")
+    events = await run(mesh, calls(("count_quickly", {"steps": 30, "words": 5})))
+
+    results = json.loads(events[-1].completed.output_json)["results"]
+    assert "timed out" in results[0]["error"]
+    async with await AgentClient.connect(mesh.addresses["counter"]) as counter_client:
+        child = child_session_id("root", "call_1_0")
+
+        async def interrupted() -> bool:
+            status = await counter_client.get_status(child)
+            return status.status == pb.SESSION_STATUS_INTERRUPTED
+
+        await assert_eventually(interrupted, timeout_s=5)
+
+
+async def test_three_levels_nest_at_every_level(mesh: Mesh) -> None:
+    nested = {"calls": [{"tool": "count", "args": {"steps": 1, "words": 2}}]}
+    events = await run(mesh, calls(("delegate", nested)))
+
+    middle_events = forwarded(events, "call_1_0")
+    assert {e.agent_type for e in middle_events} == {"middle"}
+    assert [e.sequence for e in middle_events] == list(range(1, len(middle_events) + 1))
+    leaf = [e.child_event.event for e in middle_events if kind(e) == "child_event"]
+    middle_id = child_session_id("root", "call_1_0")
+    assert {e.session_id for e in leaf} == {child_session_id(middle_id, "call_1_0")}
+    assert {e.agent_type for e in leaf} == {"counter"}
+    assert [e.sequence for e in leaf] == list(range(1, len(leaf) + 1)) and kind(
+        leaf[-1]
+    ) == "completed"
+    assert json.loads(events[-1].completed.output_json) == {
+        "results": [{"results": [{"total": 1, "steps": 1}]}]
+    }
+
+
+async def test_interrupting_the_root_interrupts_every_level(
+    mesh: Mesh, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HELIX_SCRIPTED_DELAY_MS", "20")
+    nested = {"calls": [{"tool": "count", "args": {"steps": 40, "words": 5}}]}
+    await mesh.client.start(calls(("delegate", nested)), session_id="root")
+    middle_id = child_session_id("root", "call_1_0")
+    leaf_id = child_session_id(middle_id, "call_1_0")
+    events: list[pb.StreamEvent] = []
+    async for event in mesh.client.stream("root"):
+        events.append(event)
+        inner = event.child_event.event if kind(event) == "child_event" else None
+        if (
+            inner is not None
+            and kind(inner) == "child_event"
+            and kind(inner.child_event.event) == "text_delta"
+        ):
+            await mesh.client.interrupt("root", reason="stop everything")
+
+    assert kind(events[-1]) == "interrupted"
+    for agent_type, session_id in (("middle", middle_id), ("counter", leaf_id)):
+        async with await AgentClient.connect(mesh.addresses[agent_type]) as client:
+
+            async def stopped(client: AgentClient = client, session_id: str = session_id) -> bool:
+                status = await client.get_status(session_id)
+                return status.status == pb.SESSION_STATUS_INTERRUPTED
+
+            await assert_eventually(stopped, timeout_s=5)
+
+
+async def test_tool_built_from_describe_alone(mesh: Mesh) -> None:
+    tool = await remote_agent_tool_from_service("count", address=mesh.addresses["counter"])
+    schema = tool.schema()["function"]
+    assert tool.args_model is None
+    assert schema["parameters"]["properties"]["steps"]["maximum"] == 50
+    assert "ticks once per step" in schema["description"]
+
+
+async def test_retried_dispatch_reaches_the_same_child(mesh: Mesh) -> None:
+    await run(mesh, calls(("count", {"steps": 1})), session_id="once")
+    child_id = child_session_id("once", "call_1_0")
+    async with await AgentClient.connect(mesh.addresses["counter"]) as counter_client:
+        again = await counter_client.start(
+            json.dumps({"steps": 1, "words": 4}), session_id=child_id
+        )
+    assert not again.created
+
+
+async def test_fan_out_shares_one_channel_per_service(mesh: Mesh) -> None:
+    events = await run(mesh, calls(*[("count", {"steps": 1, "words": 0})] * 20))
+    assert len(json.loads(events[-1].completed.output_json)["results"]) == 20
+    assert mesh.servers["delegator"].clients.addresses() == [mesh.addresses["counter"]]
