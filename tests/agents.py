@@ -2,21 +2,20 @@
 
 from __future__ import annotations
 
-import json
-
 from pydantic import BaseModel, Field
 
 from helix_transport import Agent, ToolContext, tool
-from helix_transport.remote import remote_agent_tool
 from helix_transport.agent.scripted import (
     ScriptedTurn,
     call,
     finish,
     register_script,
+    step_results,
     steps_taken,
     tool_results,
     user_input,
 )
+from helix_transport.remote import remote_agent_tool
 
 
 class CountInput(BaseModel):
@@ -110,15 +109,6 @@ class DelegateOutput(BaseModel):
     results: list[object]
 
 
-def _last_step_results(messages: list[dict[str, object]]) -> list[object]:
-    results: list[object] = []
-    for message in reversed(messages):
-        if message.get("role") != "tool":
-            break
-        results.append(json.loads(str(message.get("content"))))
-    return results[::-1]
-
-
 def _delegate(messages: list[dict[str, object]]) -> ScriptedTurn:
     if steps_taken(messages) == 0:
         wanted = DelegateInput.model_validate(user_input(messages))
@@ -126,7 +116,7 @@ def _delegate(messages: list[dict[str, object]]) -> ScriptedTurn:
             text="Delegating. ",
             tool_calls=tuple(call(c.tool, **c.args) for c in wanted.calls),
         )
-    return finish(results=_last_step_results(messages))
+    return finish(results=[value for _, value in step_results(messages)])
 
 
 def _delegating_agent(name: str) -> Agent:

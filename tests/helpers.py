@@ -6,7 +6,6 @@ import asyncio
 import os
 import signal
 import socket
-import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -55,7 +54,7 @@ class ServiceProcess:
         self.log_path = log_path
         self.env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
         self.extra_args = extra_args or []
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: asyncio.subprocess.Process | None = None
 
     @property
     def address(self) -> str:
@@ -68,9 +67,10 @@ class ServiceProcess:
             "--port", str(self.port), "--store", self.store_url,
             "--replica-id", f"test-{self.port}", *self.extra_args,
         ]  # fmt: skip
-        log = self.log_path.open("ab")
-        self.proc = subprocess.Popen(args, cwd=ROOT, env=self.env, stdout=log, stderr=log)
-        log.close()
+        with self.log_path.open("ab") as log:
+            self.proc = await asyncio.create_subprocess_exec(
+                *args, cwd=ROOT, env=self.env, stdout=log, stderr=log
+            )
         await self.wait_serving(timeout_s=timeout_s)
 
     async def wait_serving(self, *, timeout_s: float) -> None:
@@ -78,7 +78,7 @@ class ServiceProcess:
         async with grpc.aio.insecure_channel(self.address) as channel:
             stub = health_pb2_grpc.HealthStub(channel)
             while True:
-                if self.proc is not None and self.proc.poll() is not None:
+                if self.proc is not None and self.proc.returncode is not None:
                     raise RuntimeError(f"server exited early:\n{self.log_path.read_text()[-3000:]}")
                 try:
                     reply = await stub.Check(health_pb2.HealthCheckRequest(), timeout=1)
@@ -90,21 +90,23 @@ class ServiceProcess:
                     raise TimeoutError(f"server not serving:\n{self.log_path.read_text()[-3000:]}")
                 await asyncio.sleep(0.1)
 
-    def kill(self) -> None:
+    async def kill(self) -> None:
         """SIGKILL: no drain, no checkpoint beyond what is already in the store."""
         if self.proc is not None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(timeout=10)
+            if self.proc.returncode is None:
+                self.proc.send_signal(signal.SIGKILL)
+            await self.proc.wait()
             self.proc = None
 
-    def terminate(self, *, timeout_s: float = 30.0) -> int:
+    async def terminate(self, *, timeout_s: float = 30.0) -> int:
         """SIGTERM and wait; returns the exit code."""
         assert self.proc is not None
         self.proc.send_signal(signal.SIGTERM)
-        code = self.proc.wait(timeout=timeout_s)
+        async with asyncio.timeout(timeout_s):
+            code = await self.proc.wait()
         self.proc = None
         return code
 
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.kill()
+    async def stop(self) -> None:
+        """Kill the process if it is still running (test cleanup)."""
+        await self.kill()

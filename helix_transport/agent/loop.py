@@ -126,11 +126,13 @@ class RunLoop:
             )
         )
         system = "\n\n".join(p for p in (self.agent.system_prompt, FINISH_INSTRUCTIONS) if p)
+        # The model sees the validated input, defaults filled in.
+        user = self.agent.input_model.model_validate_json(record.input_json).model_dump_json()
         state = _RunState(
             step=0,
             messages=[
                 {"role": "system", "content": system},
-                {"role": "user", "content": record.input_json},
+                {"role": "user", "content": user},
             ],
         )
         await self._checkpoint(state)

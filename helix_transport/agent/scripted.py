@@ -79,17 +79,29 @@ def user_input(messages: list[dict[str, Any]]) -> dict[str, Any]:
     return {}
 
 
-def tool_results(messages: list[dict[str, Any]]) -> dict[str, Any]:
-    """Results of the latest step's tool calls, by tool name (parsed JSON)."""
-    results: dict[str, Any] = {}
+def step_results(messages: list[dict[str, Any]]) -> list[tuple[str, Any]]:
+    """``(tool name, parsed result)`` for each tool call of the latest step, in call order."""
+    results: list[tuple[str, Any]] = []
     for message in reversed(messages):
         if message.get("role") != "tool":
             break
         content = message.get("content") or ""
         try:
-            results.setdefault(message.get("name", ""), json.loads(content))
+            value = json.loads(content)
         except json.JSONDecodeError:
-            results.setdefault(message.get("name", ""), content)
+            value = content
+        results.append((str(message.get("name", "")), value))
+    return results[::-1]
+
+
+def tool_results(messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """The latest step's results by tool name; for a tool called twice, the first call's.
+
+    Use ``step_results`` when a step calls one tool several times.
+    """
+    results: dict[str, Any] = {}
+    for name, value in step_results(messages):
+        results.setdefault(name, value)
     return results
 
 

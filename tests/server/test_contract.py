@@ -225,11 +225,10 @@ async def test_describe_returns_schemas(serve: Serve) -> None:
 async def test_bad_start_is_invalid_argument_naming_the_field(
     serve: Serve, request_: pb.StartRequest, field: str
 ) -> None:
-    async with serve(counter) as (server, _):
-        async with grpc.aio.insecure_channel(server.address) as channel:
-            stub = pb_grpc.AgentServiceStub(channel)
-            with pytest.raises(grpc.aio.AioRpcError) as info:
-                await stub.Start(request_, timeout=5)
+    async with serve(counter) as (server, _), grpc.aio.insecure_channel(server.address) as channel:
+        stub = pb_grpc.AgentServiceStub(channel)
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await stub.Start(request_, timeout=5)
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert (info.value.details() or "").startswith(f"{field}:")
 
@@ -267,15 +266,14 @@ async def test_health_and_reflection_are_served(serve: Serve) -> None:
     from grpc_health.v1 import health_pb2, health_pb2_grpc
     from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-    async with serve(counter) as (server, _):
-        async with grpc.aio.insecure_channel(server.address) as channel:
-            health = await health_pb2_grpc.HealthStub(channel).Check(
-                health_pb2.HealthCheckRequest(service="helix.agent.v1.AgentService"), timeout=5
-            )
-            stub = reflection_pb2_grpc.ServerReflectionStub(channel)
-            replies = stub.ServerReflectionInfo(
-                iter([reflection_pb2.ServerReflectionRequest(list_services="")])
-            )
-            services = [s.name async for r in replies for s in r.list_services_response.service]
+    async with serve(counter) as (server, _), grpc.aio.insecure_channel(server.address) as channel:
+        health = await health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(service="helix.agent.v1.AgentService"), timeout=5
+        )
+        stub = reflection_pb2_grpc.ServerReflectionStub(channel)
+        replies = stub.ServerReflectionInfo(
+            iter([reflection_pb2.ServerReflectionRequest(list_services="")])
+        )
+        services = [s.name async for r in replies for s in r.list_services_response.service]
     assert health.status == health_pb2.HealthCheckResponse.SERVING
     assert "helix.agent.v1.AgentService" in services

@@ -66,12 +66,12 @@ async def test_sigkill_mid_run_resumes_with_a_gapless_stream(
             async for event in stream:
                 events.append(event)
                 if event.WhichOneof("payload") == "step_started" and event.step == 3:
-                    first.kill()  # mid-run: step 3's model call is streaming
+                    await first.kill()  # mid-run: step 3's model call is streaming
                     await second.start()
             status = await client.get_status("crash")
     finally:
-        first.stop()
-        second.stop()
+        await first.stop()
+        await second.stop()
 
     sequences = [e.sequence for e in events]
     assert sequences == list(range(1, len(events) + 1)), "gap or duplicate across the crash"
@@ -100,13 +100,13 @@ async def test_sigterm_drains_then_a_restart_resumes(workdir: Path) -> None:
                 events.append(event)
                 if event.WhichOneof("payload") == "step_started" and event.step == 2:
                     # Drain timeout is 0.5s and the run needs far longer: it is checkpointed.
-                    assert service.terminate() == 0
+                    assert await service.terminate() == 0
                     status_path = workdir / "server.log"
                     assert "Traceback" not in status_path.read_text()
                     await service.start()
             status = await client.get_status("drain")
     finally:
-        service.stop()
+        await service.stop()
 
     assert [e.sequence for e in events] == list(range(1, len(events) + 1))
     assert status.status == pb.SESSION_STATUS_COMPLETED
