@@ -1,0 +1,181 @@
+"""Delegation survives crashes: real processes, SIGKILL, and a dropped network.
+
+A parent service (``delegator``) delegates to a child service (``counter``), each
+in its own process with its own SQLite file. The scripted provider logs every
+model call (HELIX_SCRIPTED_CALL_LOG), which proves what ran once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from helix_transport import AgentClient
+from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
+from helix_transport.remote import child_session_id
+from tests.helpers import ServiceProcess, TcpProxy, free_port
+
+STEPS = 6
+INPUT = json.dumps({"calls": [{"tool": "count", "args": {"steps": STEPS, "words": 6}}]})
+CHILD = child_session_id("root", "call_1_0")
+
+
+@dataclass
+class Pair:
+    parent: ServiceProcess
+    child: ServiceProcess
+    workdir: Path
+
+    def model_calls(self, agent: str, session_id: str) -> int:
+        lines = (self.workdir / "calls.log").read_text().splitlines()
+        return sum(1 for line in lines if line.split() == [agent, session_id])
+
+
+def _service(agent: str, workdir: Path, *, port: int, env: dict[str, str]) -> ServiceProcess:
+    return ServiceProcess(
+        f"tests.agents:{agent}",
+        port=port,
+        store_url=f"sqlite:///{workdir / (agent + '.db')}",
+        log_path=workdir / f"{agent}.log",
+        env={
+            "HELIX_SCRIPTED_DELAY_MS": "15",
+            "HELIX_SCRIPTED_CALL_LOG": str(workdir / "calls.log"),
+            **env,
+        },
+        extra_args=["--lease-ttl", "1", "--drain-timeout", "0.5"],
+    )
+
+
+@pytest.fixture
+async def pair(tmp_path: Path) -> AsyncIterator[Pair]:
+    child = _service("counter", tmp_path, port=free_port(), env={})
+    parent = _service(
+        "delegator", tmp_path, port=free_port(), env={"HELIX_AGENT_ADDRESS_COUNTER": child.address}
+    )
+    await asyncio.gather(child.start(), parent.start())
+    try:
+        yield Pair(parent=parent, child=child, workdir=tmp_path)
+    finally:
+        await asyncio.gather(parent.stop(), child.stop())
+
+
+def forwarded(events: list[pb.StreamEvent]) -> list[pb.StreamEvent]:
+    return [e.child_event.event for e in events if e.WhichOneof("payload") == "child_event"]
+
+
+def assert_parent_log_is_sound(events: list[pb.StreamEvent]) -> None:
+    assert [e.sequence for e in events] == list(range(1, len(events) + 1))
+    child = forwarded(events)
+    assert [e.sequence for e in child] == list(range(1, len(child) + 1)), (
+        "child event lost or repeated"
+    )
+    assert child[-1].WhichOneof("payload") == "completed"
+    assert events[-1].WhichOneof("payload") == "completed"
+    assert json.loads(events[-1].completed.output_json) == {
+        "results": [{"total": STEPS, "steps": STEPS}]
+    }
+
+
+async def _stream_until_child_step(client: AgentClient, step: int) -> list[pb.StreamEvent]:
+    events: list[pb.StreamEvent] = []
+    async for event in client.stream("root"):
+        events.append(event)
+        inner = event.child_event.event if event.WhichOneof("payload") == "child_event" else None
+        if (
+            inner is not None
+            and inner.WhichOneof("payload") == "step_started"
+            and inner.step == step
+        ):
+            return events
+    raise AssertionError("the run ended before the child reached the step")
+
+
+async def test_child_service_killed_and_restarted(pair: Pair) -> None:
+    async with await AgentClient.connect(pair.parent.address) as client:
+        await client.start(INPUT, session_id="root")
+        stream = client.stream("root")
+        events: list[pb.StreamEvent] = []
+        async for event in stream:
+            events.append(event)
+            inner = (
+                event.child_event.event if event.WhichOneof("payload") == "child_event" else None
+            )
+            if (
+                inner is not None
+                and inner.WhichOneof("payload") == "step_started"
+                and inner.step == 3
+            ):
+                await pair.child.kill()
+                await pair.child.start()
+        async with await AgentClient.connect(pair.child.address) as child_client:
+            direct = [e async for e in child_client.stream(CHILD)]
+
+    assert_parent_log_is_sound(events)
+    # Exactly the child's own log, each event once, including its resumption marker.
+    assert [e.SerializeToString() for e in forwarded(events)] == [
+        e.SerializeToString() for e in direct
+    ]
+    assert [e.WhichOneof("payload") for e in direct].count("run_resumed") == 1
+    assert STEPS + 1 <= pair.model_calls("counter", CHILD) <= STEPS + 2
+
+
+async def test_parent_service_killed_and_restarted(pair: Pair) -> None:
+    async with await AgentClient.connect(pair.parent.address) as client:
+        await client.start(INPUT, session_id="root")
+        events = await _stream_until_child_step(client, 2)
+        await pair.parent.kill()
+        await pair.parent.start()
+        events += [e async for e in client.stream("root", from_sequence=events[-1].sequence)]
+
+    assert_parent_log_is_sound(events)
+    assert [e.WhichOneof("payload") for e in events].count("run_resumed") == 1
+    # The child ran once, start to end: the restarted parent rejoined it.
+    assert pair.model_calls("counter", CHILD) == STEPS + 1
+    # The parent's model was not asked again for the step whose tools were running.
+    assert pair.model_calls("delegate", "root") == 2
+
+
+async def test_child_finishing_while_parent_is_down_is_not_rerun(pair: Pair) -> None:
+    async with await AgentClient.connect(pair.parent.address) as client:
+        await client.start(INPUT, session_id="root")
+        events = await _stream_until_child_step(client, 1)
+        await pair.parent.kill()
+        async with await AgentClient.connect(pair.child.address) as child_client:
+            child_events = [e async for e in child_client.stream(CHILD)]  # wait for it to finish
+        assert child_events[-1].WhichOneof("payload") == "completed"
+        await pair.parent.start()
+        events += [e async for e in client.stream("root", from_sequence=events[-1].sequence)]
+
+    assert_parent_log_is_sound(events)
+    assert pair.model_calls("counter", CHILD) == STEPS + 1
+
+
+async def test_network_drop_between_parent_and_child(tmp_path: Path) -> None:
+    child = _service("counter", tmp_path, port=free_port(), env={})
+    proxy = TcpProxy(port=free_port(), target_port=child.port)
+    parent = _service(
+        "delegator", tmp_path, port=free_port(), env={"HELIX_AGENT_ADDRESS_COUNTER": proxy.address}
+    )
+    await asyncio.gather(child.start(), parent.start(), proxy.restore())
+    try:
+        async with await AgentClient.connect(parent.address) as client:
+            await client.start(INPUT, session_id="root")
+            events = await _stream_until_child_step(client, 2)
+            assert proxy.connections == 1
+            await proxy.drop()
+            await asyncio.sleep(2.0)  # the child keeps running; the parent cannot reach it
+            await proxy.restore()
+            events += [e async for e in client.stream("root", from_sequence=events[-1].sequence)]
+    finally:
+        await proxy.drop()
+        await asyncio.gather(parent.stop(), child.stop())
+
+    assert_parent_log_is_sound(events)
+    assert proxy.connections >= 2, "the parent never had to reconnect"
+    lines = (tmp_path / "calls.log").read_text().splitlines()
+    assert sum(1 for line in lines if line.split() == ["counter", CHILD]) == STEPS + 1
