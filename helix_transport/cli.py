@@ -35,12 +35,18 @@ def status_name(value: pb.SessionStatus.ValueType) -> str:
 
 
 class EventPrinter:
-    """Renders events for people: one line each, children indented under their parent."""
+    """Renders events for people: one line each, children indented under their parent.
+
+    Text deltas stream live on one open line; when several sessions stream text at
+    once (concurrent children), the others are buffered and printed as a whole line
+    when that session's next event arrives, so lines never interleave word by word.
+    """
 
     def __init__(self, out: TextIO = sys.stdout, *, color: bool | None = None) -> None:
         self.out = out
         self.color = out.isatty() if color is None else color
-        self._in_text: tuple[str, int] | None = None
+        self._open: str | None = None  # the session whose text line is open
+        self._buffered: dict[str, tuple[str, list[str]]] = {}  # session -> (prefix, text)
 
     def _c(self, code: str, text: str) -> str:
         return f"\x1b[{code}m{text}\x1b[0m" if self.color else text
@@ -51,25 +57,40 @@ class EventPrinter:
         if kind == "child_event":
             self.print(event.child_event.event, depth + 1)
             return
-        indent = "  " * depth
-        key = (event.session_id, event.step)
+        session = event.session_id
         if kind == "text_delta":
-            if self._in_text != key:
-                self._end_text()
-                self.out.write(f"{indent}{self._c('2', f'[{event.agent_type}]')} ")
-                self._in_text = key
-            self.out.write(event.text_delta.text.replace("\n", "\n" + indent + "  "))
-            self.out.flush()
+            self._text(
+                session,
+                "  " * depth + self._c("2", f"[{event.agent_type}]") + " ",
+                event.text_delta.text,
+            )
             return
-        self._end_text()
+        self._flush_text(session)
         label = self._c("2", f"[{event.agent_type} #{event.sequence}]")
-        self.out.write(f"{indent}{label} {self._describe(event, kind)}\n")
+        self.out.write(f"{'  ' * depth}{label} {self._describe(event, kind)}\n")
         self.out.flush()
 
-    def _end_text(self) -> None:
-        if self._in_text is not None:
+    def _text(self, session: str, prefix: str, text: str) -> None:
+        if self._open is None and session not in self._buffered:
+            self.out.write(prefix)
+            self._open = session
+        if self._open == session:
+            self.out.write(text.replace("\n", " "))
+            self.out.flush()
+        else:
+            self._buffered.setdefault(session, (prefix, []))[1].append(text)
+
+    def _flush_text(self, session: str) -> None:
+        if self._open == session:
             self.out.write("\n")
-            self._in_text = None
+            self._open = None
+        buffered = self._buffered.pop(session, None)
+        if buffered is not None:
+            prefix, parts = buffered
+            if self._open is not None:  # don't split another session's open line
+                self.out.write("\n")
+                self._open = None
+            self.out.write(prefix + "".join(parts).replace("\n", " ") + "\n")
 
     def _describe(self, event: pb.StreamEvent, kind: str | None) -> str:
         if kind == "run_started":
@@ -111,8 +132,18 @@ class EventPrinter:
         return f"({kind or 'unknown event'})"
 
     def close(self) -> None:
-        """End a pending line of streamed text."""
-        self._end_text()
+        """End the open line and print any buffered text."""
+        if self._open is not None:
+            self._flush_text(self._open)
+        for session in list(self._buffered):
+            self._flush_text(session)
+        self.out.flush()
+
+
+def _who(event: pb.StreamEvent) -> str:
+    """``researcher`` or, for a remote child, ``researcher call_2_0`` (its tool call)."""
+    _, remote, call = event.session_id.rpartition("-remote-")
+    return f"{event.agent_type} {call}" if remote else event.agent_type
 
 
 def _short(text: str, limit: int = 100) -> str:

@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import socket
-import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from helix_transport.testing.processes import ServiceProcess, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
+
+__all__ = ["ROOT", "ServiceProcess", "TcpProxy", "assert_eventually", "free_port"]
 
 
 async def assert_eventually(
@@ -26,90 +23,6 @@ async def assert_eventually(
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout_s}s")
         await asyncio.sleep(interval_s)
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class ServiceProcess:
-    """``helix-mesh serve AGENT`` in its own process, on a fixed port, killable."""
-
-    def __init__(
-        self,
-        agent: str,
-        *,
-        port: int,
-        store_url: str,
-        log_path: Path,
-        env: dict[str, str] | None = None,
-        extra_args: list[str] | None = None,
-    ) -> None:
-        self.agent = agent
-        self.port = port
-        self.store_url = store_url
-        self.log_path = log_path
-        self.env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
-        self.extra_args = extra_args or []
-        self.proc: asyncio.subprocess.Process | None = None
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    async def start(self, *, timeout_s: float = 30.0) -> None:
-        """Start the process and wait until its health check says SERVING."""
-        args = [
-            sys.executable, "-m", "helix_transport.cli", "serve", self.agent,
-            "--port", str(self.port), "--store", self.store_url,
-            "--replica-id", f"test-{self.port}", *self.extra_args,
-        ]  # fmt: skip
-        with self.log_path.open("ab") as log:
-            self.proc = await asyncio.create_subprocess_exec(
-                *args, cwd=ROOT, env=self.env, stdout=log, stderr=log
-            )
-        await self.wait_serving(timeout_s=timeout_s)
-
-    async def wait_serving(self, *, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        async with grpc.aio.insecure_channel(self.address) as channel:
-            stub = health_pb2_grpc.HealthStub(channel)
-            while True:
-                if self.proc is not None and self.proc.returncode is not None:
-                    raise RuntimeError(f"server exited early:\n{self.log_path.read_text()[-3000:]}")
-                try:
-                    reply = await stub.Check(health_pb2.HealthCheckRequest(), timeout=1)
-                    if reply.status == health_pb2.HealthCheckResponse.SERVING:
-                        return
-                except grpc.aio.AioRpcError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"server not serving:\n{self.log_path.read_text()[-3000:]}")
-                await asyncio.sleep(0.1)
-
-    async def kill(self) -> None:
-        """SIGKILL: no drain, no checkpoint beyond what is already in the store."""
-        if self.proc is not None:
-            if self.proc.returncode is None:
-                self.proc.send_signal(signal.SIGKILL)
-            await self.proc.wait()
-            self.proc = None
-
-    async def terminate(self, *, timeout_s: float = 30.0) -> int:
-        """SIGTERM and wait; returns the exit code."""
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGTERM)
-        async with asyncio.timeout(timeout_s):
-            code = await self.proc.wait()
-        self.proc = None
-        return code
-
-    async def stop(self) -> None:
-        """Kill the process if it is still running (test cleanup)."""
-        await self.kill()
 
 
 class TcpProxy:

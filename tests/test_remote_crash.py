@@ -18,7 +18,7 @@ import pytest
 from helix_transport import AgentClient
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.remote import child_session_id
-from tests.helpers import ServiceProcess, TcpProxy, free_port
+from tests.helpers import ROOT, ServiceProcess, TcpProxy, free_port
 
 STEPS = 6
 INPUT = json.dumps({"calls": [{"tool": "count", "args": {"steps": STEPS, "words": 6}}]})
@@ -48,6 +48,7 @@ def _service(agent: str, workdir: Path, *, port: int, env: dict[str, str]) -> Se
             **env,
         },
         extra_args=["--lease-ttl", "1", "--drain-timeout", "0.5"],
+        cwd=ROOT,
     )
 
 

@@ -1,23 +1,30 @@
-"""The orchestrator agent: breaks a question into sub-questions and answers it.
+"""The orchestrator agent: plans a question, delegates the work, composes the answer.
 
-For now it works alone: a ``plan`` tool splits the question, and the scripted model
-finishes with an answer composed from that plan. The next step replaces this with
-delegation: ``plan``'s sub-questions go to the researcher and the summarizer over
-gRPC (remote sub-agent tools), and the answer is built from what they return. Only
-``script``, the tool list and the prompt need to change; the schemas stay.
+It delegates over gRPC to two other services found through the mesh registry
+(``HELIX_AGENT_ADDRESS_RESEARCHER``, ``HELIX_AGENT_ADDRESS_SUMMARIZER``): one
+``research`` call per sub-question, all in one step so they run concurrently, then
+one ``summarize`` call over everything found. Offline, the scripted model plays
+exactly that plan; ``HELIX_MODEL`` switches to a real model with the same tools.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
 from pydantic import BaseModel, Field
 
 from helix_transport.agent.definition import Agent
-from helix_transport.agent.scripted import ScriptedTurn, call, register_script, user_input
-from helix_transport.agent.tools import FINISH_TOOL, ToolContext, tool
+from helix_transport.agent.scripted import (
+    ScriptedTurn,
+    call,
+    finish,
+    register_script,
+    step_results,
+    user_input,
+)
+from helix_transport.agent.tools import ToolContext, tool
+from helix_transport.remote import remote_agent_tool
 
 
 class Question(BaseModel):
@@ -65,57 +72,109 @@ async def plan(ctx: ToolContext, args: PlanArgs) -> dict[str, list[str]]:
     return {"sub_questions": split_question(args.question)}
 
 
+class ResearchRequest(BaseModel):
+    """What the orchestrator asks the researcher (the researcher validates it again)."""
+
+    topic: str = Field(min_length=1, description="The sub-question to research.")
+    max_sources: int = Field(default=2, ge=1, le=10, description="Most notes to read.")
+
+
+class SummarizeRequest(BaseModel):
+    """What the orchestrator asks the summarizer."""
+
+    text: str = Field(min_length=1, description="The text to summarize.")
+    max_sentences: int = Field(default=3, ge=1, le=10, description="Sentences to keep.")
+
+
+MAX_PARTS = 3
+"""Sub-questions researched at most (one concurrent research call each)."""
+
 SYSTEM_PROMPT = """\
-You answer questions by planning first. The user message is JSON: {"question": ...}.
+You answer questions by planning and delegating. The user message is JSON: {"question": ...}.
 
-Call `plan` with the question to break it into sub-questions. Then finish with `answer`: \
-a direct answer that addresses every sub-question in order, and `findings`: one entry per \
-sub-question saying what you concluded about it. Say plainly when you cannot answer a part; \
-do not make up facts."""
-
-
-def _plan_result(messages: list[dict[str, Any]]) -> Any:
-    """The latest ``plan`` result (parsed), or ``None`` before ``plan`` ran."""
-    for message in reversed(messages):
-        if message.get("role") == "tool" and message.get("name") == "plan":
-            try:
-                return json.loads(message.get("content") or "")
-            except json.JSONDecodeError:
-                return {"error": message.get("content")}
-    return None
+1. Call `plan` with the question to break it into sub-questions.
+2. Call `research` once per sub-question (at most 3), all in the same turn, with \
+{"topic": <sub-question>}.
+3. Call `summarize` with {"text": <every finding joined into one text>}.
+4. Finish with `answer` (the summary, addressing the question) and `findings` (every \
+finding the researchers returned). Say plainly when nothing was found; never invent facts."""
 
 
 def script(messages: list[dict[str, Any]]) -> ScriptedTurn:
-    """Plan, then finish with an answer composed from the plan."""
+    """Plan, research every part concurrently, summarize, answer."""
     question = Question.model_validate(user_input(messages)).question
-    result = _plan_result(messages)
-    if result is None:
+    results = step_results(messages)
+    names = {name for name, _ in results}
+    if not results:
         return ScriptedTurn(
-            text="Planning how to answer. ",
-            tool_calls=(call("plan", question=question),),
+            text="Planning how to answer. ", tool_calls=(call("plan", question=question),)
         )
-    subs = result.get("sub_questions") if isinstance(result, dict) else None
-    # A failed plan is not fatal: treat the question as its own only part.
-    parts = [str(s) for s in subs] if isinstance(subs, list) and subs else [question]
-    findings = [f"Part {i}: {part}" for i, part in enumerate(parts, 1)]
-    output = Answer(
-        answer=f"Answering {question!r} takes {len(parts)} part(s): "
-        + " ".join(f"({i}) {part}" for i, part in enumerate(parts, 1)),
-        findings=findings,
-    )
-    return ScriptedTurn(
-        text=f"The plan has {len(parts)} part(s). ",
-        tool_calls=(call(FINISH_TOOL, **output.model_dump()),),
-    )
+    if names == {"plan"}:
+        plan_result = results[0][1]
+        subs = plan_result.get("sub_questions") if isinstance(plan_result, dict) else None
+        # A failed plan is not fatal: research the question as its own only part.
+        parts = (
+            [str(s) for s in subs][:MAX_PARTS] if isinstance(subs, list) and subs else [question]
+        )
+        return ScriptedTurn(
+            text=f"Researching {len(parts)} part(s) in parallel. ",
+            tool_calls=tuple(call("research", topic=part, max_sources=2) for part in parts),
+        )
+    if names == {"research"}:
+        findings = _findings(results)
+        if not findings:
+            return finish(answer=f"I found nothing on {question!r}.", findings=[])
+        return ScriptedTurn(
+            text=f"Summarizing {len(findings)} finding(s). ",
+            tool_calls=(call("summarize", text=" ".join(findings), max_sentences=3),),
+        )
+    summary = results[0][1] if results else {}
+    findings = _findings(step_results(_before_last_step(messages)))
+    answer = summary.get("summary") if isinstance(summary, dict) else None
+    return finish(answer=answer or " ".join(findings), findings=findings)
+
+
+def _findings(results: list[tuple[str, Any]]) -> list[str]:
+    """Every finding of the research results (failed calls contribute none)."""
+    return [
+        str(finding)
+        for _, value in results
+        if isinstance(value, dict) and isinstance(value.get("findings"), list)
+        for finding in value["findings"]
+    ]
+
+
+def _before_last_step(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The conversation up to the model turn that started the latest step."""
+    for index in range(len(messages) - 1, -1, -1):
+        if messages[index].get("role") == "assistant":
+            return messages[:index]
+    return messages
 
 
 agent = Agent(
     name="orchestrator",
-    description="Answers a question by planning it into sub-questions.",
+    description="Answers a question by delegating research and summarizing to other agents.",
     input_model=Question,
     output_model=Answer,
     system_prompt=SYSTEM_PROMPT,
-    tools=[plan],
+    tools=[
+        plan,
+        remote_agent_tool(
+            "research",
+            agent_type="researcher",
+            input_model=ResearchRequest,
+            description="Research one sub-question in the notes; returns findings and sources.",
+            timeout_s=120,
+        ),
+        remote_agent_tool(
+            "summarize",
+            agent_type="summarizer",
+            input_model=SummarizeRequest,
+            description="Summarize a text into a few sentences and key points.",
+            timeout_s=120,
+        ),
+    ],
     model=register_script("orchestrator", script),
     max_steps=8,
 )

@@ -16,7 +16,7 @@ import pytest
 
 from helix_transport import AgentClient
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
-from tests.helpers import ServiceProcess, free_port
+from tests.helpers import ROOT, ServiceProcess, free_port
 
 
 @pytest.fixture
@@ -38,6 +38,7 @@ def _service(
             "HELIX_SCRIPTED_CALL_LOG": str(workdir / "calls.log"),
         },
         extra_args=args,
+        cwd=ROOT,
     )
     if replica:
         service.extra_args += ["--replica-id", replica]

@@ -279,21 +279,47 @@ def test_word_count_ignores_lone_punctuation() -> None:
 # -- orchestrator -------------------------------------------------------------------------
 
 
-async def test_orchestrator_answers_from_its_plan() -> None:
+async def test_orchestrator_delegates_research_and_summary_over_grpc(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     question = "What is gRPC and why does the mesh keep an event log?"
-    async with serving(orchestrator) as stub:
-        events, output = await run(stub, "o-1", {"question": question})
+    research = await create_server(researcher, MemoryStore())
+    summarize = await create_server(summarizer, MemoryStore())
+    async with research, summarize:
+        monkeypatch.setenv("HELIX_AGENT_ADDRESS_RESEARCHER", research.address)
+        monkeypatch.setenv("HELIX_AGENT_ADDRESS_SUMMARIZER", summarize.address)
+        async with serving(orchestrator) as stub:
+            events, output = await run(stub, "o-1", {"question": question})
 
-    parts = ["What is gRPC?", "Why does the mesh keep an event log?"]
-    assert output["findings"] == [f"Part {i}: {p}" for i, p in enumerate(parts, 1)]
-    assert all(p in output["answer"] for p in parts)
+    starts = [e.subagent_start for e in events if e.WhichOneof("payload") == "subagent_start"]
+    assert [s.child_agent_type for s in starts] == ["researcher", "researcher", "summarizer"]
     (plan,) = tool_ends(events, "plan")
-    assert json.loads(plan.tool_end.result_json) == {"sub_questions": parts}
+    parts = json.loads(plan.tool_end.result_json)["sub_questions"]
+    assert parts == ["What is gRPC?", "Why does the mesh keep an event log?"]
+    # The two research calls ran concurrently and may end in any order: sort by call id.
+    researched = [
+        json.loads(end.output_json)
+        for end in sorted(
+            (e.subagent_end for e in events if e.WhichOneof("payload") == "subagent_end"),
+            key=lambda end: end.tool_call_id,
+        )
+        if end.child_agent_type == "researcher"
+    ]
+    assert output["findings"] == [f for r in researched for f in r["findings"]]
+    assert output["findings"], "the researcher found nothing in its corpus"
+    summary = next(
+        json.loads(e.subagent_end.output_json)
+        for e in events
+        if e.WhichOneof("payload") == "subagent_end"
+        and e.subagent_end.child_agent_type == "summarizer"
+    )
+    assert output["answer"] == summary["summary"]
 
 
-def test_orchestrator_script_answers_the_whole_question_when_plan_fails() -> None:
+def test_orchestrator_script_researches_the_whole_question_when_plan_fails() -> None:
     messages = conversation({"question": "Why?"}, [("plan", {"error": "boom"})])
-    assert finished_with(orchestrator_script(messages))["findings"] == ["Part 1: Why?"]
+    turn = orchestrator_script(messages)
+    assert [(c.name, c.arguments["topic"]) for c in turn.tool_calls] == [("research", "Why?")]
 
 
 # -- every agent --------------------------------------------------------------------------
@@ -301,7 +327,7 @@ def test_orchestrator_script_answers_the_whole_question_when_plan_fails() -> Non
 AGENTS = [
     (researcher, ResearchInput, ResearchOutput, ["search_notes", "fetch_note"]),
     (summarizer, SummarizeInput, Summary, ["count_words", "split_sentences"]),
-    (orchestrator, Question, Answer, ["plan"]),
+    (orchestrator, Question, Answer, ["plan", "research", "summarize"]),
 ]
 
 
