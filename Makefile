@@ -30,16 +30,16 @@ $(STAMP): pyproject.toml
 	touch $@
 
 proto: venv
-	$(PY) scripts/gen_proto.py
+	$(PY) proto/generate.py
 
 proto-check: venv
-	$(PY) scripts/gen_proto.py --check
+	$(PY) proto/generate.py --check
 
 lint: venv
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
-	$(PY) scripts/gen_proto.py --check
+	$(PY) proto/generate.py --check
 
 # Start local Redis and PostgreSQL unless they already answer. Missing tools are not an
 # error here: the tests decide (under CI=true an unreachable backend fails the run).
@@ -77,7 +77,7 @@ test: venv services-up lint
 	$(PY) -m pytest -q
 
 demo: venv
-	$(PY) scripts/demo.py
+	$(PY) -m services.demo
 
 bench: venv
 	$(PY) tests/bench/run.py

@@ -127,7 +127,8 @@ class SessionWriter:
         event.agent_type = self.agent_type
         if not event.step:
             event.step = self.step
-        event.time.FromNanoseconds(time.time_ns())
+        # divmod beats Timestamp.FromNanoseconds, which is pure Python and per event.
+        event.time.seconds, event.time.nanos = divmod(time.time_ns(), 1_000_000_000)
         return event
 
     def emit(self, event: StreamEvent) -> None:

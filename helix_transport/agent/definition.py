@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -71,8 +72,15 @@ class Agent:
         """The tool called ``name``, if the agent has it."""
         return next((t for t in self.tools if t.name == name), None)
 
+    @functools.cached_property
+    def _schemas(self) -> list[dict[str, Any]]:
+        return self._build_tool_schemas()
+
     def tool_schemas(self) -> list[dict[str, Any]]:
-        """Schemas of every tool, ``__finish__`` last, as litellm expects them."""
+        """Schemas of every tool, ``__finish__`` last, as litellm expects them (cached)."""
+        return self._schemas
+
+    def _build_tool_schemas(self) -> list[dict[str, Any]]:
         finish = {
             "type": "function",
             "function": {

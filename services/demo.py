@@ -1,4 +1,4 @@
-"""`make demo`: a small mesh on loopback, and one delegation streamed as a live tree.
+"""`make demo` (python -m services.demo): a small mesh on loopback, and one delegation streamed as a live tree.
 
 Starts the researcher, summarizer and orchestrator services as three processes on
 free 127.0.0.1 ports, each with its own SQLite store, points the orchestrator at
@@ -14,18 +14,16 @@ import argparse
 import asyncio
 import json
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from helix_transport import AgentClient
+from helix_transport.cli import EventPrinter
+from helix_transport.registry import address_env_var
+from helix_transport.testing.processes import ServiceProcess, free_port
 
-from helix_transport import AgentClient  # noqa: E402
-from helix_transport.cli import EventPrinter  # noqa: E402
-from helix_transport.registry import address_env_var  # noqa: E402
-from helix_transport.testing.processes import ServiceProcess, free_port  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 QUESTION = "How does a gRPC agent mesh resume a stream and why does it keep an event log?"
 

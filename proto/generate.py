@@ -1,6 +1,6 @@
 """Generate the Python code for proto/ into helix_transport/_proto/ (the one command).
 
-Usage: python scripts/gen_proto.py [--check]
+Usage: python proto/generate.py [--check]
 
 protoc writes imports as ``from helix.agent.v1 import ...``; they are rewritten to
 live under ``helix_transport._proto`` so the generated code needs no sys.path tricks.
