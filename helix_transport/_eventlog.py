@@ -41,7 +41,7 @@ class _Tail:
 class EventHub:
     """In-process fan-out of freshly appended events, with a bounded recent tail."""
 
-    def __init__(self, *, tail_size: int = 4096) -> None:
+    def __init__(self, *, tail_size: int = 1024) -> None:
         self._tails: dict[str, _Tail] = {}
         self._tail_size = tail_size
 

@@ -300,8 +300,9 @@ async def interrupt_children(
     ]
 
     async def one(ref: SubSessionRef) -> None:
-        client = await clients.get(ref.address)
+        # Best effort per child: one unreachable child must not stop the others'.
         with contextlib.suppress(HelixError):
+            client = await clients.get(ref.address)
             await client.interrupt(ref.child_session_id, reason=reason or "parent interrupted")
 
     async with asyncio.TaskGroup() as group:

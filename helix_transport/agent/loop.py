@@ -24,7 +24,7 @@ from typing import Any, Final, TypeVar
 from pydantic import ValidationError
 
 from helix_transport._eventlog import SessionWriter
-from helix_transport._exceptions import AgentRunError, ModelAPIError
+from helix_transport._exceptions import AgentRunError, HelixError, ModelAPIError
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._status import SessionStatus
 from helix_transport.agent.definition import Agent
@@ -191,7 +191,7 @@ class RunLoop:
                 settings=self.agent.model_settings,
                 metadata={"session_id": self.session_id, "agent_type": self.agent.name},
             )
-        except ModelAPIError:
+        except HelixError:  # ModelAPIError, or the log refusing a write (SequenceConflict)
             raise
         except Exception as exc:  # a provider bug must still end as a clear failure
             raise ModelAPIError(model, f"{type(exc).__name__}: {exc}") from exc

@@ -25,6 +25,16 @@ class _Run:
     interrupt: asyncio.Event
 
 
+def _ownership_lost(exc: BaseException) -> bool:
+    """True when the run stopped because another process owns the session now.
+
+    Errors raised inside a step's tool TaskGroup arrive wrapped in an ExceptionGroup.
+    """
+    if isinstance(exc, BaseExceptionGroup):
+        return any(_ownership_lost(inner) for inner in exc.exceptions)
+    return isinstance(exc, (SequenceConflict, LeaseLost))
+
+
 class SessionRunner:
     """Owns the runs executing in this process.
 

@@ -1,0 +1,55 @@
+"""A run that loses its session to another writer stops writing; it never clobbers it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+
+import pytest
+
+from helix_transport import SessionStatus, create_server
+from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
+from helix_transport.store import MemoryStore
+from tests.agents import counter
+from tests.helpers import assert_eventually
+
+
+async def test_run_stops_when_another_writer_appends(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("HELIX_SCRIPTED_DELAY_MS", "10")
+    store = MemoryStore()
+    async with await create_server(counter, store) as server:
+        await server.servicer.Start(
+            pb.StartRequest(session_id="s1", input_json=json.dumps({"steps": 20, "words": 5})),
+            None,  # type: ignore[arg-type]
+        )
+
+        async def started() -> bool:
+            record = await store.get_session("s1")
+            return record is not None and record.last_sequence >= 5
+
+        await assert_eventually(started)
+        # Another owner (a replica that took over) writes to the log.
+        record = await store.get_session("s1")
+        assert record is not None
+        intruder = pb.StreamEvent(
+            session_id="s1",
+            agent_type="counter",
+            run_resumed=pb.RunResumed(step=1, reason="takeover"),
+        )
+        await store.append("s1", [intruder], expected_sequence=record.last_sequence)
+
+        async def stopped() -> bool:
+            return server.runner.running == 0
+
+        await assert_eventually(stopped)
+        await asyncio.sleep(0.1)
+        after = await store.get_session("s1")
+
+    assert after is not None and after.status is SessionStatus.RUNNING  # not failed, not completed
+    assert after.last_sequence == intruder.sequence  # nothing written after the intruder
+    assert "another process owns it" in caplog.text
+    assert "crashed" not in caplog.text
+    assert all(r.levelno < logging.ERROR for r in caplog.records if r.name.startswith("helix"))
