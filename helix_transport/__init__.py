@@ -7,40 +7,87 @@ The public API::
 Define an ``Agent`` (pydantic input/output models, tools, a litellm model), serve
 it with ``create_server`` or ``helix-mesh serve module:agent``, and call it with
 ``AgentClient``. See README.md.
+
+Importing the package is cheap: names load on first use, so a client-only
+program (``helix-mesh status``) never imports litellm.
 """
 
-from helix_transport import agent as _agent  # noqa: F401  (sets litellm's offline env first)
-from helix_transport._config import ClientConfig, RetryConfig
-from helix_transport._eventlog import is_terminal
-from helix_transport._exceptions import (
-    AgentRunError,
-    ConnectError,
-    DeadlineExceeded,
-    HelixError,
-    InvalidArgument,
-    LeaseLost,
-    MaxStepsExceeded,
-    ModelAPIError,
-    RemoteError,
-    RunInterrupted,
-    SequenceConflict,
-    SequenceGap,
-    SessionExists,
-    SessionNotFound,
-    StoreError,
-    StoreUnavailable,
-    StreamInterrupted,
-    ToolTimeoutError,
-    TransportError,
-    UsageError,
-)
-from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
-from helix_transport._status import SessionStatus
-from helix_transport.agent.definition import Agent
-from helix_transport.agent.tools import Tool, ToolContext, tool
-from helix_transport.server.app import AgentServer, ServerConfig, create_server
-from helix_transport.store import Store, open_store
-from helix_transport.transport import AgentClient, EventStream
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from helix_transport._config import ClientConfig, RetryConfig
+    from helix_transport._eventlog import is_terminal
+    from helix_transport._exceptions import (
+        AgentRunError,
+        ConnectError,
+        DeadlineExceeded,
+        HelixError,
+        InvalidArgument,
+        LeaseLost,
+        MaxStepsExceeded,
+        ModelAPIError,
+        RemoteError,
+        RunInterrupted,
+        SequenceConflict,
+        SequenceGap,
+        SessionExists,
+        SessionNotFound,
+        StoreError,
+        StoreUnavailable,
+        StreamInterrupted,
+        ToolTimeoutError,
+        TransportError,
+        UsageError,
+    )
+    from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
+    from helix_transport._status import SessionStatus
+    from helix_transport.agent.definition import Agent
+    from helix_transport.agent.tools import Tool, ToolContext, tool
+    from helix_transport.server.app import AgentServer, ServerConfig, create_server
+    from helix_transport.store import Store, open_store
+    from helix_transport.transport import AgentClient, EventStream
+
+_LAZY = {
+    "Agent": "helix_transport.agent.definition",
+    "AgentClient": "helix_transport.transport",
+    "AgentRunError": "helix_transport._exceptions",
+    "AgentServer": "helix_transport.server.app",
+    "ClientConfig": "helix_transport._config",
+    "ConnectError": "helix_transport._exceptions",
+    "DeadlineExceeded": "helix_transport._exceptions",
+    "EventStream": "helix_transport.transport",
+    "HelixError": "helix_transport._exceptions",
+    "InvalidArgument": "helix_transport._exceptions",
+    "LeaseLost": "helix_transport._exceptions",
+    "MaxStepsExceeded": "helix_transport._exceptions",
+    "ModelAPIError": "helix_transport._exceptions",
+    "RemoteError": "helix_transport._exceptions",
+    "RetryConfig": "helix_transport._config",
+    "RunInterrupted": "helix_transport._exceptions",
+    "SequenceConflict": "helix_transport._exceptions",
+    "SequenceGap": "helix_transport._exceptions",
+    "ServerConfig": "helix_transport.server.app",
+    "SessionExists": "helix_transport._exceptions",
+    "SessionNotFound": "helix_transport._exceptions",
+    "SessionStatus": "helix_transport._status",
+    "Store": "helix_transport.store",
+    "StoreError": "helix_transport._exceptions",
+    "StoreUnavailable": "helix_transport._exceptions",
+    "StreamEvent": "helix_transport._proto.helix.agent.v1.agent_pb2",
+    "StreamInterrupted": "helix_transport._exceptions",
+    "Tool": "helix_transport.agent.tools",
+    "ToolContext": "helix_transport.agent.tools",
+    "ToolTimeoutError": "helix_transport._exceptions",
+    "TransportError": "helix_transport._exceptions",
+    "UsageError": "helix_transport._exceptions",
+    "create_server": "helix_transport.server.app",
+    "is_terminal": "helix_transport._eventlog",
+    "open_store": "helix_transport.store",
+    "tool": "helix_transport.agent.tools",
+}
 
 __all__ = [
     "Agent",
@@ -80,3 +127,16 @@ __all__ = [
     "open_store",
     "tool",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'helix_transport' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # cache: later lookups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

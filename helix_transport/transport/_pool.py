@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import grpc
+
 from helix_transport._config import ClientConfig
 from helix_transport.transport.grpc import AgentClient
 
@@ -12,8 +14,16 @@ class ClientPool:
     """Reuses one client per address: gRPC channels multiplex calls over HTTP/2,
     so a parent fanning out to many children on one service needs one connection."""
 
-    def __init__(self, *, config: ClientConfig = ClientConfig.default) -> None:
+    def __init__(
+        self,
+        *,
+        config: ClientConfig = ClientConfig.default,
+        credentials: grpc.ChannelCredentials | None = None,
+        call_credentials: grpc.CallCredentials | None = None,
+    ) -> None:
         self.config = config
+        self._credentials = credentials
+        self._call_credentials = call_credentials
         self._clients: dict[str, AgentClient] = {}
         self._lock = asyncio.Lock()
 
@@ -25,7 +35,12 @@ class ClientPool:
         async with self._lock:
             client = self._clients.get(address)
             if client is None:
-                client = await AgentClient.connect(address, config=self.config)
+                client = await AgentClient.connect(
+                    address,
+                    config=self.config,
+                    credentials=self._credentials,
+                    call_credentials=self._call_credentials,
+                )
                 self._clients[address] = client
             return client
 

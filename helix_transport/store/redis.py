@@ -1,0 +1,537 @@
+"""The shared store: Redis, for several replicas of a service working on one state.
+
+Every key starts with the store's prefix (``{prefix}:...``):
+
+- ``session:{id}``: a hash with one field per ``SessionRecord`` field.
+- ``status:{status}``: a set of the session ids in that status (``list_sessions``).
+- ``events:{id}``: the session's log, a stream whose entry ids are ``0-<sequence>``.
+- ``checkpoint:{id}``: the checkpoint as a JSON string.
+- ``interrupt:{id}``: a pending interrupt reason.
+- ``refs:{parent}`` / ``refs-order:{parent}``: refs by child id, and child ids in
+  the order they were first stored.
+
+Each write that touches more than one key, or reads before it writes, is one Lua
+script, so it is atomic on the server without WATCH/MULTI round trips. Scripts touch
+keys of several sessions (the status sets), so this needs a single Redis (or a
+Sentinel-managed primary), not Redis Cluster.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, cast
+
+import redis.asyncio as aioredis
+import redis.exceptions as redis_errors
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+
+from helix_transport._exceptions import (
+    SequenceConflict,
+    SessionNotFound,
+    StoreError,
+    StoreUnavailable,
+    UsageError,
+)
+from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
+from helix_transport._status import SessionStatus
+from helix_transport.store._base import READ_LIMIT
+from helix_transport.store._records import (
+    Checkpoint,
+    RemoteCursor,
+    SessionRecord,
+    SessionUpdate,
+    SubSessionRef,
+    Usage,
+)
+
+# Applies a SessionUpdate's encoded field/value pairs (ARGV[first..]) to the session
+# hash, moving the id between status sets, exactly as ``SessionUpdate.apply`` does.
+_APPLY_UPDATE = """
+local function apply_update(key, index_prefix, now, terminal, first)
+  local status = redis.call('HGET', key, 'status')
+  for i = first, #ARGV, 2 do
+    if ARGV[i] == 'status' and ARGV[i + 1] ~= status then
+      local id = redis.call('HGET', key, 'session_id')
+      redis.call('SREM', index_prefix .. status, id)
+      redis.call('SADD', index_prefix .. ARGV[i + 1], id)
+    end
+    redis.call('HSET', key, ARGV[i], ARGV[i + 1])
+  end
+  redis.call('HSET', key, 'updated_at', now)
+  if terminal == '1' and redis.call('HGET', key, 'finished_at') == '' then
+    redis.call('HSET', key, 'finished_at', now)
+  end
+end
+"""
+
+# KEYS: session hash, its status set. ARGV: session id, field/value pairs.
+_CREATE = """
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  redis.call('HSET', KEYS[1], unpack(ARGV, 2))
+  redis.call('SADD', KEYS[2], ARGV[1])
+  return {1, redis.call('HGETALL', KEYS[1])}
+end
+return {0, redis.call('HGETALL', KEYS[1])}
+"""
+
+# KEYS: session hash. ARGV: expected status or '', status set prefix, now, terminal
+# flag, field/value pairs.
+_UPDATE = (
+    _APPLY_UPDATE
+    + """
+local status = redis.call('HGET', KEYS[1], 'status')
+if not status then return {'missing'} end
+if ARGV[1] ~= '' and ARGV[1] ~= status then return {'mismatch'} end
+apply_update(KEYS[1], ARGV[2], ARGV[3], ARGV[4], 5)
+return {'ok', redis.call('HGETALL', KEYS[1])}
+"""
+)
+
+# KEYS: session hash, event stream. ARGV: expected sequence or '', append token,
+# event count n, has-update flag, status set prefix, now, terminal flag, n payloads,
+# the update's field/value pairs.
+#
+# The token makes a retried call safe: redis-py resends a command after a connection
+# or timeout error, and if the first attempt had already landed, appending again
+# would duplicate the events (or raise a false SequenceConflict). A token equal to
+# the session's latest one means "this is that append", and no append came since.
+_APPEND = (
+    _APPLY_UPDATE
+    + """
+local last = redis.call('HGET', KEYS[1], 'last_sequence')
+if not last then return {'missing'} end
+last = tonumber(last)
+if redis.call('HGET', KEYS[1], 'append_token') == ARGV[2] then return {'ok', last} end
+if ARGV[1] ~= '' and tonumber(ARGV[1]) ~= last then return {'conflict', last} end
+local n = tonumber(ARGV[3])
+for i = 1, n do
+  redis.call('XADD', KEYS[2], string.format('0-%d', last + i), 'event', ARGV[7 + i])
+end
+last = last + n
+redis.call('HSET', KEYS[1], 'last_sequence', string.format('%d', last), 'append_token', ARGV[2])
+if ARGV[4] == '1' then apply_update(KEYS[1], ARGV[5], ARGV[6], ARGV[7], 8 + n) end
+return {'ok', last}
+"""
+)
+
+# KEYS: refs hash, order list. ARGV: child id, ref JSON. HSET answers 1 only for a
+# new field, so a replaced ref keeps its place in the order.
+_PUT_REF = """
+if redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) == 1 then
+  redis.call('RPUSH', KEYS[2], ARGV[1])
+end
+"""
+
+# KEYS: session hash. ARGV: owner, ttl seconds. The server's clock decides expiry, so
+# replicas with skewed clocks still agree on when a lease has lapsed.
+_ACQUIRE_LEASE = """
+local owner = redis.call('HGET', KEYS[1], 'owner')
+if not owner then return -1 end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local expires = tonumber(redis.call('HGET', KEYS[1], 'lease_expires_at'))
+if owner ~= '' and owner ~= ARGV[1] and expires > now then return 0 end
+local until_ = string.format('%.17g', now + tonumber(ARGV[2]))
+redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'lease_expires_at', until_)
+return 1
+"""
+
+# KEYS: session hash. ARGV: owner.
+_RELEASE_LEASE = """
+if redis.call('HGET', KEYS[1], 'owner') == ARGV[1] then
+  redis.call('HSET', KEYS[1], 'owner', '', 'lease_expires_at', '0.0')
+end
+"""
+
+# Decoders by the annotation of each record field; a field of a new type fails at
+# import instead of round-tripping wrongly.
+_DECODERS: dict[str, Callable[[str], Any]] = {
+    "str": str,
+    "int": int,
+    "float": float,
+    "float | None": lambda s: float(s) if s else None,
+    "SessionStatus": SessionStatus,
+    "dict[str, str]": json.loads,
+    "Usage": lambda s: Usage(**json.loads(s)),
+}
+_SESSION_DECODERS = {f.name: _DECODERS[str(f.type)] for f in dataclasses.fields(SessionRecord)}
+
+
+@contextmanager
+def _map_redis_errors() -> Iterator[None]:
+    """Translate ``redis`` exceptions into the helix error tree."""
+    try:
+        yield
+    except (redis_errors.AuthenticationError, redis_errors.AuthorizationError) as exc:
+        # Subclasses of ConnectionError, but retrying cannot fix a wrong password.
+        raise StoreError(f"redis: {exc}") from exc
+    except (
+        redis_errors.ConnectionError,
+        redis_errors.TimeoutError,
+        # A primary demoted during failover refuses writes until clients move on.
+        redis_errors.ReadOnlyError,
+    ) as exc:
+        raise StoreUnavailable(f"redis: {exc}") from exc
+    except redis_errors.RedisError as exc:
+        raise StoreError(f"redis: {exc}") from exc
+
+
+class RedisStore:
+    """A ``Store`` in Redis, shared by every process that uses the same prefix.
+
+    Open it with ``await RedisStore.from_url(url)``, which owns its client and closes
+    it in ``aclose()``, or wrap a client you manage with ``RedisStore(client)``; that
+    client is never closed by the store. The client must not decode responses
+    (events are stored as protobuf bytes).
+    """
+
+    def __init__(self, client: aioredis.Redis, *, prefix: str = "helix") -> None:
+        """Use ``client`` (which stays the caller's) with keys under ``prefix``.
+
+        Raises:
+            UsageError: ``prefix`` is empty or ``client`` decodes responses.
+        """
+        if not prefix:
+            raise UsageError("RedisStore needs a non-empty key prefix")
+        if client.connection_pool.connection_kwargs.get("decode_responses"):
+            raise UsageError("RedisStore needs a client with decode_responses=False")
+        self._client = client
+        self._prefix = prefix
+        self._owns_client = False
+        self._closed = False
+        self._create = client.register_script(_CREATE)
+        self._update = client.register_script(_UPDATE)
+        self._append = client.register_script(_APPEND)
+        self._put_ref = client.register_script(_PUT_REF)
+        self._acquire = client.register_script(_ACQUIRE_LEASE)
+        self._release = client.register_script(_RELEASE_LEASE)
+
+    @classmethod
+    async def from_url(
+        cls, url: str, *, prefix: str = "helix", timeout_s: float = 5.0
+    ) -> RedisStore:
+        """Connect to ``url`` (``redis://``, ``rediss://``, ``unix://``) and check it answers.
+
+        Args:
+            url: the server; query options in it (``socket_timeout``...) win over ours.
+            prefix: the start of every key, so stores can share one database.
+            timeout_s: how long to wait to connect and for each reply.
+
+        Raises:
+            StoreUnavailable: the server does not answer.
+            StoreError: it refused us (for example a wrong password).
+        """
+        client = aioredis.Redis.from_url(
+            url,
+            decode_responses=False,
+            socket_connect_timeout=timeout_s,
+            socket_timeout=timeout_s,
+            # No client-side resends: after a lost reply a resend could apply a write
+            # twice (take an interrupt twice, report a create as lost). The error is a
+            # retryable StoreUnavailable and the caller decides.
+            retry=Retry(NoBackoff(), 0),
+        )
+        try:
+            with _map_redis_errors():
+                await client.ping()
+        except StoreError as exc:
+            await client.aclose()
+            raise type(exc)(f"cannot reach the Redis store at {url}: {exc.message}") from exc
+        store = cls(client, prefix=prefix)
+        store._owns_client = True
+        return store
+
+    async def __aenter__(self) -> RedisStore:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def create_session(self, record: SessionRecord) -> tuple[SessionRecord, bool]:
+        """Create ``record`` unless its id exists (see ``Store.create_session``)."""
+        self._check_open()
+        keys = [self._key("session", record.session_id), self._key("status", record.status.value)]
+        args = [record.session_id, *_pairs(_encode_fields(record))]
+        with _map_redis_errors():
+            created, fields = await self._create(keys=keys, args=args)
+        return _decode_session(fields), created == 1
+
+    async def get_session(self, session_id: str) -> SessionRecord | None:
+        """The session, or ``None`` when it does not exist."""
+        self._check_open()
+        with _map_redis_errors():
+            # redis-py types replies as "awaitable or not" for its sync/async clients.
+            fields = await cast(
+                "Awaitable[dict[bytes, bytes]]",
+                self._client.hgetall(self._key("session", session_id)),
+            )
+        return _decode_session(fields) if fields else None
+
+    async def update_session(
+        self,
+        session_id: str,
+        update: SessionUpdate,
+        *,
+        expected_status: SessionStatus | None = None,
+    ) -> SessionRecord | None:
+        """Apply ``update``, optionally only while the status matches.
+
+        Raises:
+            SessionNotFound: no such session.
+        """
+        self._check_open()
+        expected = "" if expected_status is None else expected_status.value
+        head, pairs = self._update_args(update)
+        args = [expected, *head, *pairs]
+        with _map_redis_errors():
+            answer = await self._update(keys=[self._key("session", session_id)], args=args)
+        if answer[0] == b"missing":
+            raise SessionNotFound(session_id)
+        return _decode_session(answer[1]) if answer[0] == b"ok" else None
+
+    async def list_sessions(self, *, status: SessionStatus) -> list[SessionRecord]:
+        """Sessions in ``status``, oldest first."""
+        self._check_open()
+        with _map_redis_errors():
+            ids = await cast(
+                "Awaitable[set[bytes]]", self._client.smembers(self._key("status", status.value))
+            )
+            async with self._client.pipeline(transaction=False) as pipe:
+                for session_id in ids:
+                    pipe.hgetall(self._key("session", session_id.decode()))
+                rows = await pipe.execute()
+        # The set and the hashes are read apart, so re-check: a session may have
+        # moved to another status (or been removed) in between.
+        records = [_decode_session(fields) for fields in rows if fields]
+        records = [r for r in records if r.status == status]
+        return sorted(records, key=lambda r: (r.created_at, r.session_id))
+
+    async def append(
+        self,
+        session_id: str,
+        events: Sequence[StreamEvent],
+        *,
+        expected_sequence: int | None = None,
+        update: SessionUpdate | None = None,
+    ) -> int:
+        """Append ``events``, assigning their sequences in place (see ``Store.append``).
+
+        When the append fails, the events keep the sequences they had before.
+
+        Raises:
+            SessionNotFound: no such session.
+            SequenceConflict: the log does not end at ``expected_sequence``.
+        """
+        self._check_open()
+        # Sequences are assigned inside the script, after the events are serialized,
+        # so events are stored without one: the entry id 0-<sequence> is the single
+        # source of truth, and ``read`` stamps it back onto each event.
+        payloads = [_serialize_unsequenced(event) for event in events]
+        head, pairs = self._update_args(update or SessionUpdate())
+        args: list[str | bytes] = [
+            "" if expected_sequence is None else str(expected_sequence),
+            uuid.uuid4().hex,
+            str(len(payloads)),
+            "0" if update is None else "1",
+            *head,
+            *payloads,
+            *pairs,  # last: the script finds them after the payloads
+        ]
+        keys = [self._key("session", session_id), self._key("events", session_id)]
+        with _map_redis_errors():
+            answer = await self._append(keys=keys, args=args)
+        if answer[0] == b"missing":
+            raise SessionNotFound(session_id)
+        last: int = answer[1]
+        if answer[0] == b"conflict":
+            assert expected_sequence is not None
+            raise SequenceConflict(session_id, expected_sequence, last)
+        for offset, event in enumerate(events, start=last - len(events) + 1):
+            event.sequence = offset
+        return last
+
+    async def read(
+        self, session_id: str, *, from_sequence: int = 0, limit: int = READ_LIMIT
+    ) -> list[StreamEvent]:
+        """Up to ``limit`` (at most ``READ_LIMIT``) events after ``from_sequence``.
+
+        An unknown session reads as an empty log.
+        """
+        self._check_open()
+        count = min(limit, READ_LIMIT)
+        if count < 1:
+            return []
+        # "(" makes the start exclusive: entries strictly after 0-<from_sequence>.
+        start = f"(0-{max(from_sequence, 0)}"
+        with _map_redis_errors():
+            entries = await self._client.xrange(
+                self._key("events", session_id), min=start, max="+", count=count
+            )
+        events = []
+        for entry_id, fields in entries:
+            event = StreamEvent.FromString(fields[b"event"])
+            event.sequence = int(entry_id.split(b"-")[1])
+            events.append(event)
+        return events
+
+    async def save_checkpoint(self, checkpoint: Checkpoint) -> None:
+        """Replace the session's checkpoint."""
+        self._check_open()
+        data = dataclasses.asdict(checkpoint)
+        with _map_redis_errors():
+            await self._client.set(self._key("checkpoint", checkpoint.session_id), json.dumps(data))
+
+    async def load_checkpoint(self, session_id: str) -> Checkpoint | None:
+        """The session's latest checkpoint, or ``None``."""
+        self._check_open()
+        with _map_redis_errors():
+            raw = await self._client.get(self._key("checkpoint", session_id))
+        if raw is None:
+            return None
+        data = json.loads(raw)
+        data["usage"] = Usage(**data["usage"])
+        return Checkpoint(**data)
+
+    async def set_interrupt(self, session_id: str, reason: str) -> None:
+        """Record an interrupt request; a later one replaces an untaken one."""
+        self._check_open()
+        with _map_redis_errors():
+            await self._client.set(self._key("interrupt", session_id), reason)
+
+    async def take_interrupt(self, session_id: str) -> str | None:
+        """Read and clear the session's interrupt request (one ``GETDEL``)."""
+        self._check_open()
+        with _map_redis_errors():
+            raw = await self._client.getdel(self._key("interrupt", session_id))
+        return None if raw is None else bytes(raw).decode()
+
+    async def put_subsession_ref(self, ref: SubSessionRef) -> None:
+        """Insert or replace the ref keyed by (parent, child session id)."""
+        self._check_open()
+        parent = ref.parent_session_id
+        keys = [self._key("refs", parent), self._key("refs-order", parent)]
+        with _map_redis_errors():
+            await self._put_ref(keys=keys, args=[ref.child_session_id, _ref_to_json(ref)])
+
+    async def list_subsession_refs(self, parent_session_id: str) -> list[SubSessionRef]:
+        """The parent's refs, in the order they were first stored."""
+        self._check_open()
+        with _map_redis_errors():
+            # MULTI/EXEC so the order and the refs are one snapshot.
+            async with self._client.pipeline(transaction=True) as pipe:
+                pipe.lrange(self._key("refs-order", parent_session_id), 0, -1)
+                pipe.hgetall(self._key("refs", parent_session_id))
+                order, refs = await pipe.execute()
+        return [_ref_from_json(refs[child]) for child in order]
+
+    async def acquire_lease(self, session_id: str, owner: str, *, ttl_s: float) -> bool:
+        """Take or renew the lease if it is free, lapsed or already ``owner``'s.
+
+        Expiry is judged by the Redis server's clock, not this process's.
+
+        Raises:
+            SessionNotFound: no such session.
+        """
+        self._check_open()
+        keys = [self._key("session", session_id)]
+        with _map_redis_errors():
+            answer = await self._acquire(keys=keys, args=[owner, repr(float(ttl_s))])
+        if answer == -1:
+            raise SessionNotFound(session_id)
+        return bool(answer == 1)
+
+    async def release_lease(self, session_id: str, owner: str) -> None:
+        """Drop the lease if ``owner`` holds it; otherwise do nothing."""
+        self._check_open()
+        with _map_redis_errors():
+            await self._release(keys=[self._key("session", session_id)], args=[owner])
+
+    async def aclose(self) -> None:
+        """Close the client if the store owns it (``from_url``). Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._owns_client:
+            with _map_redis_errors():
+                await self._client.aclose()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise UsageError("RedisStore is closed")
+
+    def _key(self, kind: str, name: str) -> str:
+        return f"{self._prefix}:{kind}:{name}"
+
+    def _update_args(self, update: SessionUpdate) -> tuple[list[str], list[str]]:
+        """The scripts' update arguments: (status set prefix, now, terminal flag), pairs."""
+        terminal = update.status is not None and update.status.is_terminal
+        # Timestamps of records come from the client, as in every backend; only
+        # lease expiry (compared across replicas) uses the server's clock.
+        head = [self._key("status", ""), repr(time.time()), "1" if terminal else "0"]
+        return head, _pairs(_encode_fields(update))
+
+
+def _encode(value: object) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, SessionStatus):
+        return value.value
+    if isinstance(value, str):
+        return value
+    if isinstance(value, float):
+        return repr(value)  # repr round-trips a float exactly
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, Usage):
+        return json.dumps(dataclasses.asdict(value))
+    return json.dumps(value)
+
+
+def _encode_fields(obj: SessionRecord | SessionUpdate) -> dict[str, str]:
+    """A record's fields as strings; for an update, only the fields it changes."""
+    return {
+        f.name: _encode(getattr(obj, f.name))
+        for f in dataclasses.fields(obj)
+        if isinstance(obj, SessionRecord) or getattr(obj, f.name) is not None
+    }
+
+
+def _pairs(fields: dict[str, str]) -> list[str]:
+    return [item for pair in fields.items() for item in pair]
+
+
+def _decode_session(raw: Any) -> SessionRecord:
+    """A record from HGETALL: a dict from redis-py, a flat list from a script."""
+    if isinstance(raw, list):
+        raw = dict(zip(raw[::2], raw[1::2], strict=True))
+    fields = {name.decode(): value.decode() for name, value in raw.items()}
+    return SessionRecord(
+        **{name: decode(fields[name]) for name, decode in _SESSION_DECODERS.items()}
+    )
+
+
+def _serialize_unsequenced(event: StreamEvent) -> bytes:
+    previous = event.sequence
+    event.sequence = 0  # proto3 omits a zero field, so no stale sequence is stored
+    try:
+        return event.SerializeToString()
+    finally:
+        event.sequence = previous
+
+
+def _ref_to_json(ref: SubSessionRef) -> str:
+    return json.dumps(dataclasses.asdict(ref))
+
+
+def _ref_from_json(raw: bytes) -> SubSessionRef:
+    data = json.loads(raw)
+    data["status"] = SessionStatus(data["status"])
+    if data["remote"] is not None:
+        data["remote"] = RemoteCursor(**data["remote"])
+    return SubSessionRef(**data)

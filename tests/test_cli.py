@@ -1,0 +1,57 @@
+"""The helix-mesh command, run as a real process against a server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+
+from helix_transport import create_server
+from helix_transport.store import MemoryStore
+from tests.agents import counter
+from tests.helpers import ROOT
+
+
+async def cli(*args: str) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "helix_transport.cli", *args,
+        cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await proc.communicate()
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def test_call_status_interrupt_describe() -> None:
+    async with await create_server(counter, MemoryStore()) as server:
+        address = server.address
+        code, out, _ = await cli(
+            "call", address, "--input", '{"steps": 2, "words": 3}', "--session-id", "c1"
+        )
+        assert code == 0
+        assert "[counter #1] started c1" in out and "→ tick" in out and "completed" in out
+        assert json.loads(out[out.rindex("{") :]) == {"total": 2, "steps": 2}
+
+        code, out, _ = await cli("status", address, "c1")
+        assert code == 0 and json.loads(out)["status"] == "SESSION_STATUS_COMPLETED"
+
+        code, out, _ = await cli("interrupt", address, "c1")
+        assert code == 0 and "already finished; nothing changed" in out
+
+        code, out, _ = await cli("describe", address)
+        assert code == 0 and json.loads(out)["agent_type"] == "counter"
+
+        code, out, _ = await cli(
+            "call", address, "--follow", "--session-id", "c1", "--json", "--from-sequence", "3"
+        )
+        lines = [json.loads(line) for line in out.splitlines()]
+        assert code == 0 and int(lines[0]["sequence"]) == 4
+
+
+async def test_errors_are_one_line_and_non_zero() -> None:
+    async with await create_server(counter, MemoryStore()) as server:
+        code, _, err = await cli("status", server.address, "missing")
+        assert code == 1 and err.strip() == "helix-mesh: session 'missing' not found"
+        code, _, err = await cli("call", server.address, "--input", '{"steps": "x"}')
+        assert code == 1 and err.strip().startswith("helix-mesh: input_json.steps:")
+        assert "Traceback" not in err
