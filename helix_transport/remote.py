@@ -37,9 +37,11 @@ from helix_transport.transport._pool import ClientPool
 ROOT_SESSION_KEY = "helix.root_session_id"
 """Metadata key carrying the root session id down a delegation tree."""
 
-REF_FLUSH_EVENTS = 64
-REF_FLUSH_SECONDS = 0.25
-"""The sub-session ref's ``last_sequence`` is written at most this often, not per event."""
+REF_SAVE_SECONDS = 0.25
+"""The sub-session ref's ``last_sequence`` is written at most this often, not per event.
+
+Time-based only: a count trigger made the forwarder wait for the parent's log on
+every batch, which halved two-hop throughput (tests/bench/delegation.py)."""
 
 
 def child_session_id(parent_session_id: str, tool_call_id: str) -> str:
@@ -197,7 +199,7 @@ class _ChildCall:
         ``None`` when the parent's log already held every event of the finished child.
         """
         ctx = self.ctx
-        unsaved, saved_at = 0, time.monotonic()
+        saved_at = time.monotonic()
         final: pb.StreamEvent | None = None
         async for event in self.client.stream(self.child_id, from_sequence=last):
             ctx.emit(
@@ -206,12 +208,11 @@ class _ChildCall:
                 )
             )
             final = event
-            unsaved += 1
-            if unsaved >= REF_FLUSH_EVENTS or time.monotonic() - saved_at > REF_FLUSH_SECONDS:
+            if time.monotonic() - saved_at > REF_SAVE_SECONDS:
                 # The ref only claims events the parent's log already holds.
                 await ctx.flush()
                 await self._save(last_sequence=event.sequence)
-                unsaved, saved_at = 0, time.monotonic()
+                saved_at = time.monotonic()
         return final
 
     async def _final_from_status(self) -> pb.StreamEvent:

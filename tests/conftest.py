@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
-from collections.abc import AsyncIterator, Callable
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
+from typing import NoReturn
 
+import asyncpg  # type: ignore[import-untyped]
 import pytest
+import redis.asyncio as aioredis
 
 from helix_transport import Agent, AgentClient, AgentServer, ServerConfig, create_server
-from helix_transport.store import MemoryStore, SqliteStore, Store
+from helix_transport.store import Store, open_store
 
 os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
 
@@ -22,16 +28,102 @@ def _offline(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("HELIX_SCRIPTED_DELAY_MS", raising=False)
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+REDIS_URL = os.environ.get("HELIX_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+POSTGRES_DSNS = (
+    [os.environ["HELIX_TEST_POSTGRES_DSN"]]
+    if os.environ.get("HELIX_TEST_POSTGRES_DSN")
+    else ["postgresql://postgres@127.0.0.1:5432/test", "postgresql://root@127.0.0.1:5432/test"]
+)
+
+
+def unreachable(message: str) -> NoReturn:
+    """Skip locally, but fail under CI=true: CI must never go green without a backend."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"CI=true and {message}", pytrace=False)
+    pytest.skip(message)
+
+
+def _probe_in_thread(probe: Callable[[], Awaitable[None]]) -> str:
+    # asyncio.run in a thread of its own: it must not touch pytest-asyncio's loop.
+    with ThreadPoolExecutor(max_workers=1) as executor:
+        try:
+            executor.submit(asyncio.run, probe()).result()
+        except Exception as exc:
+            return f"{type(exc).__name__}: {exc}"
+    return ""
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    """The test Redis URL, once it answers a PING."""
+
+    async def ping() -> None:
+        client = aioredis.Redis.from_url(REDIS_URL, socket_connect_timeout=2)
+        try:
+            await client.ping()
+        finally:
+            await client.aclose()
+
+    problem = _probe_in_thread(ping)
+    if problem:
+        unreachable(
+            f"Redis is not reachable at {REDIS_URL} ({problem}); start it with "
+            "`make services-up` or point HELIX_TEST_REDIS_URL at a server"
+        )
+    return REDIS_URL
+
+
+@pytest.fixture(scope="session")
+def postgres_dsn() -> str:
+    """A PostgreSQL DSN that accepts connections."""
+    errors = []
+    for dsn in POSTGRES_DSNS:
+
+        async def connect(dsn: str = dsn) -> None:
+            conn = await asyncpg.connect(dsn, timeout=3)
+            await conn.close()
+
+        problem = _probe_in_thread(connect)
+        if not problem:
+            return dsn
+        errors.append(f"{dsn}: {problem}")
+    unreachable(
+        f"PostgreSQL is unreachable ({'; '.join(errors)}); start it with `make services-up` "
+        "or set HELIX_TEST_POSTGRES_DSN"
+    )
+
+
+BACKENDS = ["memory", "sqlite", "redis", "postgres"]
+
+
+@pytest.fixture(params=BACKENDS)
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
-    """Each contract test runs against every embedded backend."""
-    backend: Store
+    """Each contract test runs against every backend.
+
+    Redis gets a key prefix of its own and PostgreSQL a schema of its own; both are
+    removed afterwards.
+    """
+    name = f"helix_test_{uuid.uuid4().hex[:16]}"
     if request.param == "memory":
-        backend = MemoryStore()
+        url = "memory://"
+    elif request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'helix.db'}"
+    elif request.param == "redis":
+        url = f"{request.getfixturevalue('redis_url')}?prefix={name}"
     else:
-        backend = await SqliteStore.open(str(tmp_path / "helix.db"))
+        url = f"{request.getfixturevalue('postgres_dsn')}?schema={name}"
+    backend = await open_store(url)
     yield backend
     await backend.aclose()
+    if request.param == "redis":
+        client = aioredis.Redis.from_url(REDIS_URL)
+        async for key in client.scan_iter(match=f"{name}:*", count=1000):
+            await client.delete(key)
+        await client.aclose()
+    elif request.param == "postgres":
+        conn = await asyncpg.connect(request.getfixturevalue("postgres_dsn"), timeout=5)
+        await conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+        await conn.close()
 
 
 Serve = Callable[..., AbstractAsyncContextManager[tuple[AgentServer, AgentClient]]]

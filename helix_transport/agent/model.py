@@ -126,3 +126,18 @@ def _usage(raw: Any) -> Usage:
     completion = int(getattr(raw, "completion_tokens", 0) or 0)
     total = int(getattr(raw, "total_tokens", 0) or 0) or prompt + completion
     return Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=total)
+
+
+async def warm_up() -> None:
+    """Make one scripted completion so litellm's lazy imports happen now, not mid-request.
+
+    litellm imports about 300 modules on its first call (1-2 s); a service calls this
+    before it reports SERVING.
+    """
+    model = scripted.register_script("__warmup__", lambda messages: scripted.finish())
+    await stream_completion(
+        model=model,
+        messages=[{"role": "user", "content": "{}"}],
+        tools=[{"type": "function", "function": {"name": "__finish__", "parameters": {}}}],
+        on_text=lambda text: None,
+    )

@@ -25,6 +25,7 @@ from helix_transport._exceptions import UsageError
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._proto.helix.agent.v1 import agent_pb2_grpc as pb_grpc
 from helix_transport.agent.definition import Agent
+from helix_transport.agent.model import warm_up
 from helix_transport.server._runner import SessionRunner
 from helix_transport.server._servicer import AgentServicer
 from helix_transport.server.interceptors import ErrorMappingInterceptor
@@ -196,6 +197,7 @@ async def serve(agent: Agent, *, store_url: str, config: ServerConfig) -> None:
     store = await open_store(store_url)
     try:
         server = await create_server(agent, store, config)
+        await warm_up()
         await server.start()
         # Everything imported so far (litellm alone is ~400k objects) lives for the whole
         # process: moving it out of the collector's reach avoids 100-300 ms full

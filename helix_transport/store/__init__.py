@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import urllib.parse
 
 from helix_transport._exceptions import UsageError
 from helix_transport.store._base import READ_LIMIT, Store
@@ -16,6 +17,8 @@ from helix_transport.store._records import (
     input_fingerprint,
 )
 from helix_transport.store.memory import MemoryStore
+from helix_transport.store.postgres import PostgresStore
+from helix_transport.store.redis import RedisStore
 from helix_transport.store.sqlite import SqliteStore
 
 __all__ = [
@@ -23,6 +26,8 @@ __all__ = [
     "STORE_URL_ENV",
     "Checkpoint",
     "MemoryStore",
+    "PostgresStore",
+    "RedisStore",
     "RemoteCursor",
     "SessionRecord",
     "SessionUpdate",
@@ -39,7 +44,6 @@ STORE_URL_ENV = "HELIX_STORE_URL"
 """The environment variable that names the store URL."""
 
 _SQLITE_PREFIX = "sqlite:///"
-_PLANNED_SCHEMES = ("redis", "rediss", "postgres", "postgresql")
 
 
 async def open_store(url: str) -> Store:
@@ -53,9 +57,16 @@ async def open_store(url: str) -> Store:
       slash, so a fourth slash makes it absolute. ``sqlite:///:memory:`` is an
       in-memory SQLite database.
 
+    - ``redis://host:6379/0`` (``rediss://`` for TLS): a ``RedisStore``; the
+      optional ``?prefix=`` query parameter namespaces its keys (default ``helix``).
+    - ``postgresql://user:password@host:5432/db``: a ``PostgresStore``; the optional
+      ``?schema=`` query parameter picks its schema (default ``helix``). Migrations run
+      on open.
+
     Raises:
         UsageError: the URL is malformed or names an unsupported backend.
-        StoreUnavailable: the SQLite file cannot be opened or created.
+        StoreUnavailable: the backend cannot be reached or opened (so a wrong URL
+            fails at start, not at the first request).
     """
     if url == "memory://":
         return MemoryStore()
@@ -71,15 +82,25 @@ async def open_store(url: str) -> Store:
             "or sqlite:////absolute/path.db"
         )
     scheme = url.partition("://")[0] if "://" in url else ""
-    if scheme in _PLANNED_SCHEMES:
-        raise UsageError(
-            f"store URL {url!r}: {scheme}:// stores are not supported yet; "
-            "use sqlite:///path/to/file.db or memory://"
-        )
+    if scheme in ("redis", "rediss"):
+        base, prefix = _pop_query(url, "prefix")
+        return await RedisStore.from_url(base, prefix=prefix or "helix")
+    if scheme in ("postgres", "postgresql"):
+        base, schema = _pop_query(url, "schema")
+        return await PostgresStore.open(base, schema=schema or "helix")
     raise UsageError(
-        f"unsupported store URL {url!r}: use memory:// or sqlite:///path/to/file.db "
-        "(redis:// and postgresql:// are not supported yet)"
+        f"unsupported store URL {url!r}: use memory://, sqlite:///path/to/file.db, "
+        "redis://host:6379/0[?prefix=helix] or postgresql://user@host:5432/db[?schema=helix]"
     )
+
+
+def _pop_query(url: str, key: str) -> tuple[str, str]:
+    """``url`` without the query parameter ``key``, and that parameter's value."""
+    parts = urllib.parse.urlsplit(url)
+    query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+    value = next((v for k, v in query if k == key), "")
+    rest = urllib.parse.urlencode([(k, v) for k, v in query if k != key])
+    return urllib.parse.urlunsplit(parts._replace(query=rest)), value
 
 
 def store_url_from_env(default: str) -> str:

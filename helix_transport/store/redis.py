@@ -240,9 +240,11 @@ class RedisStore:
         try:
             with _map_redis_errors():
                 await client.ping()
-        except StoreError as exc:
+        except BaseException as exc:
             await client.aclose()
-            raise type(exc)(f"cannot reach the Redis store at {url}: {exc.message}") from exc
+            if isinstance(exc, StoreError):
+                raise type(exc)(f"cannot use the Redis store at {url}: {exc.message}") from exc
+            raise
         store = cls(client, prefix=prefix)
         store._owns_client = True
         return store
@@ -257,7 +259,7 @@ class RedisStore:
         """Create ``record`` unless its id exists (see ``Store.create_session``)."""
         self._check_open()
         keys = [self._key("session", record.session_id), self._key("status", record.status.value)]
-        args = [record.session_id, *_pairs(_encode_fields(record))]
+        args = [record.session_id, *_field_pairs(record)]
         with _map_redis_errors():
             created, fields = await self._create(keys=keys, args=args)
         return _decode_session(fields), created == 1
@@ -349,8 +351,7 @@ class RedisStore:
         if answer[0] == b"missing":
             raise SessionNotFound(session_id)
         last: int = answer[1]
-        if answer[0] == b"conflict":
-            assert expected_sequence is not None
+        if answer[0] == b"conflict" and expected_sequence is not None:
             raise SequenceConflict(session_id, expected_sequence, last)
         for offset, event in enumerate(events, start=last - len(events) + 1):
             event.sequence = offset
@@ -474,7 +475,7 @@ class RedisStore:
         # Timestamps of records come from the client, as in every backend; only
         # lease expiry (compared across replicas) uses the server's clock.
         head = [self._key("status", ""), repr(time.time()), "1" if terminal else "0"]
-        return head, _pairs(_encode_fields(update))
+        return head, _field_pairs(update)
 
 
 def _encode(value: object) -> str:
@@ -493,17 +494,14 @@ def _encode(value: object) -> str:
     return json.dumps(value)
 
 
-def _encode_fields(obj: SessionRecord | SessionUpdate) -> dict[str, str]:
-    """A record's fields as strings; for an update, only the fields it changes."""
-    return {
-        f.name: _encode(getattr(obj, f.name))
+def _field_pairs(obj: SessionRecord | SessionUpdate) -> list[str]:
+    """Field/value pairs of a record; of an update, only of the fields it changes."""
+    return [
+        item
         for f in dataclasses.fields(obj)
         if isinstance(obj, SessionRecord) or getattr(obj, f.name) is not None
-    }
-
-
-def _pairs(fields: dict[str, str]) -> list[str]:
-    return [item for pair in fields.items() for item in pair]
+        for item in (f.name, _encode(getattr(obj, f.name)))
+    ]
 
 
 def _decode_session(raw: Any) -> SessionRecord:

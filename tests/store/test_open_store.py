@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
+import time
+import uuid
 from pathlib import Path
 
+import asyncpg  # type: ignore[import-untyped]
 import pytest
+import redis.asyncio as aioredis
 
-from helix_transport._exceptions import UsageError
+from helix_transport._exceptions import StoreUnavailable, UsageError
 from helix_transport.store import (
     MemoryStore,
+    PostgresStore,
+    RedisStore,
     SqliteStore,
     open_store,
     store_url_from_env,
 )
+from helix_transport.testing.processes import free_port
+from helix_transport.testing.store_suite import make_record
 
 
 async def test_memory_url() -> None:
@@ -44,10 +52,44 @@ async def test_sqlite_in_memory() -> None:
     await store.aclose()
 
 
-@pytest.mark.parametrize("url", ["redis://localhost:6379/0", "postgresql://db/helix"])
-async def test_planned_backends_are_not_supported_yet(url: str) -> None:
-    with pytest.raises(UsageError, match="not supported yet"):
-        await open_store(url)
+@pytest.mark.parametrize("scheme", ["redis", "postgresql"])
+async def test_unreachable_network_store_fails_at_open(scheme: str) -> None:
+    port = free_port()  # nothing listens there
+    started = time.monotonic()
+    with pytest.raises(StoreUnavailable):
+        await open_store(f"{scheme}://127.0.0.1:{port}/0")
+    assert time.monotonic() - started < 10
+
+
+async def test_redis_url_prefix_namespaces_keys(redis_url: str) -> None:
+    prefix = f"helix-test-{uuid.uuid4().hex}"
+    store = await open_store(f"{redis_url}?prefix={prefix}")
+    try:
+        assert isinstance(store, RedisStore)
+        await store.create_session(make_record("s1"))
+        client = aioredis.Redis.from_url(redis_url)
+        keys = [k async for k in client.scan_iter(match=f"{prefix}:*")]
+        for key in keys:
+            await client.delete(key)
+        await client.aclose()
+        assert keys
+    finally:
+        await store.aclose()
+
+
+async def test_postgres_url_schema_is_used(postgres_dsn: str) -> None:
+    schema = f"helix_test_{uuid.uuid4().hex[:16]}"
+    store = await open_store(f"{postgres_dsn}?schema={schema}")
+    conn = await asyncpg.connect(postgres_dsn)
+    try:
+        assert isinstance(store, PostgresStore)
+        await store.create_session(make_record("s1"))
+        count = await conn.fetchval(f'SELECT count(*) FROM "{schema}".sessions')
+        assert count == 1
+    finally:
+        await store.aclose()
+        await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        await conn.close()
 
 
 @pytest.mark.parametrize(

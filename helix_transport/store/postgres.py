@@ -1,0 +1,593 @@
+"""The shared durable store: PostgreSQL through an ``asyncpg`` pool.
+
+Everything lives in one schema (``helix`` by default), so several deployments or
+test runs can share a database. The schema is created and upgraded on open by
+numbered migrations, applied under a transaction-scoped advisory lock so replicas
+starting together migrate it exactly once. Every ``Store`` method is one statement
+or one transaction; ``append`` locks the session row, so sequences are assigned by
+the database and two writers can never interleave a log.
+
+Timestamps are seconds since the epoch in ``double precision`` columns, so floats
+round-trip exactly. Leases are the exception to "the caller's clock": they are
+granted and checked against the database clock, which all replicas share.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import os
+import re
+import time
+from collections.abc import AsyncIterator, Iterator, Sequence
+from typing import Any
+from urllib.parse import urlsplit
+
+import asyncpg  # type: ignore[import-untyped]
+
+from helix_transport._exceptions import (
+    SequenceConflict,
+    SessionNotFound,
+    StoreError,
+    StoreUnavailable,
+    UsageError,
+)
+from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
+from helix_transport._status import SessionStatus
+from helix_transport.store._base import READ_LIMIT
+from helix_transport.store._records import (
+    Checkpoint,
+    RemoteCursor,
+    SessionRecord,
+    SessionUpdate,
+    SubSessionRef,
+    Usage,
+)
+
+# Migration N is _MIGRATIONS[N - 1]; "{s}" stands for the quoted schema. Never edit
+# a released migration: append a new one, so every database walks the same path.
+_MIGRATIONS: tuple[str, ...] = (
+    # 1: the initial schema. Column names are the record fields' names.
+    """
+    CREATE TABLE {s}.sessions (
+        session_id text PRIMARY KEY, agent_type text NOT NULL, input_json text NOT NULL,
+        input_hash text NOT NULL, status text NOT NULL, parent_session_id text NOT NULL,
+        metadata jsonb NOT NULL, output_json text NOT NULL, error text NOT NULL,
+        failure_reason text NOT NULL, step_count integer NOT NULL, usage jsonb NOT NULL,
+        last_sequence bigint NOT NULL, created_at float8 NOT NULL, updated_at float8 NOT NULL,
+        finished_at float8, owner text NOT NULL, lease_expires_at float8 NOT NULL);
+    -- Startup scans for RUNNING sessions to resume, oldest first.
+    CREATE INDEX sessions_by_status ON {s}.sessions (status, created_at);
+    CREATE TABLE {s}.events (session_id text NOT NULL, sequence bigint NOT NULL,
+        data bytea NOT NULL, PRIMARY KEY (session_id, sequence));
+    -- json, not jsonb: it keeps the text exactly, and jsonb refuses "\\u0000",
+    -- which tool outputs in a conversation can contain.
+    CREATE TABLE {s}.checkpoints (session_id text PRIMARY KEY, step integer NOT NULL,
+        messages json NOT NULL, usage jsonb NOT NULL, last_sequence bigint NOT NULL,
+        state json NOT NULL);
+    CREATE TABLE {s}.interrupts (session_id text PRIMARY KEY, reason text NOT NULL);
+    -- position keeps the order refs were first stored; remote_* are NULL for a local child.
+    CREATE TABLE {s}.subsession_refs (position bigserial NOT NULL,
+        parent_session_id text NOT NULL, child_session_id text NOT NULL,
+        agent_type text NOT NULL, tool_call_id text NOT NULL, status text NOT NULL,
+        address text NOT NULL, started_at float8 NOT NULL, completed_at float8,
+        remote_stream_id text, remote_last_sequence bigint, output_json text NOT NULL,
+        error text NOT NULL, failure_reason text NOT NULL,
+        PRIMARY KEY (parent_session_id, child_session_id));
+    CREATE INDEX subsession_refs_by_position ON {s}.subsession_refs (parent_session_id, position);
+    """,
+)
+
+SCHEMA_VERSION = len(_MIGRATIONS)
+"""The newest migration this module knows; a schema migrated further is refused."""
+
+# First key of the two-key advisory lock taken while migrating (the second is the
+# schema's hash), so the lock cannot collide with an application's own advisory locks.
+_MIGRATION_LOCK_CLASS = 0x48E11C
+
+# A plain lowercase identifier, short enough that "<schema>_events" is a valid
+# NOTIFY channel (63 bytes at most).
+_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,55}")
+
+_CLOSE_TIMEOUT_S = 10.0
+
+# Failures of the connection or the server's availability; retrying later may help.
+_UNAVAILABLE = (
+    OSError,  # also TimeoutError
+    asyncpg.PostgresConnectionError,
+    asyncpg.CannotConnectNowError,
+    asyncpg.AdminShutdownError,
+    asyncpg.CrashShutdownError,
+    asyncpg.TooManyConnectionsError,
+)
+
+# Derived from the records so a new field without a migration fails loudly
+# ("column ... does not exist") instead of being dropped silently.
+_SESSION_COLUMNS = [f.name for f in dataclasses.fields(SessionRecord)]
+# What update_session/append may change; leases are written only by the lease methods.
+_STATE_COLUMNS = [f.name for f in dataclasses.fields(SessionUpdate)]
+_STATE_COLUMNS += ["last_sequence", "updated_at", "finished_at"]
+_REF_COLUMNS = [f.name for f in dataclasses.fields(SubSessionRef) if f.name != "remote"]
+_REF_COLUMNS += ["remote_stream_id", "remote_last_sequence"]
+
+
+def _upsert(table: str, columns: list[str], keys: tuple[str, ...], *, replace: bool) -> str:
+    """An INSERT of ``columns`` that, when ``keys`` exist, replaces the rest or does nothing."""
+    values = ", ".join(f"${n}" for n in range(1, len(columns) + 1))
+    rest = ", ".join(f"{c} = EXCLUDED.{c}" for c in columns if c not in keys)
+    action = f"DO UPDATE SET {rest}" if replace else "DO NOTHING RETURNING *"
+    return (
+        f"INSERT INTO {{s}}.{table} ({', '.join(columns)}) VALUES ({values}) "
+        f"ON CONFLICT ({', '.join(keys)}) {action}"
+    )
+
+
+_INSERT_SESSION = _upsert("sessions", _SESSION_COLUMNS, ("session_id",), replace=False)
+_WRITE_STATE = (
+    "UPDATE {s}.sessions SET "
+    + ", ".join(f"{c} = ${n}" for n, c in enumerate(_STATE_COLUMNS, start=2))
+    + " WHERE session_id = $1"
+)
+# A replaced ref keeps its position: the position column is not among those replaced.
+_PUT_REF = _upsert(
+    "subsession_refs", _REF_COLUMNS, ("parent_session_id", "child_session_id"), replace=True
+)
+_GET_SESSION = "SELECT * FROM {s}.sessions WHERE session_id = $1"
+_LIST_SESSIONS = "SELECT * FROM {s}.sessions WHERE status = $1 ORDER BY created_at, session_id"
+_INSERT_EVENTS = (
+    "INSERT INTO {s}.events (session_id, sequence, data) "
+    "SELECT $1, * FROM unnest($2::bigint[], $3::bytea[])"
+)
+_READ = (
+    "SELECT data FROM {s}.events WHERE session_id = $1 AND sequence > $2 ORDER BY sequence LIMIT $3"
+)
+_CHECKPOINT_COLUMNS = [f.name for f in dataclasses.fields(Checkpoint)]
+_SAVE_CHECKPOINT = _upsert("checkpoints", _CHECKPOINT_COLUMNS, ("session_id",), replace=True)
+_LOAD_CHECKPOINT = "SELECT * FROM {s}.checkpoints WHERE session_id = $1"
+_SET_INTERRUPT = _upsert("interrupts", ["session_id", "reason"], ("session_id",), replace=True)
+_TAKE_INTERRUPT = "DELETE FROM {s}.interrupts WHERE session_id = $1 RETURNING reason"
+_LIST_REFS = "SELECT * FROM {s}.subsession_refs WHERE parent_session_id = $1 ORDER BY position"
+_RELEASE_LEASE = (
+    "UPDATE {s}.sessions SET owner = '', lease_expires_at = 0 WHERE session_id = $1 AND owner = $2"
+)
+_DB_NOW = "extract(epoch FROM clock_timestamp())::double precision"
+# One statement: the CTE tells "no such session" apart from "held by someone else".
+# A racing acquirer blocks on the row lock, then re-checks the WHERE on the new row.
+_ACQUIRE_LEASE = f"""
+    WITH target AS (SELECT 1 FROM {{s}}.sessions WHERE session_id = $1),
+    taken AS (
+        UPDATE {{s}}.sessions SET owner = $2, lease_expires_at = {_DB_NOW} + $3
+        WHERE session_id = $1 AND (owner = '' OR owner = $2 OR lease_expires_at <= {_DB_NOW})
+        RETURNING 1
+    )
+    SELECT EXISTS (SELECT 1 FROM target) AS found, EXISTS (SELECT 1 FROM taken) AS taken
+"""
+
+
+def _check_schema(schema: str) -> None:
+    if not _SCHEMA_NAME.fullmatch(schema):
+        raise UsageError(
+            f"schema {schema!r}: use a lowercase identifier of at most 56 characters "
+            "(letters, digits, underscores)"
+        )
+
+
+def _describe_dsn(dsn: str) -> str:
+    """``host:port/database`` of ``dsn`` for error messages (never the password)."""
+    try:
+        parts = urlsplit(dsn)
+    except ValueError:
+        return "<unparsable DSN>"
+    where = parts.netloc.rpartition("@")[2] or os.environ.get("PGHOST", "localhost")
+    if ":" not in where.rpartition("]")[2] and "," not in where:  # no port, not multi-host
+        where += ":" + os.environ.get("PGPORT", "5432")
+    return where + parts.path
+
+
+def _detail(exc: BaseException) -> str:
+    return "timed out" if isinstance(exc, TimeoutError) else str(exc) or type(exc).__name__
+
+
+@contextlib.contextmanager
+def _map_pg_errors(where: str, *, connecting: bool = False) -> Iterator[None]:
+    """Translate ``asyncpg`` and socket exceptions into the helix error tree.
+
+    While ``connecting``, every driver failure (refused, timed out, unknown
+    database, rejected login) means the store at ``where`` cannot be reached.
+    """
+    try:
+        yield
+    except _UNAVAILABLE as exc:
+        raise StoreUnavailable(f"PostgreSQL at {where} is unavailable: {_detail(exc)}") from exc
+    except (asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        if connecting and isinstance(exc, asyncpg.ClientConfigurationError):
+            raise UsageError(f"invalid PostgreSQL DSN for {where}: {exc}") from exc
+        if connecting:
+            raise StoreUnavailable(f"cannot connect to PostgreSQL at {where}: {exc}") from exc
+        raise StoreError(f"postgres: {type(exc).__name__}: {exc}") from exc
+    except ValueError as exc:
+        # While connecting, a ValueError is a bad DSN (asyncpg parses it with urlsplit,
+        # int()...) or bad pool sizes.
+        if not connecting:
+            raise
+        raise UsageError(f"invalid PostgreSQL DSN or pool settings for {where}: {exc}") from exc
+
+
+class PostgresStore:
+    """A ``Store`` in PostgreSQL, shared by every replica of a service.
+
+    Open it with ``await PostgresStore.open(dsn)``, which creates a pool the store
+    owns and closes, or wrap a pool you own with ``PostgresStore(pool)`` and call
+    ``await store.migrate()`` once; ``aclose()`` never closes an injected pool.
+
+    After each append the store sends ``NOTIFY`` on ``channel`` with the session id
+    as payload (delivered only if the append commits), for live tails to ``LISTEN``.
+    """
+
+    def __init__(
+        self, pool: asyncpg.Pool, *, schema: str = "helix", acquire_timeout_s: float = 10.0
+    ) -> None:
+        """Use ``pool``, which the caller keeps owning; run ``migrate()`` before use.
+
+        Args:
+            schema: the schema holding the store's tables (a lowercase identifier,
+                else ``UsageError``).
+            acquire_timeout_s: how long a call waits for a free pooled connection
+                before failing with ``StoreUnavailable``.
+        """
+        _check_schema(schema)
+        self._pool = pool
+        self._schema = schema
+        self._s = f'"{schema}"'
+        self._acquire_timeout_s = acquire_timeout_s
+        self._where = "the injected pool"
+        self._owns_pool = False
+        self._closed = False
+
+    @classmethod
+    async def open(
+        cls,
+        dsn: str,
+        *,
+        schema: str = "helix",
+        min_size: int = 1,
+        max_size: int = 10,
+        connect_timeout_s: float = 5.0,
+        acquire_timeout_s: float = 10.0,
+    ) -> PostgresStore:
+        """Connect to ``dsn``, create or upgrade the schema, and own the pool.
+
+        Args:
+            dsn: a ``postgresql://user:password@host:port/database`` URL.
+            schema: the schema holding the store's tables; created when missing.
+            min_size: connections the pool keeps open.
+            max_size: connections the pool opens at most.
+            connect_timeout_s: how long connecting may take before giving up.
+            acquire_timeout_s: see ``PostgresStore.__init__``.
+
+        Raises:
+            UsageError: ``dsn`` or ``schema`` is malformed.
+            StoreUnavailable: the server cannot be reached or refuses the login,
+                or the database does not exist; the message names host and port.
+            StoreError: the schema was migrated by a newer helix-mesh.
+        """
+        _check_schema(schema)  # before connecting: a bad name is not worth a round trip
+        where = _describe_dsn(dsn)
+        with _map_pg_errors(where, connecting=True):
+            pool = await asyncpg.create_pool(
+                dsn, min_size=min_size, max_size=max_size, timeout=connect_timeout_s
+            )
+        store = cls(pool, schema=schema, acquire_timeout_s=acquire_timeout_s)
+        store._where, store._owns_pool = where, True
+        try:
+            await store.migrate()
+        except BaseException:
+            # terminate(), not close(): it cannot block, even when we are cancelled.
+            pool.terminate()
+            raise
+        return store
+
+    @property
+    def channel(self) -> str:
+        """The ``NOTIFY`` channel that carries the session id of each append."""
+        return f"{self._schema}_events"
+
+    async def migrate(self) -> None:
+        """Create the schema if needed and apply the migrations it lacks, in order.
+
+        Safe to run from many processes at once: the work happens in one
+        transaction under an advisory lock, so exactly one of them migrates. A
+        schema with a migration newer than this module knows raises ``StoreError``.
+        """
+        s = self._s
+        async with self._transaction() as conn:
+            lock = "SELECT pg_advisory_xact_lock($1, hashtext($2))"
+            await conn.execute(lock, _MIGRATION_LOCK_CLASS, self._schema)
+            # Checked first because CREATE SCHEMA IF NOT EXISTS needs the CREATE
+            # privilege even when the schema exists (a DBA may have made it for us).
+            exists = "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)"
+            if not await conn.fetchval(exists, self._schema):
+                await conn.execute(f"CREATE SCHEMA {s}")
+            await conn.execute(
+                f"CREATE TABLE IF NOT EXISTS {s}.schema_migrations (version integer "
+                "PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT clock_timestamp())"
+            )
+            rows = await conn.fetch(f"SELECT version FROM {s}.schema_migrations")
+            applied = {row["version"] for row in rows}
+            newest = max(applied, default=0)
+            if newest > SCHEMA_VERSION:
+                raise StoreError(
+                    f"schema {self._schema!r} has schema version {newest}; this "
+                    f"helix-mesh understands up to {SCHEMA_VERSION}: upgrade helix-mesh"
+                )
+            for version, sql in enumerate(_MIGRATIONS, start=1):
+                if version not in applied:
+                    await conn.execute(sql.replace("{s}", s))
+                    insert = f"INSERT INTO {s}.schema_migrations (version) VALUES ($1)"
+                    await conn.execute(insert, version)
+
+    async def __aenter__(self) -> PostgresStore:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def create_session(self, record: SessionRecord) -> tuple[SessionRecord, bool]:
+        """Create ``record`` unless its id exists (see ``Store.create_session``)."""
+        row = await self._call("fetchrow", _INSERT_SESSION, *_columns(record).values())
+        if row is not None:
+            return _session_from_row(row), True
+        # The INSERT waited for a racing creator to commit, so a new statement sees its row.
+        existing = await self.get_session(record.session_id)
+        if existing is None:
+            raise SessionNotFound(record.session_id)
+        return existing, False
+
+    async def get_session(self, session_id: str) -> SessionRecord | None:
+        """The session, or ``None`` when it does not exist."""
+        row = await self._call("fetchrow", _GET_SESSION, session_id)
+        return None if row is None else _session_from_row(row)
+
+    async def update_session(
+        self,
+        session_id: str,
+        update: SessionUpdate,
+        *,
+        expected_status: SessionStatus | None = None,
+    ) -> SessionRecord | None:
+        """Apply ``update``; with ``expected_status``, as one compare-and-set UPDATE."""
+        changes = {c: v for c, v in _columns(update).items() if v is not None}
+        args: list[Any] = [session_id, *changes.values(), time.time()]
+        sets = [f"{c} = ${n}" for n, c in enumerate(changes, start=2)]
+        sets.append(f"updated_at = ${len(args)}")
+        # SessionUpdate.apply's rule, in SQL: the first terminal status stamps finished_at.
+        if update.status is not None and update.status.is_terminal:
+            sets.append(f"finished_at = COALESCE(finished_at, ${len(args)})")
+        where = "session_id = $1"
+        if expected_status is not None:
+            args.append(expected_status.value)
+            where += f" AND status = ${len(args)}"
+        sql = f"UPDATE {{s}}.sessions SET {', '.join(sets)} WHERE {where} RETURNING *"
+        row = await self._call("fetchrow", sql, *args)
+        if row is not None:
+            return _session_from_row(row)
+        # Sessions are never deleted, so missing an existing id means the status differed.
+        if await self.get_session(session_id) is None:
+            raise SessionNotFound(session_id)
+        return None
+
+    async def list_sessions(self, *, status: SessionStatus) -> list[SessionRecord]:
+        """Sessions in ``status``, oldest first."""
+        rows = await self._call("fetch", _LIST_SESSIONS, status.value)
+        return [_session_from_row(row) for row in rows]
+
+    async def append(
+        self,
+        session_id: str,
+        events: Sequence[StreamEvent],
+        *,
+        expected_sequence: int | None = None,
+        update: SessionUpdate | None = None,
+    ) -> int:
+        """Append ``events``, assigning their sequences in place (see ``Store.append``).
+
+        One transaction that first locks the session row, so concurrent appenders
+        queue up. When the append fails, the events keep their previous sequences.
+        """
+        previous = [event.sequence for event in events]
+        try:
+            async with self._transaction() as conn:
+                row = await conn.fetchrow(self._q(_GET_SESSION + " FOR UPDATE"), session_id)
+                if row is None:
+                    raise SessionNotFound(session_id)
+                record = _session_from_row(row)
+                last = record.last_sequence
+                if expected_sequence is not None and expected_sequence != last:
+                    raise SequenceConflict(session_id, expected_sequence, last)
+                sequences = list(range(last + 1, last + 1 + len(events)))
+                for event, sequence in zip(events, sequences, strict=True):
+                    event.sequence = sequence
+                if events:
+                    data = [event.SerializeToString() for event in events]
+                    await conn.execute(self._q(_INSERT_EVENTS), session_id, sequences, data)
+                    # Delivered on commit only, so listeners never hear of a rolled-back append.
+                    await conn.execute("SELECT pg_notify($1, $2)", self.channel, session_id)
+                    last = sequences[-1]
+                if update is not None:
+                    record = update.apply(record, now=time.time())
+                columns = _columns(dataclasses.replace(record, last_sequence=last))
+                state = [columns[c] for c in _STATE_COLUMNS]
+                await conn.execute(self._q(_WRITE_STATE), session_id, *state)
+                return last
+        except BaseException:
+            # Nothing was stored, so the caller's events must not claim sequences either.
+            for event, sequence in zip(events, previous, strict=True):
+                event.sequence = sequence
+            raise
+
+    async def read(
+        self, session_id: str, *, from_sequence: int = 0, limit: int = READ_LIMIT
+    ) -> list[StreamEvent]:
+        """Up to ``limit`` (at most ``READ_LIMIT``) events after ``from_sequence``."""
+        limit = max(min(limit, READ_LIMIT), 0)
+        rows = await self._call("fetch", _READ, session_id, from_sequence, limit)
+        return [StreamEvent.FromString(row["data"]) for row in rows]
+
+    async def save_checkpoint(self, checkpoint: Checkpoint) -> None:
+        """Replace the session's checkpoint."""
+        await self._call("execute", _SAVE_CHECKPOINT, *_columns(checkpoint).values())
+
+    async def load_checkpoint(self, session_id: str) -> Checkpoint | None:
+        """The session's latest checkpoint, or ``None``."""
+        row = await self._call("fetchrow", _LOAD_CHECKPOINT, session_id)
+        if row is None:
+            return None
+        fields = dict(row.items())
+        for name in ("messages", "usage", "state"):
+            fields[name] = json.loads(fields[name])
+        fields["usage"] = Usage(**fields["usage"])
+        return Checkpoint(**fields)
+
+    async def set_interrupt(self, session_id: str, reason: str) -> None:
+        """Record an interrupt request; a later one replaces an untaken one."""
+        await self._call("execute", _SET_INTERRUPT, session_id, reason)
+
+    async def take_interrupt(self, session_id: str) -> str | None:
+        """Read and clear the session's interrupt request in one statement."""
+        reason: str | None = await self._call("fetchval", _TAKE_INTERRUPT, session_id)
+        return reason
+
+    async def put_subsession_ref(self, ref: SubSessionRef) -> None:
+        """Insert or replace the ref keyed by (parent, child session id)."""
+        columns = _columns(ref)
+        await self._call("execute", _PUT_REF, *(columns[c] for c in _REF_COLUMNS))
+
+    async def list_subsession_refs(self, parent_session_id: str) -> list[SubSessionRef]:
+        """The parent's refs, in the order they were first stored."""
+        rows = await self._call("fetch", _LIST_REFS, parent_session_id)
+        return [_ref_from_row(row) for row in rows]
+
+    async def acquire_lease(self, session_id: str, owner: str, *, ttl_s: float) -> bool:
+        """Take or renew the lease if it is free, lapsed or already ``owner``'s.
+
+        Expiry is set and checked with the database clock, so replicas whose
+        clocks disagree still agree on who holds a lease.
+        """
+        row = await self._call("fetchrow", _ACQUIRE_LEASE, session_id, owner, ttl_s)
+        if not row["found"]:
+            raise SessionNotFound(session_id)
+        return bool(row["taken"])
+
+    async def release_lease(self, session_id: str, owner: str) -> None:
+        """Drop the lease if ``owner`` holds it; otherwise do nothing."""
+        await self._call("execute", _RELEASE_LEASE, session_id, owner)
+
+    async def aclose(self) -> None:
+        """Close the pool if the store owns it (an injected one stays open). Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if not self._owns_pool:
+            return
+        try:
+            # close() waits for calls still holding connections to finish.
+            async with asyncio.timeout(_CLOSE_TIMEOUT_S):
+                await self._pool.close()
+        except TimeoutError:
+            self._pool.terminate()
+
+    def _q(self, template: str) -> str:
+        return template.replace("{s}", self._s)
+
+    @contextlib.asynccontextmanager
+    async def _connection(self) -> AsyncIterator[Any]:
+        """A pooled connection, with driver errors translated at this one boundary."""
+        if self._closed:
+            raise UsageError("PostgresStore is closed")
+        with _map_pg_errors(self._where):
+            try:
+                conn = await self._pool.acquire(timeout=self._acquire_timeout_s)
+            except TimeoutError as exc:
+                raise StoreUnavailable(
+                    f"no PostgreSQL connection to {self._where} became free within "
+                    f"{self._acquire_timeout_s:g}s (pool exhausted or server unresponsive)"
+                ) from exc
+            try:
+                yield conn
+            except asyncpg.InterfaceError as exc:
+                # When the server drops a connection, the pool detaches it and later
+                # calls fail with InterfaceError ("released back to the pool").
+                if _is_lost(conn):
+                    raise StoreUnavailable(
+                        f"PostgreSQL at {self._where}: lost the connection: {exc}"
+                    ) from exc
+                raise
+            finally:
+                # Pool.release shields itself, so a cancelled call still returns the
+                # connection (rolled back and reset) instead of leaking it.
+                await self._pool.release(conn)
+
+    @contextlib.asynccontextmanager
+    async def _transaction(self) -> AsyncIterator[Any]:
+        async with self._connection() as conn:
+            # Not `async with conn.transaction()`: on a lost connection its rollback
+            # replaces the real error with "the underlying connection is closed".
+            transaction = conn.transaction()
+            await transaction.start()
+            try:
+                yield conn
+            except BaseException:
+                # Best effort: release() resets or terminates the connection anyway,
+                # and the error worth reporting is the one that got us here.
+                with contextlib.suppress(Exception):
+                    await transaction.rollback()
+                raise
+            await transaction.commit()
+
+    async def _call(self, method: str, template: str, *args: Any) -> Any:
+        """One statement on a pooled connection; ``method`` names the asyncpg call."""
+        async with self._connection() as conn:
+            return await getattr(conn, method)(self._q(template), *args)
+
+
+def _is_lost(conn: Any) -> bool:
+    try:
+        return bool(conn.is_closed())
+    except asyncpg.InterfaceError:  # already detached from the pool's proxy
+        return True
+
+
+def _columns(obj: Any) -> dict[str, Any]:
+    """A record's fields as column values: statuses by value, nested data as JSON."""
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if f.name == "remote":  # a SubSessionRef's cursor: two nullable columns
+            values["remote_stream_id"] = None if value is None else value.stream_id
+            values["remote_last_sequence"] = None if value is None else value.last_sequence
+            continue
+        if isinstance(value, SessionStatus):
+            value = value.value
+        elif isinstance(value, Usage):
+            value = json.dumps(dataclasses.asdict(value))
+        elif isinstance(value, dict | list):
+            value = json.dumps(value)
+        values[f.name] = value
+    return values
+
+
+def _session_from_row(row: Any) -> SessionRecord:
+    fields = {name: row[name] for name in _SESSION_COLUMNS}
+    fields["status"] = SessionStatus(row["status"])
+    fields["metadata"] = json.loads(row["metadata"])
+    fields["usage"] = Usage(**json.loads(row["usage"]))
+    return SessionRecord(**fields)
+
+
+def _ref_from_row(row: Any) -> SubSessionRef:
+    fields = {name: row[name] for name in _REF_COLUMNS}
+    stream_id, last = fields.pop("remote_stream_id"), fields.pop("remote_last_sequence")
+    remote = None if stream_id is None else RemoteCursor(stream_id=stream_id, last_sequence=last)
+    return SubSessionRef(**fields | {"status": SessionStatus(row["status"]), "remote": remote})

@@ -1,0 +1,295 @@
+"""``RedisStore`` against the conformance suite, plus what only a shared server can show.
+
+These tests need a Redis server (``make services-up`` starts one). Its URL comes from
+``HELIX_TEST_REDIS_URL`` (default ``redis://127.0.0.1:6379/0``). Every test uses its
+own random key prefix and deletes that prefix's keys afterwards. When the server is
+unreachable the tests skip locally, but under ``CI=true`` they fail: CI must never
+pass by silently not testing Redis.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable
+from typing import cast
+from urllib.parse import urlsplit
+
+import pytest
+import redis.asyncio as aioredis
+import redis.exceptions
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+
+from helix_transport._exceptions import StoreError, StoreUnavailable, UsageError
+from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
+from helix_transport._status import SessionStatus
+from helix_transport.store import (
+    Checkpoint,
+    RemoteCursor,
+    SessionUpdate,
+    Store,
+    SubSessionRef,
+)
+from helix_transport.store.redis import RedisStore
+from helix_transport.testing.store_suite import StoreConformance, make_event, make_record
+from tests.conftest import REDIS_URL
+from tests.helpers import TcpProxy, assert_eventually, free_port
+
+
+@pytest.fixture
+async def redis_client(redis_url: str) -> AsyncIterator[aioredis.Redis]:
+    """A raw client to the test server (``redis_url`` fails under CI when unreachable)."""
+    client = aioredis.Redis.from_url(
+        redis_url, socket_connect_timeout=2, socket_timeout=5, retry=Retry(NoBackoff(), 0)
+    )
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+async def prefix(redis_client: aioredis.Redis) -> AsyncIterator[str]:
+    """A key prefix no other test uses; its keys are deleted afterwards."""
+    prefix = f"helix-test-{uuid.uuid4().hex}"
+    yield prefix
+    keys = [key async for key in redis_client.scan_iter(match=f"{prefix}:*", count=500)]
+    if keys:
+        await redis_client.delete(*keys)
+
+
+class TestRedisStore(StoreConformance):
+    @pytest.fixture
+    async def store(self, prefix: str) -> AsyncIterator[Store]:
+        store = await RedisStore.from_url(REDIS_URL, prefix=prefix)
+        yield store
+        await store.aclose()
+
+
+@pytest.fixture
+async def store(prefix: str) -> AsyncIterator[RedisStore]:
+    store = await RedisStore.from_url(REDIS_URL, prefix=prefix)
+    yield store
+    await store.aclose()
+
+
+def test_redis_store_satisfies_the_protocol() -> None:
+    store = RedisStore(aioredis.Redis(), prefix="unused")
+    assert isinstance(store, Store)
+
+
+async def test_from_url_to_unreachable_server_fails_fast() -> None:
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    started = time.monotonic()
+    with pytest.raises(StoreUnavailable) as error:
+        await RedisStore.from_url(url, timeout_s=2)
+    assert time.monotonic() - started < 2
+    assert url in str(error.value)
+    assert error.value.retryable is True
+    assert isinstance(error.value.__cause__, StoreUnavailable)
+
+
+async def test_lost_server_is_unavailable_and_bad_data_is_a_store_error(
+    redis_client: aioredis.Redis, prefix: str
+) -> None:
+    dead = aioredis.Redis(port=free_port(), retry=Retry(NoBackoff(), 0))
+    with pytest.raises(StoreUnavailable):
+        await RedisStore(dead, prefix=prefix).get_session("s-1")
+    await dead.aclose()
+    # A key of the wrong type is a bug or foreign data, not an outage.
+    await redis_client.set(f"{prefix}:session:s-1", "not a hash")
+    with pytest.raises(StoreError) as error:
+        await RedisStore(redis_client, prefix=prefix).get_session("s-1")
+    assert not isinstance(error.value, StoreUnavailable)
+
+
+async def test_injected_client_is_not_closed(redis_client: aioredis.Redis, prefix: str) -> None:
+    async with RedisStore(redis_client, prefix=prefix) as store:
+        await store.create_session(make_record())
+    await store.aclose()
+    assert await redis_client.ping() is True
+    with pytest.raises(UsageError, match="closed"):
+        await store.get_session("s-1")
+
+
+async def test_owned_client_is_closed(redis_client: aioredis.Redis, prefix: str) -> None:
+    name = f"{prefix}-owned"
+    store = await RedisStore.from_url(f"{REDIS_URL}?client_name={name}", prefix=prefix)
+    await store.get_session("s-1")
+
+    async def connected() -> bool:
+        clients = await redis_client.client_list()
+        return any(c.get("name") == name for c in clients)
+
+    assert await connected()
+    await store.aclose()
+
+    async def disconnected() -> bool:
+        return not await connected()
+
+    # The server notices the closed socket on its own schedule.
+    await assert_eventually(disconnected, timeout_s=5)
+
+
+async def test_lost_connection_is_unavailable_then_recovers(prefix: str) -> None:
+    url = urlsplit(REDIS_URL)
+    if url.hostname not in ("127.0.0.1", "localhost"):
+        pytest.skip("the proxy forwards to 127.0.0.1 only")
+    proxy = TcpProxy(port=free_port(), target_port=url.port or 6379)
+    await proxy.restore()
+    netloc = url.netloc.rpartition("@")[0] + ("@" if "@" in url.netloc else "")
+    proxied = url._replace(netloc=f"{netloc}127.0.0.1:{proxy.port}").geturl()
+    store = await RedisStore.from_url(proxied, prefix=prefix)
+    try:
+        await store.create_session(make_record())
+        await proxy.drop()
+        event = make_event("lost")
+        with pytest.raises(StoreUnavailable) as error:
+            await store.append("s-1", [event])
+        assert isinstance(error.value.__cause__, redis.exceptions.ConnectionError)
+        assert event.sequence == 0
+        await proxy.restore()
+        assert await store.append("s-1", [make_event("after")]) == 1
+    finally:
+        await store.aclose()
+        await proxy.drop()
+
+
+async def test_decoding_client_is_refused() -> None:
+    client = aioredis.Redis(decode_responses=True)
+    with pytest.raises(UsageError, match="decode_responses"):
+        RedisStore(client)
+    await client.aclose()
+
+
+async def test_sequences_are_stream_entry_ids(
+    store: RedisStore, redis_client: aioredis.Redis, prefix: str
+) -> None:
+    await store.create_session(make_record())
+    await store.append("s-1", [make_event("a"), make_event("b")])
+    await store.append("s-1", [make_event("c")])
+    entries = await redis_client.xrange(f"{prefix}:events:s-1")
+    assert [entry_id for entry_id, _ in entries] == [b"0-1", b"0-2", b"0-3"]
+    # Stored without a sequence; the entry id is the only source of it.
+    stored = [StreamEvent.FromString(fields[b"event"]) for _, fields in entries]
+    assert [(e.sequence, e.text_delta.text) for e in stored] == [(0, "a"), (0, "b"), (0, "c")]
+    assert [e.sequence for e in await store.read("s-1")] == [1, 2, 3]
+
+
+async def test_a_resent_append_is_applied_once(
+    store: RedisStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A resend after a lost reply carries the same token as the attempt that landed.
+    await store.create_session(make_record())
+    token = uuid.uuid4()
+    monkeypatch.setattr(uuid, "uuid4", lambda: token)
+    first = [make_event("a"), make_event("b")]
+    assert await store.append("s-1", first, expected_sequence=0) == 2
+    resent = [make_event("a"), make_event("b")]
+    assert await store.append("s-1", resent, expected_sequence=0) == 2
+    assert [e.sequence for e in resent] == [1, 2]
+    assert [e.text_delta.text for e in await store.read("s-1")] == ["a", "b"]
+
+
+async def test_status_index_follows_updates(
+    store: RedisStore, redis_client: aioredis.Redis, prefix: str
+) -> None:
+    for session_id in ("a", "b", "c"):
+        await store.create_session(make_record(session_id))
+    await store.update_session("a", SessionUpdate(status=SessionStatus.COMPLETED))
+    await store.append("b", [make_event("x")], update=SessionUpdate(status=SessionStatus.FAILED))
+    await store.update_session("c", SessionUpdate(step_count=2))  # status unchanged
+
+    async def index(status: SessionStatus) -> set[bytes]:
+        key = f"{prefix}:status:{status.value}"
+        return await cast("Awaitable[set[bytes]]", redis_client.smembers(key))
+
+    assert await index(SessionStatus.RUNNING) == {b"c"}
+    assert await index(SessionStatus.COMPLETED) == {b"a"}
+    assert await index(SessionStatus.FAILED) == {b"b"}
+    running = await store.list_sessions(status=SessionStatus.RUNNING)
+    assert [r.session_id for r in running] == ["c"]
+    assert [r.session_id for r in await store.list_sessions(status=SessionStatus.FAILED)] == ["b"]
+
+
+async def test_lease_expiry_uses_the_server_clock(
+    store: RedisStore, redis_client: aioredis.Redis
+) -> None:
+    await store.create_session(make_record())
+    seconds, micros = await redis_client.time()
+    assert await store.acquire_lease("s-1", "A", ttl_s=100)
+    record = await store.get_session("s-1")
+    assert record is not None
+    server_now = seconds + micros / 1_000_000
+    assert server_now + 100 <= record.lease_expires_at < server_now + 101
+
+
+async def test_data_survives_a_new_store_on_the_same_prefix(prefix: str) -> None:
+    record = make_record(metadata={"k": "v"})
+    checkpoint = Checkpoint(session_id="s-1", step=1, messages=[{"role": "user"}])
+    ref = SubSessionRef(
+        parent_session_id="s-1",
+        child_session_id="c-1",
+        agent_type="critic",
+        tool_call_id="call-1",
+        remote=RemoteCursor(stream_id="r-1", last_sequence=4),
+    )
+    first = await RedisStore.from_url(REDIS_URL, prefix=prefix)
+    await first.create_session(record)
+    await first.append(
+        "s-1",
+        [make_event("a"), make_event("b")],
+        update=SessionUpdate(status=SessionStatus.COMPLETED),
+    )
+    await first.save_checkpoint(checkpoint)
+    await first.set_interrupt("s-1", "stop")
+    await first.put_subsession_ref(ref)
+    assert await first.acquire_lease("s-1", "A", ttl_s=60)
+    stored = await first.get_session("s-1")
+    await first.aclose()
+
+    second = await RedisStore.from_url(REDIS_URL, prefix=prefix)
+    try:
+        assert await second.get_session("s-1") == stored
+        assert stored is not None and stored.status is SessionStatus.COMPLETED
+        log = await second.read("s-1")
+        assert [(e.sequence, e.text_delta.text) for e in log] == [(1, "a"), (2, "b")]
+        assert await second.load_checkpoint("s-1") == checkpoint
+        assert await second.take_interrupt("s-1") == "stop"
+        assert await second.list_subsession_refs("s-1") == [ref]
+        assert await second.list_sessions(status=SessionStatus.COMPLETED) == [stored]
+        assert await second.acquire_lease("s-1", "B", ttl_s=60) is False
+        assert await second.append("s-1", [make_event("c")]) == 3
+    finally:
+        await second.aclose()
+
+
+async def test_two_stores_share_one_log(prefix: str) -> None:
+    # Two instances stand in for two replicas: separate clients and connections.
+    stores = [await RedisStore.from_url(REDIS_URL, prefix=prefix) for _ in range(2)]
+    try:
+        await stores[0].create_session(make_record())
+
+        async def writer(store: RedisStore, name: str) -> None:
+            for i in range(25):
+                await store.append("s-1", [make_event(f"{name}-{i}")])
+
+        await asyncio.gather(writer(stores[0], "x"), writer(stores[1], "y"))
+        log = await stores[1].read("s-1")
+        assert [e.sequence for e in log] == list(range(1, 51))
+        assert len({e.text_delta.text for e in log}) == 50
+    finally:
+        for store in stores:
+            await store.aclose()
+
+
+async def test_prefixes_are_isolated(prefix: str) -> None:
+    async with (
+        await RedisStore.from_url(REDIS_URL, prefix=prefix) as mine,
+        await RedisStore.from_url(REDIS_URL, prefix=f"{prefix}:other") as theirs,
+    ):
+        await mine.create_session(make_record())
+        await mine.append("s-1", [make_event("a")])
+        assert await theirs.get_session("s-1") is None
+        assert await theirs.read("s-1") == []
+        assert await theirs.list_sessions(status=SessionStatus.RUNNING) == []
