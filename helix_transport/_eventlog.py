@@ -17,11 +17,13 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 from dataclasses import dataclass
 
 from helix_transport._exceptions import SessionNotFound
 from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
 from helix_transport.store import READ_LIMIT, SessionUpdate, Store
+from helix_transport.store._base import EventNotifier
 
 TERMINAL_PAYLOADS = frozenset({"completed", "failed", "interrupted", "terminated"})
 
@@ -225,7 +227,35 @@ async def _follow(
             raise SessionNotFound(session_id)
         if record.status.is_terminal and record.last_sequence <= last:
             return  # finished, and the reader already has everything
-        await _wait(waiter, poll_interval_s)
+        if isinstance(store, EventNotifier):
+            await _wait_either(waiter, store, session_id, last, poll_interval_s)
+        else:
+            await _wait(waiter, poll_interval_s)
+
+
+async def _wait_either(
+    waiter: asyncio.Future[None],
+    store: EventNotifier,
+    session_id: str,
+    last: int,
+    timeout_s: float,
+) -> None:
+    """Wake on a local publish or on the store's notice of an append in any process."""
+    waits: set[asyncio.Future[Any]] = {
+        asyncio.ensure_future(asyncio.shield(waiter)),
+        asyncio.ensure_future(
+            store.wait_for_events(session_id, after_sequence=last, timeout_s=timeout_s)
+        ),
+    }
+    try:
+        await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in waits:
+            task.cancel()
+        await asyncio.wait(waits)
+        for task in waits:
+            if not task.cancelled():
+                task.exception()  # a store error here resurfaces at the next read
 
 
 async def _wait(waiter: asyncio.Future[None], timeout_s: float) -> bool:

@@ -5,6 +5,7 @@ helix-mesh call 127.0.0.1:50061 --input '{"topic": "gRPC"}'
 helix-mesh status 127.0.0.1:50061 SESSION_ID
 helix-mesh interrupt 127.0.0.1:50061 SESSION_ID --reason "user stop"
 helix-mesh describe 127.0.0.1:50061
+helix-mesh conformance 127.0.0.1:50061 --input '{"topic": "gRPC"}'
 """
 
 from __future__ import annotations
@@ -198,6 +199,24 @@ async def _describe(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _conformance(args: argparse.Namespace) -> int:
+    from helix_transport.conformance import format_results, run_conformance
+
+    try:
+        results = await run_conformance(
+            args.address,
+            input_json=args.input,
+            bad_input_json=args.bad_input,
+            timeout_s=args.timeout,
+        )
+    except ValueError as exc:
+        print(f"helix-mesh: --input: {exc}", file=sys.stderr)
+        return 2
+    print(f"conformance of the agent service at {args.address}")
+    print(format_results(results))
+    return 0 if all(r.passed for r in results) else 1
+
+
 def _serve(args: argparse.Namespace) -> int:
     from helix_transport.server.app import ServerConfig, configure_logging, load_agent, serve
 
@@ -246,6 +265,16 @@ def _parser() -> argparse.ArgumentParser:
 
     describe = sub.add_parser("describe", help="show an agent's type and schemas")
     describe.add_argument("address")
+
+    conformance = sub.add_parser(
+        "conformance", help="check an agent service (any language) against the contract"
+    )
+    conformance.add_argument("address")
+    conformance.add_argument("--input", required=True, help="a valid input for the agent, as JSON")
+    conformance.add_argument(
+        "--bad-input", default=None, help="an input its schema rejects (default: from Describe)"
+    )
+    conformance.add_argument("--timeout", type=float, default=60.0, help="seconds for the run")
     return parser
 
 
@@ -261,7 +290,13 @@ def _serve_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-reflection", action="store_true", help="disable server reflection")
 
 
-_COMMANDS = {"call": _call, "status": _status, "interrupt": _interrupt, "describe": _describe}
+_COMMANDS = {
+    "call": _call,
+    "status": _status,
+    "interrupt": _interrupt,
+    "describe": _describe,
+    "conformance": _conformance,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -150,3 +150,20 @@ class Store(Protocol):
     async def aclose(self) -> None:
         """Release connections the store owns. Idempotent."""
         ...
+
+
+@runtime_checkable
+class EventNotifier(Protocol):
+    """Optional: a backend that can wake a reader when *any* process appends.
+
+    Readers in the writer's own process are woken by the in-process hub; this is
+    what makes a live tail prompt across replicas (Redis ``XREAD BLOCK``, PostgreSQL
+    ``LISTEN``). Backends without it are polled.
+    """
+
+    async def wait_for_events(
+        self, session_id: str, *, after_sequence: int, timeout_s: float
+    ) -> bool:
+        """Return True once the log may hold events after ``after_sequence``, or
+        False after ``timeout_s`` without any. Spurious True is allowed."""
+        ...

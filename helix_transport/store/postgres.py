@@ -245,6 +245,11 @@ class PostgresStore:
         self._where = "the injected pool"
         self._owns_pool = False
         self._closed = False
+        # LISTEN state: one pooled connection kept for notifications, and the
+        # readers waiting on each session.
+        self._listener: Any = None
+        self._listener_lock = asyncio.Lock()
+        self._waiters: dict[str, set[asyncio.Future[None]]] = {}
 
     @classmethod
     async def open(
@@ -484,11 +489,62 @@ class PostgresStore:
         """Drop the lease if ``owner`` holds it; otherwise do nothing."""
         await self._call("execute", _RELEASE_LEASE, session_id, owner)
 
+    async def wait_for_events(
+        self, session_id: str, *, after_sequence: int, timeout_s: float
+    ) -> bool:
+        """Wait for a ``NOTIFY`` about ``session_id`` (sent by every committed append)."""
+        await self._ensure_listener()
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.setdefault(session_id, set()).add(waiter)
+        try:
+            # An append between the caller's last read and our LISTEN would be missed:
+            # look at the log's end once the waiter is registered.
+            async with self._connection() as conn:
+                last = await conn.fetchval(
+                    self._q("SELECT last_sequence FROM {s}.sessions WHERE session_id = $1"),
+                    session_id,
+                )
+            if last is not None and last > after_sequence:
+                return True
+            try:
+                async with asyncio.timeout(timeout_s):
+                    await waiter
+            except TimeoutError:
+                return False
+            return True
+        finally:
+            waiting = self._waiters.get(session_id)
+            if waiting is not None:
+                waiting.discard(waiter)
+                if not waiting:
+                    del self._waiters[session_id]
+
+    async def _ensure_listener(self) -> None:
+        if self._listener is not None and not self._listener.is_closed():
+            return
+        async with self._listener_lock:
+            if self._listener is not None and not self._listener.is_closed():
+                return
+            with _map_pg_errors(self._where):
+                conn = await self._pool.acquire(timeout=self._acquire_timeout_s)
+                await conn.add_listener(self.channel, self._on_notify)
+            self._listener = conn
+
+    def _on_notify(self, conn: Any, pid: int, channel: str, payload: str) -> None:
+        for waiter in self._waiters.get(payload, ()):
+            if not waiter.done():
+                waiter.set_result(None)
+
     async def aclose(self) -> None:
         """Close the pool if the store owns it (an injected one stays open). Idempotent."""
         if self._closed:
             return
         self._closed = True
+        if self._listener is not None:
+            listener, self._listener = self._listener, None
+            with contextlib.suppress(Exception):
+                await listener.remove_listener(self.channel, self._on_notify)
+                await self._pool.release(listener)
         if not self._owns_pool:
             return
         try:

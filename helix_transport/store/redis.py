@@ -202,6 +202,9 @@ class RedisStore:
         if client.connection_pool.connection_kwargs.get("decode_responses"):
             raise UsageError("RedisStore needs a client with decode_responses=False")
         self._client = client
+        # A blocked XREAD must return before the client's own reply timeout fires.
+        socket_timeout = client.connection_pool.connection_kwargs.get("socket_timeout")
+        self._block_cap_s = float(socket_timeout) / 2 if socket_timeout else 5.0
         self._prefix = prefix
         self._owns_client = False
         self._closed = False
@@ -380,6 +383,21 @@ class RedisStore:
             event.sequence = int(entry_id.split(b"-")[1])
             events.append(event)
         return events
+
+    async def wait_for_events(
+        self, session_id: str, *, after_sequence: int, timeout_s: float
+    ) -> bool:
+        """Block on the session's stream (``XREAD BLOCK``) until it grows past ``after_sequence``."""
+        self._check_open()
+        # Stay under the client's reply timeout, or the blocked read itself times out.
+        block_ms = max(1, int(min(timeout_s, self._block_cap_s) * 1000))
+        with _map_redis_errors():
+            found = await self._client.xread(
+                {self._key("events", session_id): f"0-{max(after_sequence, 0)}"},
+                count=1,
+                block=block_ms,
+            )
+        return bool(found)
 
     async def save_checkpoint(self, checkpoint: Checkpoint) -> None:
         """Replace the session's checkpoint."""

@@ -68,6 +68,10 @@ class AgentServiceServicer:
 
     def Start(self, request, context):
         """Starts a session, or returns the existing one (idempotent on `session_id`).
+        The input is validated against the agent's input schema before anything is
+        created: an invalid input is INVALID_ARGUMENT and creates no session. The
+        same id with an equal input returns the existing session (`created=false`)
+        and never runs it again; the same id with a different input is ALREADY_EXISTS.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -75,21 +79,27 @@ class AgentServiceServicer:
 
     def Stream(self, request, context):
         """Replays a session's events after `from_sequence`, then follows live until
-        the terminal event.
+        the terminal event (see "The event log and the sequence/replay contract").
+        NOT_FOUND (before any event) for an unknown session; INVALID_ARGUMENT for an
+        empty `session_id` or a negative `from_sequence`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def GetStatus(self, request, context):
-        """The session's current status, output and counters.
+        """The session's current status, output and counters. NOT_FOUND for an unknown
+        session; INVALID_ARGUMENT for an empty `session_id`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def Interrupt(self, request, context):
-        """Asks a running session to stop at its next safe point.
+        """Asks a running session to stop at its next safe point. The request is
+        recorded durably before the reply: the run ends with an `interrupted` event
+        even if its process dies first. On a finished session it changes nothing
+        and says so (`accepted=false`). NOT_FOUND for an unknown session.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -1,0 +1,888 @@
+"""The conformance kit: the ``AgentService`` contract checked against any running service.
+
+``helix-mesh conformance ADDRESS --input JSON [--bad-input JSON]`` runs it from the
+command line; ``await run_conformance(address, input_json=...)`` from Python. The
+service may be written in any language: the kit speaks only the wire, through the
+raw generated stub (never ``AgentClient``, whose reconnects and duplicate filtering
+would hide a server's mistakes), and checks what ``proto/helix/agent/v1/agent.proto``
+promises:
+
+- ``Start`` generates an id when none is given, is idempotent (the same id with an
+  equal JSON input is ``created=false`` and never runs twice), and answers a
+  different input under an existing id with ``ALREADY_EXISTS``;
+- the log is gapless from 1, begins with ``run_started`` and ends with exactly one
+  terminal event, after which the stream ends; two readers at once, a reader that
+  leaves mid-run and comes back from its last sequence, and replays from the start,
+  the middle and the end all see the same events;
+- ``GetStatus`` agrees with the log; ``Interrupt`` of a finished session changes
+  nothing and says so, and of a running one is reported truthfully;
+- ``NOT_FOUND`` for unknown sessions and ``INVALID_ARGUMENT`` (``field: problem``)
+  for bad requests, with no session created by a rejected ``Start``.
+
+The caller gives a valid input; an input the schema rejects is derived from
+``Describe`` when not given. Each session the kit starts uses that input, so a
+service whose runs are slow makes the kit slow, not wrong; a run slowed down (e.g.
+``HELIX_SCRIPTED_DELAY_MS``) exercises the live tail more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+
+from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
+from helix_transport._proto.helix.agent.v1 import agent_pb2_grpc as pb_grpc
+
+__all__ = ["CheckResult", "format_results", "run_conformance"]
+
+TERMINAL_PAYLOADS = ("completed", "failed", "interrupted", "terminated")
+TERMINAL_STATUS = {
+    "completed": pb.SESSION_STATUS_COMPLETED,
+    "failed": pb.SESSION_STATUS_FAILED,
+    "interrupted": pb.SESSION_STATUS_INTERRUPTED,
+    "terminated": pb.SESSION_STATUS_TERMINATED,
+}
+AGENT_TYPE = re.compile(r"^[a-z][a-z0-9_-]*$")
+SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]*$")
+END_GRACE_S = 5.0
+"""How long a stream may stay open after its terminal event before it counts as not ending."""
+INTERRUPT_REASON = "conformance: interrupted right after Start"
+CONCURRENT_STARTS = 5
+SESSION_CHECKS = (
+    "start.idempotent",
+    "start.conflict",
+    "start.concurrent",
+    "stream.concurrent_readers",
+    "stream.gapless",
+    "stream.ends_after_terminal",
+    "stream.resume_mid_run",
+    "stream.replay",
+    "session.completed",
+    "status.finished",
+    "start.after_finish",
+    "interrupt.finished",
+    "interrupt.running",
+)
+"""The checks that need the kit's sessions (reported as not run when Start fails)."""
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """The outcome of one contract check."""
+
+    name: str
+    """Dotted, stable name, e.g. ``stream.gapless``."""
+    passed: bool
+    """False when the service broke the contract (a skipped check counts as passed)."""
+    detail: str = ""
+    """What was seen: the evidence for a failure, the facts behind a pass."""
+    skipped: bool = False
+    """True when the kit could not run the check (the detail says why)."""
+
+
+class _Failed(Exception):
+    """A check's verdict: the service broke the contract."""
+
+
+class _Skipped(Exception):
+    """A check could not be run; not the service's fault."""
+
+
+def _require(condition: bool, detail: str) -> None:
+    if not condition:
+        raise _Failed(detail)
+
+
+def _kind(event: pb.StreamEvent) -> str:
+    return event.WhichOneof("payload") or ""
+
+
+def _is_terminal(event: pb.StreamEvent) -> bool:
+    return _kind(event) in TERMINAL_PAYLOADS
+
+
+def _status_name(value: pb.SessionStatus.ValueType) -> str:
+    try:
+        return pb.SessionStatus.Name(value)
+    except ValueError:
+        return str(value)
+
+
+def _wire(events: list[pb.StreamEvent]) -> list[bytes]:
+    return [e.SerializeToString(deterministic=True) for e in events]
+
+
+def _json_equal(a: str, b: str) -> bool:
+    try:
+        return bool(json.loads(a) == json.loads(b))
+    except ValueError:
+        return False
+
+
+@dataclass
+class _Read:
+    """What one ``Stream`` call delivered and how it ended."""
+
+    events: list[pb.StreamEvent] = field(default_factory=list)
+    after_terminal: list[pb.StreamEvent] = field(default_factory=list)
+    end: str = "ok"
+    """``ok`` (clean end), ``error`` (a status), ``timeout`` (still open) or ``left`` (we left)."""
+    code: grpc.StatusCode | None = None
+    details: str = ""
+
+    @property
+    def terminal(self) -> pb.StreamEvent | None:
+        return self.events[-1] if self.events and _is_terminal(self.events[-1]) else None
+
+    def describe_end(self) -> str:
+        if self.end == "error":
+            name = self.code.name if self.code is not None else "?"
+            return f"ended with {name}: {self.details}"
+        if self.end == "timeout":
+            return "was still open"
+        return "ended cleanly" if self.end == "ok" else "was left by the reader"
+
+    def require_complete(self, what: str) -> None:
+        """The read ended cleanly right after one terminal event, with nothing after it."""
+        _require(
+            self.terminal is not None,
+            f"{what}: {self.describe_end()} after {len(self.events)} event(s) and no terminal event",
+        )
+        _require(
+            not self.after_terminal,
+            f"{what}: {len(self.after_terminal)} event(s) sent after the terminal event",
+        )
+        _require(
+            self.end == "ok",
+            f"{what}: the stream {self.describe_end()} after the terminal event "
+            f"(it must end with OK right after it)",
+        )
+
+
+def _gapless(events: list[pb.StreamEvent], *, first: int = 1) -> str:
+    """Empty when ``events`` are numbered ``first, first + 1, ...``; else what is wrong."""
+    expected = first
+    for event in events:
+        if event.sequence != expected:
+            seen = [e.sequence for e in events][:50]
+            return f"expected sequence {expected}, got {event.sequence} (sequences: {seen})"
+        expected += 1
+    return ""
+
+
+def _verdict(
+    expected: grpc.StatusCode, got: grpc.StatusCode, details: str, field: str | None
+) -> str:
+    """``details`` when a call failed as expected (naming ``field`` first); else fail."""
+    _require(got == expected, f"expected {expected.name}, got {got.name}: {details}")
+    if field is not None:
+        _require(
+            re.match(rf"{re.escape(field)}([.\[][^:]*)?: \S", details) is not None,
+            f"{expected.name} message {details!r} does not start with '{field}: <problem>'",
+        )
+    return details
+
+
+def _respelled(input_json: str) -> str:
+    """The same JSON value spelled differently: keys reversed, other whitespace."""
+
+    def reverse(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: reverse(v) for k, v in reversed(list(value.items()))}
+        if isinstance(value, list):
+            return [reverse(v) for v in value]
+        return value
+
+    return json.dumps(reverse(json.loads(input_json)), indent=1, ensure_ascii=True)
+
+
+def _different(input_json: str) -> str | None:
+    """A different input of the same shape (its first string changed), or None."""
+    value = json.loads(input_json)
+
+    def change(node: Any) -> tuple[Any, bool]:
+        if isinstance(node, str):
+            return node + " (conformance)", True
+        if isinstance(node, dict):
+            out = dict(node)
+            for key, item in node.items():
+                out[key], done = change(item)
+                if done:
+                    return out, True
+            return node, False
+        if isinstance(node, list):
+            items = list(node)
+            for index, item in enumerate(node):
+                items[index], done = change(item)
+                if done:
+                    return items, True
+            return node, False
+        return node, False
+
+    changed, done = change(value)
+    return json.dumps(changed) if done else None
+
+
+def _rejected_input(schema: Any) -> tuple[str, str] | None:
+    """An input any validator of ``schema`` rejects, and why; None when none is certain."""
+    if not isinstance(schema, dict):
+        return None
+    required = schema.get("required")
+    if isinstance(required, list) and required:
+        return "{}", f"misses the required {required[0]!r}"
+    if schema.get("type") == "object":
+        return "[]", "is an array where the schema wants an object"
+    return None
+
+
+class _Kit:
+    def __init__(
+        self,
+        stub: pb_grpc.AgentServiceAsyncStub,
+        channel: grpc.aio.Channel,
+        *,
+        input_json: str,
+        bad_input_json: str | None,
+        timeout_s: float,
+    ) -> None:
+        self.stub = stub
+        self.channel = channel
+        self.input_json = input_json
+        self.bad_input_json = bad_input_json
+        self.timeout_s = timeout_s
+        self.deadline = time.monotonic() + timeout_s
+        self.rpc_timeout_s = min(10.0, timeout_s)
+        self.results: list[CheckResult] = []
+        self.prefix = f"conformance-{uuid.uuid4().hex[:10]}"
+        self.agent_type = ""
+        self.input_schema: Any = None
+        self.main_session_id = ""
+        self.interrupt_reply: pb.InterruptResponse | grpc.aio.AioRpcError | None = None
+
+    # --- plumbing -----------------------------------------------------------------
+
+    async def check(self, name: str, body: Callable[[], Awaitable[str]]) -> bool:
+        """Run one check; record its verdict. True when it passed (or was skipped)."""
+        try:
+            detail = await body()
+        except _Failed as exc:
+            self.results.append(CheckResult(name, False, str(exc)))
+            return False
+        except _Skipped as exc:
+            self.results.append(CheckResult(name, True, str(exc), skipped=True))
+            return True
+        except grpc.aio.AioRpcError as exc:
+            detail = f"unexpected {exc.code().name}: {exc.details()}"
+            self.results.append(CheckResult(name, False, detail))
+            return False
+        except TimeoutError:
+            self.results.append(CheckResult(name, False, "timed out"))
+            return False
+        except Exception as exc:  # an answer the kit did not foresee is a failure, not a crash
+            self.results.append(CheckResult(name, False, f"{type(exc).__name__}: {exc}"))
+            return False
+        self.results.append(CheckResult(name, True, detail))
+        return True
+
+    async def start(self, input_json: str, session_id: str = "") -> pb.StartResponse:
+        return await self.stub.Start(
+            pb.StartRequest(session_id=session_id, input_json=input_json),
+            timeout=self.rpc_timeout_s,
+        )
+
+    async def status(self, session_id: str) -> pb.GetStatusResponse:
+        return await self.stub.GetStatus(
+            pb.GetStatusRequest(session_id=session_id), timeout=self.rpc_timeout_s
+        )
+
+    async def interrupt(self, session_id: str, reason: str = "") -> pb.InterruptResponse:
+        return await self.stub.Interrupt(
+            pb.InterruptRequest(session_id=session_id, reason=reason), timeout=self.rpc_timeout_s
+        )
+
+    async def read(
+        self,
+        session_id: str,
+        from_sequence: int = 0,
+        *,
+        leave_after: int | None = None,
+        limit_s: float | None = None,
+    ) -> _Read:
+        """One ``Stream`` call, read to its end (or until ``leave_after`` events).
+
+        Waits for events until the kit's deadline (or ``limit_s``), and at most
+        ``END_GRACE_S`` for the stream to end after its terminal event.
+        """
+        deadline = self.deadline if limit_s is None else time.monotonic() + limit_s
+        result = _Read()
+        call = self.stub.Stream(
+            pb.StreamRequest(session_id=session_id, from_sequence=from_sequence)
+        )
+        try:
+            while True:
+                done = result.terminal is not None
+                wait = END_GRACE_S if done else deadline - time.monotonic()
+                if wait <= 0:
+                    result.end = "timeout"
+                    return result
+                try:
+                    message = await asyncio.wait_for(call.read(), wait)
+                except TimeoutError:
+                    result.end = "timeout"
+                    return result
+                if not isinstance(message, pb.StreamResponse):
+                    result.end = "ok"  # grpc.aio.EOF: the server ended the stream
+                    return result
+                for event in message.events:
+                    if result.terminal is not None:
+                        result.after_terminal.append(event)
+                    else:
+                        result.events.append(event)
+                if (
+                    leave_after is not None
+                    and result.terminal is None
+                    and len(result.events) >= leave_after
+                ):
+                    result.end = "left"
+                    return result
+        except grpc.aio.AioRpcError as exc:
+            result.end, result.code, result.details = "error", exc.code(), exc.details() or ""
+            return result
+        finally:
+            call.cancel()
+
+    async def expect_error(
+        self, code: grpc.StatusCode, call: Awaitable[object], *, field: str | None = None
+    ) -> str:
+        """Await ``call``; it must fail with ``code`` (and a message naming ``field``)."""
+        try:
+            await call
+        except grpc.aio.AioRpcError as exc:
+            return _verdict(code, exc.code(), exc.details() or "", field)
+        raise _Failed(f"expected {code.name}, but the call succeeded")
+
+    async def expect_stream_error(
+        self, code: grpc.StatusCode, request: pb.StreamRequest, *, field: str | None = None
+    ) -> str:
+        """``Stream(request)`` must fail with ``code`` before sending any event."""
+        read = await self.read(
+            request.session_id, request.from_sequence, limit_s=self.rpc_timeout_s
+        )
+        _require(
+            read.end == "error" and not read.events,
+            f"expected {code.name} before any event; the stream sent {len(read.events)} "
+            f"event(s) and {read.describe_end()}",
+        )
+        return _verdict(code, read.code or grpc.StatusCode.UNKNOWN, read.details, field)
+
+    # --- the checks -----------------------------------------------------------------
+
+    async def run(self) -> list[CheckResult]:
+        await self.check("health", self.check_health)
+        described = await self.check("describe", self.check_describe)
+        if not described and self.results[-1].detail.startswith("unexpected UNAVAILABLE"):
+            return self.results  # nothing listens there: every other check would say so
+        sessions = await self.check_start()
+        if sessions is not None:
+            main, other = sessions
+            self.main_session_id = main.session_id
+            await self.check_streams(main)
+            await self.check("interrupt.running", lambda: self.check_interrupt_running(other))
+        else:
+            for name in SESSION_CHECKS:
+                self.results.append(CheckResult(name, False, "not run: Start failed"))
+        await self.check("errors.not_found", self.check_not_found)
+        await self.check("errors.empty_session_id", self.check_empty_session_id)
+        await self.check("errors.negative_from_sequence", self.check_negative_from_sequence)
+        await self.check("errors.malformed_input", self.check_malformed_input)
+        await self.check("errors.schema_rejected_input", self.check_rejected_input)
+        return self.results
+
+    async def check_health(self) -> str:
+        from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+        stub = health_pb2_grpc.HealthStub(self.channel)
+        for service in ("", pb.DESCRIPTOR.services_by_name["AgentService"].full_name):
+            reply = await stub.Check(
+                health_pb2.HealthCheckRequest(service=service), timeout=self.rpc_timeout_s
+            )
+            _require(
+                reply.status == health_pb2.HealthCheckResponse.SERVING,
+                f"grpc.health.v1 Check({service!r}) is "
+                f"{health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)}, not SERVING",
+            )
+        return "grpc.health.v1: SERVING"
+
+    async def check_describe(self) -> str:
+        described = await self.stub.Describe(pb.DescribeRequest(), timeout=self.rpc_timeout_s)
+        self.agent_type = described.agent_type
+        _require(
+            AGENT_TYPE.match(described.agent_type) is not None,
+            f"agent_type {described.agent_type!r} does not match {AGENT_TYPE.pattern}",
+        )
+        try:
+            self.input_schema = json.loads(described.input_schema_json)
+            output_schema = json.loads(described.output_schema_json)
+        except ValueError as exc:
+            raise _Failed(f"a schema is not valid JSON: {exc}") from None
+        _require(
+            isinstance(self.input_schema, dict) and isinstance(output_schema, dict),
+            "input_schema_json and output_schema_json must be JSON Schema objects",
+        )
+        return f"agent {described.agent_type!r}, tools {list(described.tool_names)}"
+
+    async def check_start(self) -> tuple[pb.StartResponse, pb.StartResponse] | None:
+        """Start the two sessions every later check uses: one to read, one to interrupt."""
+        sessions: list[pb.StartResponse] = []
+
+        async def generated_id() -> str:
+            main = await self.start(self.input_json)
+            # The second session is interrupted at once, before anything reads the first.
+            other = await self.start(self.input_json)
+            sessions.extend([main, other])  # later checks use them, whatever the verdict
+            try:
+                self.interrupt_reply = await self.interrupt(other.session_id, INTERRUPT_REASON)
+            except grpc.aio.AioRpcError as exc:
+                self.interrupt_reply = exc  # reported by interrupt.running
+            for reply in (main, other):
+                _require(reply.created, "Start with an empty session_id returned created=false")
+                _require(
+                    SESSION_ID.match(reply.session_id) is not None,
+                    f"generated session_id {reply.session_id!r} is not a valid session id",
+                )
+                _require(
+                    reply.agent_type == self.agent_type,
+                    f"StartResponse.agent_type {reply.agent_type!r} != Describe's "
+                    f"{self.agent_type!r}",
+                )
+                _require(
+                    reply.status != pb.SESSION_STATUS_UNSPECIFIED,
+                    "StartResponse.status is UNSPECIFIED",
+                )
+            _require(
+                main.session_id != other.session_id,
+                f"two Starts with an empty id both got {main.session_id!r}",
+            )
+            return f"generated {main.session_id!r} and {other.session_id!r}"
+
+        await self.check("start.generated_id", generated_id)
+        if not sessions:
+            return None
+        main, other = sessions
+
+        async def idempotent() -> str:
+            again = await self.start(_respelled(self.input_json), main.session_id)
+            _require(
+                not again.created,
+                "Start with the same id and an equal input (respelled) returned created=true",
+            )
+            _require(
+                again.session_id == main.session_id,
+                f"returned session_id {again.session_id!r}",
+            )
+            return "same id + equal JSON input (keys reordered, whitespace changed): created=false"
+
+        async def conflict() -> str:
+            different = _different(self.input_json)
+            if different is None:
+                raise _Skipped("cannot derive a different input (the input has no string)")
+            try:
+                await self.start(different, main.session_id)
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() == grpc.StatusCode.ALREADY_EXISTS:
+                    return f"ALREADY_EXISTS: {exc.details()}"
+                if exc.code() == grpc.StatusCode.INVALID_ARGUMENT:
+                    raise _Skipped(
+                        f"the derived different input {different} is not valid here "
+                        f"({exc.details()}); cannot check ALREADY_EXISTS"
+                    ) from None
+                raise _Failed(f"expected ALREADY_EXISTS, got {exc.code().name}") from None
+            raise _Failed("Start with an existing id and a different input succeeded")
+
+        async def concurrent() -> str:
+            session_id = f"{self.prefix}-concurrent"
+            replies = await asyncio.gather(
+                *(self.start(self.input_json, session_id) for _ in range(CONCURRENT_STARTS))
+            )
+            await self.interrupt(session_id, "conformance: only its start matters")
+            created = sum(r.created for r in replies)
+            _require(
+                created == 1,
+                f"{created} of {CONCURRENT_STARTS} concurrent identical Starts returned created=true",
+            )
+            read = await self.read(session_id)
+            read.require_complete("its stream")
+            starts = [_kind(e) for e in read.events].count("run_started")
+            _require(starts == 1, f"the session's log has {starts} run_started events")
+            return f"{CONCURRENT_STARTS} identical Starts at once: one created, one run"
+
+        await self.check("start.idempotent", idempotent)
+        await self.check("start.conflict", conflict)
+        await self.check("start.concurrent", concurrent)
+        return main, other
+
+    async def check_streams(self, main: pb.StartResponse) -> None:
+        session_id = main.session_id
+        # Two readers from the start, and one that leaves after a few events and comes
+        # back from its last sequence (mid-run when the run is slow enough).
+        first_task = asyncio.create_task(self.read(session_id))
+        second_task = asyncio.create_task(self.read(session_id))
+        partial = await self.read(session_id, leave_after=3)
+        running_at_return = False
+        if partial.end == "left":
+            running_at_return = (await self.status(session_id)).status == pb.SESSION_STATUS_RUNNING
+            last = partial.events[-1].sequence
+            rest = await self.read(session_id, last)
+        else:
+            rest = _Read()
+        first, second = await first_task, await second_task
+        log = first.events
+
+        async def readers() -> str:
+            first.require_complete("first reader")
+            second.require_complete("second reader")
+            _require(
+                _wire(first.events) == _wire(second.events),
+                f"two readers at once saw different logs ({len(first.events)} and "
+                f"{len(second.events)} events)",
+            )
+            return f"two concurrent readers from 0 saw the same {len(log)} events"
+
+        if not await self.check("stream.concurrent_readers", readers):
+            # Every later check of this session needs its complete log.
+            skipped = SESSION_CHECKS[SESSION_CHECKS.index("stream.gapless") : -1]
+            for name in skipped:
+                self.results.append(
+                    CheckResult(name, False, "not run: no complete log (see concurrent_readers)")
+                )
+            return
+
+        async def gapless() -> str:
+            _require(not (gap := _gapless(log)), gap)
+            kinds = [_kind(e) for e in log]
+            _require(kinds[0] == "run_started", f"the first event is {kinds[0]!r}, not run_started")
+            _require(kinds.count("run_started") == 1, "run_started appears more than once")
+            terminals = [k for k in kinds if k in TERMINAL_PAYLOADS]
+            _require(len(terminals) == 1, f"{len(terminals)} terminal events: {terminals}")
+            for event in log:
+                _require(
+                    event.session_id == session_id and event.agent_type == self.agent_type,
+                    f"event {event.sequence} carries session_id {event.session_id!r} and "
+                    f"agent_type {event.agent_type!r}",
+                )
+                _require(event.time.seconds > 0, f"event {event.sequence} has no time")
+                _require(event.step >= 0, f"event {event.sequence} has step {event.step}")
+            _require(
+                _json_equal(log[0].run_started.input_json, self.input_json),
+                f"run_started.input_json {log[0].run_started.input_json!r} is not the input",
+            )
+            return f"sequences 1..{len(log)}, run_started first, {kinds[-1]} last"
+
+        async def ends() -> str:
+            return f"ended cleanly right after the {_kind(log[-1])} event"
+
+        async def resume() -> str:
+            if partial.end != "left":
+                partial.require_complete("the leaving reader")
+                raise _Skipped(
+                    f"the session ended within {len(partial.events)} event(s); no mid-run reconnect"
+                )
+            rest.require_complete("the returning reader")
+            _require(
+                _wire(partial.events + rest.events) == _wire(log),
+                f"left after sequence {partial.events[-1].sequence}, came back with "
+                f"from_sequence={partial.events[-1].sequence} and got "
+                f"{[e.sequence for e in rest.events][:20]}...: not the rest of the log",
+            )
+            when = "while the session ran" if running_at_return else "after the session ended"
+            return (
+                f"left after {len(partial.events)} events, resumed {when}, nothing lost or repeated"
+            )
+
+        async def replay() -> str:
+            last = log[-1].sequence
+            middle = last // 2
+            whole = await self.read(session_id, 0)
+            whole.require_complete("replay from 0")
+            _require(_wire(whole.events) == _wire(log), "replay from 0 differs from the live log")
+            half = await self.read(session_id, middle)
+            half.require_complete(f"replay from {middle}")
+            _require(
+                _wire(half.events) == _wire(log[middle:]),
+                f"replay from {middle} sent {[e.sequence for e in half.events][:20]}, "
+                f"not {middle + 1}..{last}",
+            )
+            slowest = 0.0
+            for position in (last, last + 10):
+                started = time.monotonic()
+                tail = await self.read(session_id, position)
+                slowest = max(slowest, time.monotonic() - started)
+                _require(
+                    not tail.events and tail.end == "ok",
+                    f"from_sequence={position} on the finished session: "
+                    f"{len(tail.events)} event(s), and the stream {tail.describe_end()} "
+                    "(it must end at once with none)",
+                )
+            return (
+                f"from 0, {middle} and {last}: the same log; at/past the end: no event, "
+                f"ended within {slowest:.2f}s"
+            )
+
+        await self.check("stream.gapless", gapless)
+        await self.check("stream.ends_after_terminal", ends)
+        await self.check("stream.resume_mid_run", resume)
+        await self.check("stream.replay", replay)
+        terminal = log[-1]
+
+        async def completed() -> str:
+            _require(
+                _kind(terminal) == "completed",
+                f"the valid input ended {_kind(terminal)}: "
+                f"{terminal.failed.error if _kind(terminal) == 'failed' else ''}",
+            )
+            outputs = [e for e in log if _kind(e) == "output"]
+            if outputs:
+                _require(
+                    _json_equal(outputs[-1].output.output_json, terminal.completed.output_json),
+                    "the output event and completed.output_json differ",
+                )
+            return f"completed with output {terminal.completed.output_json[:80]}"
+
+        async def status() -> str:
+            reply = await self.status(session_id)
+            expected = TERMINAL_STATUS[_kind(terminal)]
+            _require(reply.session_id == session_id, f"session_id {reply.session_id!r}")
+            _require(reply.agent_type == self.agent_type, f"agent_type {reply.agent_type!r}")
+            _require(
+                reply.status == expected,
+                f"status {_status_name(reply.status)}, but the log ends {_kind(terminal)}",
+            )
+            _require(
+                reply.last_sequence == terminal.sequence,
+                f"last_sequence {reply.last_sequence}, but the terminal event is "
+                f"{terminal.sequence}",
+            )
+            if expected == pb.SESSION_STATUS_COMPLETED:
+                _require(
+                    _json_equal(reply.output_json, terminal.completed.output_json),
+                    f"output_json {reply.output_json!r} is not completed.output_json",
+                )
+            if expected == pb.SESSION_STATUS_FAILED:
+                _require(bool(reply.error), "a failed session's status has no error")
+            created, updated = reply.created_at.ToNanoseconds(), reply.updated_at.ToNanoseconds()
+            finished = reply.finished_at.ToNanoseconds()
+            _require(created > 0, "created_at is not set")
+            _require(updated >= created, "updated_at is not set or before created_at")
+            _require(finished >= created, "finished_at is not set (or before created_at)")
+            _require(reply.parent_session_id == "", "a root session has a parent_session_id")
+            usage = reply.usage
+            _require(
+                usage.total_tokens == usage.prompt_tokens + usage.completion_tokens,
+                "usage.total_tokens != prompt_tokens + completion_tokens",
+            )
+            return (
+                f"{_status_name(reply.status)}, last_sequence {reply.last_sequence}, "
+                f"step_count {reply.step_count}, timestamps set"
+            )
+
+        async def again() -> str:
+            reply = await self.start(self.input_json, session_id)
+            _require(not reply.created, "Start of a finished session returned created=true")
+            _require(
+                reply.status == TERMINAL_STATUS[_kind(terminal)],
+                f"Start of a finished session says {_status_name(reply.status)}",
+            )
+            after = await self.status(session_id)
+            _require(
+                after.last_sequence == terminal.sequence,
+                f"the log grew to {after.last_sequence} events: the session ran again",
+            )
+            return "created=false, status terminal, the log unchanged"
+
+        async def finished_interrupt() -> str:
+            reply = await self.interrupt(session_id, "conformance: already finished")
+            expected = TERMINAL_STATUS[_kind(terminal)]
+            _require(not reply.accepted, "Interrupt of a finished session returned accepted=true")
+            _require(
+                reply.status == expected,
+                f"Interrupt of a finished session says {_status_name(reply.status)}, "
+                f"not {_status_name(expected)}",
+            )
+            after = await self.status(session_id)
+            _require(after.status == expected, f"the status became {_status_name(after.status)}")
+            replay = await self.read(session_id, 0)
+            _require(
+                _wire(replay.events) == _wire(log),
+                "the log changed after interrupting the finished session",
+            )
+            return f"accepted=false, status stays {_status_name(expected)}, the log unchanged"
+
+        await self.check("session.completed", completed)
+        await self.check("status.finished", status)
+        await self.check("start.after_finish", again)
+        await self.check("interrupt.finished", finished_interrupt)
+
+    async def check_interrupt_running(self, other: pb.StartResponse) -> str:
+        """The second session was interrupted right after its Start: told truthfully?"""
+        reply = self.interrupt_reply
+        if isinstance(reply, grpc.aio.AioRpcError):
+            raise _Failed(
+                f"Interrupt of a running session failed: {reply.code().name}: {reply.details()}"
+            )
+        assert reply is not None
+        read = await self.read(other.session_id)
+        read.require_complete("the interrupted session's stream")
+        _require(not (gap := _gapless(read.events)), gap)
+        final = _kind(read.events[-1])
+        status = await self.status(other.session_id)
+        _require(
+            status.status == TERMINAL_STATUS[final],
+            f"GetStatus says {_status_name(status.status)}, but the log ends {final}",
+        )
+        if reply.accepted:
+            _require(
+                reply.status == pb.SESSION_STATUS_RUNNING,
+                f"accepted=true with status {_status_name(reply.status)} (must be RUNNING)",
+            )
+            _require(
+                final in ("interrupted", "completed"),
+                f"accepted=true, but the session ended {final}",
+            )
+            if final == "interrupted":
+                _require(
+                    read.events[-1].interrupted.reason == INTERRUPT_REASON,
+                    f"interrupted.reason is {read.events[-1].interrupted.reason!r}, "
+                    f"not the request's {INTERRUPT_REASON!r}",
+                )
+                outcome = "accepted=true; the run ended interrupted, with the request's reason"
+            else:
+                outcome = "accepted=true; the run completed before its next safe point"
+        else:
+            _require(
+                reply.status == TERMINAL_STATUS[final],
+                f"accepted=false with status {_status_name(reply.status)}, but the "
+                f"session ended {final}",
+            )
+            _require(final != "interrupted", "accepted=false, but the session was interrupted")
+            outcome = f"accepted=false; it had already ended {final}"
+        again = await self.interrupt(other.session_id, "conformance: twice")
+        _require(
+            not again.accepted and again.status == status.status,
+            f"a second Interrupt after the end: accepted={again.accepted}, "
+            f"status {_status_name(again.status)}",
+        )
+        return outcome
+
+    async def check_not_found(self) -> str:
+        missing = f"{self.prefix}-missing"
+        await self.expect_error(grpc.StatusCode.NOT_FOUND, self.status(missing))
+        await self.expect_error(grpc.StatusCode.NOT_FOUND, self.interrupt(missing))
+        await self.expect_stream_error(
+            grpc.StatusCode.NOT_FOUND, pb.StreamRequest(session_id=missing)
+        )
+        return "GetStatus, Interrupt and Stream of an unknown session: NOT_FOUND"
+
+    async def check_empty_session_id(self) -> str:
+        await self.expect_error(
+            grpc.StatusCode.INVALID_ARGUMENT, self.status(""), field="session_id"
+        )
+        await self.expect_error(
+            grpc.StatusCode.INVALID_ARGUMENT, self.interrupt(""), field="session_id"
+        )
+        await self.expect_stream_error(
+            grpc.StatusCode.INVALID_ARGUMENT, pb.StreamRequest(session_id=""), field="session_id"
+        )
+        return "GetStatus, Interrupt and Stream with an empty session_id: INVALID_ARGUMENT"
+
+    async def check_negative_from_sequence(self) -> str:
+        if not self.main_session_id:
+            raise _Skipped("needs a session (Start failed)")
+        details = await self.expect_stream_error(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            pb.StreamRequest(session_id=self.main_session_id, from_sequence=-1),
+            field="from_sequence",
+        )
+        return f"INVALID_ARGUMENT {details!r}"
+
+    async def _rejected(self, input_json: str, suffix: str) -> str:
+        session_id = f"{self.prefix}-{suffix}"
+        details = await self.expect_error(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            self.start(input_json, session_id),
+            field="input_json",
+        )
+        await self.expect_error(grpc.StatusCode.NOT_FOUND, self.status(session_id))
+        return details
+
+    async def check_malformed_input(self) -> str:
+        details = await self._rejected("{not json", "malformed")
+        return f"INVALID_ARGUMENT {details!r}; no session created"
+
+    async def check_rejected_input(self) -> str:
+        bad, why = self.bad_input_json, "given by the caller"
+        if bad is None:
+            derived = _rejected_input(self.input_schema)
+            if derived is None:
+                raise _Skipped("no --bad-input given and none derivable from the input schema")
+            bad, why = derived
+        details = await self._rejected(bad, "rejected")
+        return f"{bad} ({why}): INVALID_ARGUMENT {details!r}; no session created"
+
+
+async def run_conformance(
+    address: str,
+    *,
+    input_json: str,
+    bad_input_json: str | None = None,
+    timeout_s: float = 60,
+) -> list[CheckResult]:
+    """Run every contract check against the agent service at ``address``.
+
+    Args:
+        address: ``host:port`` (plaintext gRPC).
+        input_json: a valid input for the agent; every session the kit starts uses it.
+        bad_input_json: an input the agent's schema rejects; derived from ``Describe``
+            when ``None`` (``{}`` when the schema has required fields).
+        timeout_s: how long the whole run may take; sessions still running then fail.
+
+    Returns one ``CheckResult`` per check, in the order they ran. The kit leaves the
+    sessions it started in the service (ids start with ``conformance-`` or are generated).
+
+    Raises:
+        ValueError: ``input_json`` is not JSON.
+    """
+    try:
+        json.loads(input_json)
+    except ValueError as exc:
+        raise ValueError(f"input_json is not valid JSON: {exc}") from None
+    async with grpc.aio.insecure_channel(address) as channel:
+        kit = _Kit(
+            pb_grpc.AgentServiceStub(channel),
+            channel,
+            input_json=input_json,
+            bad_input_json=bad_input_json,
+            timeout_s=timeout_s,
+        )
+        return await kit.run()
+
+
+def format_results(results: list[CheckResult]) -> str:
+    """A pass/fail table, one check per line, and a summary line."""
+    width = max((len(r.name) for r in results), default=0)
+    lines = []
+    for result in results:
+        mark = "SKIP" if result.skipped else "PASS" if result.passed else "FAIL"
+        lines.append(f"{mark}  {result.name.ljust(width)}  {result.detail}")
+    failed = sum(not r.passed for r in results)
+    skipped = sum(r.skipped for r in results)
+    passed = len(results) - failed - skipped
+    lines.append(f"{len(results)} checks: {passed} passed, {failed} failed, {skipped} skipped")
+    return "\n".join(lines)

@@ -1,0 +1,63 @@
+"""Backends with an EventNotifier wake a reader in another process (here: another store
+instance on the same data) promptly, and time out quietly when nothing happens."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+
+from helix_transport.store import Store, open_store
+from helix_transport.store._base import EventNotifier
+from helix_transport.testing.store_suite import make_event, make_record
+
+
+@pytest.fixture(params=["redis", "postgres"])
+async def two_stores(request: pytest.FixtureRequest) -> AsyncIterator[tuple[Store, Store]]:
+    name = f"helix_test_{uuid.uuid4().hex[:16]}"
+    if request.param == "redis":
+        url = f"{request.getfixturevalue('redis_url')}?prefix={name}"
+    else:
+        url = f"{request.getfixturevalue('postgres_dsn')}?schema={name}"
+    writer = await open_store(url)
+    reader = await open_store(url)
+    yield writer, reader
+    await reader.aclose()
+    await writer.aclose()
+
+
+async def test_append_elsewhere_wakes_the_waiter(two_stores: tuple[Store, Store]) -> None:
+    writer, reader = two_stores
+    assert isinstance(reader, EventNotifier)
+    await writer.create_session(make_record("s1"))
+    await writer.append("s1", [make_event("x", session_id="s1")])
+
+    waiting = asyncio.create_task(reader.wait_for_events("s1", after_sequence=1, timeout_s=5))
+    await asyncio.sleep(0.2)
+    assert not waiting.done()
+    started = time.monotonic()
+    await writer.append("s1", [make_event("x", session_id="s1")])
+    assert await waiting is True
+    assert time.monotonic() - started < 1.0
+
+
+async def test_no_append_times_out(two_stores: tuple[Store, Store]) -> None:
+    writer, reader = two_stores
+    assert isinstance(reader, EventNotifier)
+    await writer.create_session(make_record("s1"))
+    started = time.monotonic()
+    assert await reader.wait_for_events("s1", after_sequence=0, timeout_s=0.3) is False
+    assert 0.25 < time.monotonic() - started < 2
+
+
+async def test_events_already_there_return_at_once(two_stores: tuple[Store, Store]) -> None:
+    writer, reader = two_stores
+    assert isinstance(reader, EventNotifier)
+    await writer.create_session(make_record("s1"))
+    await writer.append("s1", [make_event("x", session_id="s1"), make_event("x", session_id="s1")])
+    started = time.monotonic()
+    assert await reader.wait_for_events("s1", after_sequence=1, timeout_s=5) is True
+    assert time.monotonic() - started < 1.0
