@@ -17,8 +17,8 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Iterator
-from typing import Any
 from dataclasses import dataclass
+from typing import Any
 
 from helix_transport._exceptions import SessionNotFound
 from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent

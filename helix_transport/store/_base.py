@@ -112,7 +112,15 @@ class Store(Protocol):
         ...
 
     async def save_checkpoint(self, checkpoint: Checkpoint) -> None:
-        """Replace the session's checkpoint."""
+        """Replace the session's checkpoint, fenced by the log.
+
+        When the session exists, the checkpoint is written only if the log ends at
+        ``checkpoint.last_sequence`` (the writer flushed its events first): a paused
+        old owner resuming after a takeover cannot overwrite the new owner's state.
+
+        Raises:
+            SequenceConflict: the log has moved past the checkpoint.
+        """
         ...
 
     async def load_checkpoint(self, session_id: str) -> Checkpoint | None:

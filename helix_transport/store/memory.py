@@ -134,8 +134,13 @@ class MemoryStore:
         return [StreamEvent.FromString(data) for _, data in log[start:stop]]
 
     async def save_checkpoint(self, checkpoint: Checkpoint) -> None:
-        """Replace the session's checkpoint."""
+        """Replace the session's checkpoint, fenced by the log's end (see ``Store``)."""
         self._check_open()
+        record = self._sessions.get(checkpoint.session_id)
+        if record is not None and record.last_sequence != checkpoint.last_sequence:
+            raise SequenceConflict(
+                checkpoint.session_id, checkpoint.last_sequence, record.last_sequence
+            )
         self._checkpoints[checkpoint.session_id] = json.dumps(_checkpoint_to_json(checkpoint))
 
     async def load_checkpoint(self, session_id: str) -> Checkpoint | None:

@@ -441,8 +441,15 @@ class PostgresStore:
         return [StreamEvent.FromString(row["data"]) for row in rows]
 
     async def save_checkpoint(self, checkpoint: Checkpoint) -> None:
-        """Replace the session's checkpoint."""
-        await self._call("execute", _SAVE_CHECKPOINT, *_columns(checkpoint).values())
+        """Replace the session's checkpoint, fenced by the log's end (see ``Store``)."""
+        async with self._transaction() as conn:
+            last = await conn.fetchval(
+                self._q("SELECT last_sequence FROM {s}.sessions WHERE session_id = $1 FOR SHARE"),
+                checkpoint.session_id,
+            )
+            if last is not None and last != checkpoint.last_sequence:
+                raise SequenceConflict(checkpoint.session_id, checkpoint.last_sequence, last)
+            await conn.execute(self._q(_SAVE_CHECKPOINT), *_columns(checkpoint).values())
 
     async def load_checkpoint(self, session_id: str) -> Checkpoint | None:
         """The session's latest checkpoint, or ``None``."""

@@ -182,6 +182,18 @@ def _map_redis_errors() -> Iterator[None]:
         raise StoreError(f"redis: {exc}") from exc
 
 
+# Writes the checkpoint only while the session's log ends where the writer thinks
+# (the fencing token of a checkpoint); answers the log's actual end.
+_SAVE_CHECKPOINT_LUA = """
+local last = redis.call('HGET', KEYS[1], 'last_sequence')
+if last and tonumber(last) ~= tonumber(ARGV[1]) then
+  return tonumber(last)
+end
+redis.call('SET', KEYS[2], ARGV[2])
+return tonumber(ARGV[1])
+"""
+
+
 class RedisStore:
     """A ``Store`` in Redis, shared by every process that uses the same prefix.
 
@@ -206,6 +218,7 @@ class RedisStore:
         socket_timeout = client.connection_pool.connection_kwargs.get("socket_timeout")
         self._block_cap_s = float(socket_timeout) / 2 if socket_timeout else 5.0
         self._prefix = prefix
+        self._save_checkpoint = client.register_script(_SAVE_CHECKPOINT_LUA)
         self._owns_client = False
         self._closed = False
         self._create = client.register_script(_CREATE)
@@ -400,11 +413,19 @@ class RedisStore:
         return bool(found)
 
     async def save_checkpoint(self, checkpoint: Checkpoint) -> None:
-        """Replace the session's checkpoint."""
+        """Replace the session's checkpoint, fenced by the log's end (see ``Store``)."""
         self._check_open()
         data = dataclasses.asdict(checkpoint)
+        keys = [
+            self._key("session", checkpoint.session_id),
+            self._key("checkpoint", checkpoint.session_id),
+        ]
         with _map_redis_errors():
-            await self._client.set(self._key("checkpoint", checkpoint.session_id), json.dumps(data))
+            actual = await self._save_checkpoint(
+                keys=keys, args=[checkpoint.last_sequence, json.dumps(data)]
+            )
+        if int(actual) != checkpoint.last_sequence:
+            raise SequenceConflict(checkpoint.session_id, checkpoint.last_sequence, int(actual))
 
     async def load_checkpoint(self, session_id: str) -> Checkpoint | None:
         """The session's latest checkpoint, or ``None``."""

@@ -275,7 +275,7 @@ class SqliteStore:
         )
 
     async def save_checkpoint(self, checkpoint: Checkpoint) -> None:
-        """Replace the session's checkpoint."""
+        """Replace the session's checkpoint, fenced by the log's end (see ``Store``)."""
         await self._run(lambda conn: _save_checkpoint(conn, checkpoint))
 
     async def load_checkpoint(self, session_id: str) -> Checkpoint | None:
@@ -469,7 +469,13 @@ def _save_checkpoint(conn: sqlite3.Connection, checkpoint: Checkpoint) -> None:
         checkpoint.last_sequence,
         json.dumps(checkpoint.state),
     )
-    _write(conn, "INSERT OR REPLACE INTO checkpoints VALUES (?, ?, ?, ?, ?, ?)", params)
+    with _transaction(conn):
+        row = conn.execute(
+            "SELECT last_sequence FROM sessions WHERE session_id = ?", (checkpoint.session_id,)
+        ).fetchone()
+        if row is not None and row[0] != checkpoint.last_sequence:
+            raise SequenceConflict(checkpoint.session_id, checkpoint.last_sequence, row[0])
+        conn.execute("INSERT OR REPLACE INTO checkpoints VALUES (?, ?, ?, ?, ?, ?)", params)
 
 
 def _load_checkpoint(conn: sqlite3.Connection, session_id: str) -> Checkpoint | None:

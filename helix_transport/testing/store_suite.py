@@ -297,6 +297,18 @@ class StoreConformance:
         assert await store.load_checkpoint("s-1") == second
         assert await store.load_checkpoint("s-other") is None
 
+    async def test_checkpoint_is_fenced_by_the_log(self, store: Store) -> None:
+        await store.create_session(make_record("s-1"))
+        await store.append("s-1", [make_event("a"), make_event("b")])
+        current = Checkpoint(session_id="s-1", step=1, messages=[], last_sequence=2)
+        await store.save_checkpoint(current)
+        await store.append("s-1", [make_event("c")])  # a new owner moved the log on
+        stale = Checkpoint(session_id="s-1", step=9, messages=[], last_sequence=2)
+        with pytest.raises(SequenceConflict) as info:
+            await store.save_checkpoint(stale)
+        assert (info.value.expected, info.value.actual) == (2, 3)
+        assert await store.load_checkpoint("s-1") == current
+
     async def test_interrupt_set_and_take(self, store: Store) -> None:
         assert await store.take_interrupt("s-1") is None
         await store.set_interrupt("s-1", "user pressed stop")

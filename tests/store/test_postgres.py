@@ -347,7 +347,7 @@ async def test_append_notifies_after_commit(
 
 async def test_data_survives_a_new_store(postgres_dsn: str, schema: str) -> None:
     record = make_record(metadata={"k": "v"})
-    checkpoint = Checkpoint(session_id="s-1", step=1, messages=[{"role": "user"}])
+    checkpoint = Checkpoint(session_id="s-1", step=1, messages=[{"role": "user"}], last_sequence=2)
     ref = SubSessionRef(
         parent_session_id="s-1",
         child_session_id="c-1",

@@ -226,7 +226,7 @@ async def test_lease_expiry_uses_the_server_clock(
 
 async def test_data_survives_a_new_store_on_the_same_prefix(prefix: str) -> None:
     record = make_record(metadata={"k": "v"})
-    checkpoint = Checkpoint(session_id="s-1", step=1, messages=[{"role": "user"}])
+    checkpoint = Checkpoint(session_id="s-1", step=1, messages=[{"role": "user"}], last_sequence=2)
     ref = SubSessionRef(
         parent_session_id="s-1",
         child_session_id="c-1",

@@ -33,7 +33,7 @@ class TestSqliteStore(StoreConformance):
 async def test_data_survives_reopening(tmp_path: Path) -> None:
     path = str(tmp_path / "durable.db")
     record = make_record(metadata={"k": "v"})
-    checkpoint = Checkpoint(session_id="s-1", step=1, messages=[{"role": "user"}])
+    checkpoint = Checkpoint(session_id="s-1", step=1, messages=[{"role": "user"}], last_sequence=2)
     ref = SubSessionRef(
         parent_session_id="s-1",
         child_session_id="c-1",
