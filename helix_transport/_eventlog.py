@@ -37,14 +37,19 @@ def is_terminal(event: StreamEvent) -> bool:
 class _Tail:
     events: list[StreamEvent]
     waiter: asyncio.Future[None]
-    readers: int = 0
 
 
 class EventHub:
-    """In-process fan-out of freshly appended events, with a bounded recent tail."""
+    """In-process fan-out of freshly appended events, with a bounded recent tail.
+
+    A session's tail lives while its local writer runs or a reader waits on it; it
+    is dropped on the terminal event (late readers replay from the store), when the
+    writer stops, and when the last reader of a writer-less session leaves.
+    """
 
     def __init__(self, *, tail_size: int = 1024) -> None:
         self._tails: dict[str, _Tail] = {}
+        self._readers: dict[str, int] = {}
         self._tail_size = tail_size
 
     def _tail(self, session_id: str) -> _Tail:
@@ -64,9 +69,15 @@ class EventHub:
             del tail.events[: len(tail.events) - self._tail_size]
         waiter, tail.waiter = tail.waiter, asyncio.get_running_loop().create_future()
         waiter.set_result(None)
-        if is_terminal(events[-1]) and tail.readers <= 0:
-            # Late readers replay from the store; dropping the tail bounds memory.
-            del self._tails[session_id]
+        if is_terminal(events[-1]):
+            # Woken readers find the terminal event in the store; nothing follows it.
+            self.forget(session_id)
+
+    def forget(self, session_id: str) -> None:
+        """Drop the session's cached tail, waking anyone still waiting on it."""
+        tail = self._tails.pop(session_id, None)
+        if tail is not None and not tail.waiter.done():
+            tail.waiter.set_result(None)
 
     def since(self, session_id: str, after: int, limit: int) -> list[StreamEvent] | None:
         """Cached events with ``sequence > after``; ``None`` when the cache can't tell."""
@@ -83,18 +94,24 @@ class EventHub:
         """A future resolved at the session's next ``publish``."""
         return self._tail(session_id).waiter
 
+    def tails(self) -> int:
+        """Sessions with a cached tail (for tests and metrics)."""
+        return len(self._tails)
+
     @contextlib.contextmanager
     def reading(self, session_id: str) -> Iterator[None]:
-        """Keep the session's entry alive while a reader waits on it."""
-        self._tail(session_id).readers += 1
+        """Count a reader; the last one out drops a tail no local writer fills."""
+        self._readers[session_id] = self._readers.get(session_id, 0) + 1
         try:
             yield
         finally:
-            tail = self._tails.get(session_id)
-            if tail is not None:
-                tail.readers -= 1
-                if tail.readers <= 0 and not tail.events:
-                    del self._tails[session_id]  # nobody writes here: don't keep it
+            left = self._readers.pop(session_id) - 1
+            if left:
+                self._readers[session_id] = left
+            else:
+                tail = self._tails.get(session_id)
+                if tail is not None and not tail.events:
+                    del self._tails[session_id]
 
 
 class SessionWriter:

@@ -111,6 +111,7 @@ class SessionRunner:
             await self._fail_internal(loop)
         finally:
             self._runs.pop(session_id, None)
+            self.hub.forget(session_id)  # no local writer any more
             with contextlib.suppress(Exception):
                 await asyncio.shield(self.store.release_lease(session_id, self.owner))
 
@@ -133,9 +134,11 @@ class SessionRunner:
         """Resume running sessions with no live owner (or owned by this replica id)."""
         resumed = 0
         for record in await self.store.list_sessions(status=SessionStatus.RUNNING):
-            if record.session_id not in self._runs and await self.start(
-                record, resume_reason="restart"
-            ):
+            if record.session_id in self._runs:
+                continue
+            # Our own id: this replica restarted. Anyone else's: their lease lapsed.
+            reason = "restart" if record.owner in ("", self.owner) else "takeover"
+            if await self.start(record, resume_reason=reason):
                 resumed += 1
         return resumed
 

@@ -277,3 +277,16 @@ async def test_health_and_reflection_are_served(serve: Serve) -> None:
         services = [s.name async for r in replies for s in r.list_services_response.service]
     assert health.status == health_pb2.HealthCheckResponse.SERVING
     assert "helix.agent.v1.AgentService" in services
+
+
+async def test_finished_sessions_leave_no_cached_tail_and_end_streams_at_once(serve: Serve) -> None:
+    async with serve(counter) as (server, client):
+        for i in range(5):
+            await client.start('{"steps": 1}', session_id=f"s{i}")
+            events = await collect(client, f"s{i}")  # a reader attached at the terminal event
+        started = asyncio.get_running_loop().time()
+        assert await collect(client, "s4", from_sequence=events[-1].sequence) == []
+        elapsed = asyncio.get_running_loop().time() - started
+        tails = server.hub.tails()
+    assert tails == 0
+    assert elapsed < 0.3  # not a poll interval
