@@ -20,7 +20,12 @@ REDIS_PORT := 6379
 PG_HOST := 127.0.0.1
 PG_PORT := 5432
 
-.PHONY: venv proto proto-check lint services-up test demo bench clean
+# npm packages (`npm ci`, stamped: rerun only when a package-lock.json changes):
+# proto/ holds buf, services/translator_node/ the Node.js agent service.
+NODE_DIRS := proto services/translator_node
+NODE_STAMPS := $(addsuffix /node_modules/.npm-ci.stamp,$(NODE_DIRS))
+
+.PHONY: venv proto proto-check proto-lint node-deps lint services-up test demo bench clean
 
 venv: $(STAMP)
 
@@ -35,7 +40,28 @@ proto: venv
 proto-check: venv
 	$(PY) proto/generate.py --check
 
-lint: venv
+node-deps: $(NODE_STAMPS)
+
+# Without npm, `make` outside CI says what cannot run; under CI=true it is an error.
+%/node_modules/.npm-ci.stamp: %/package-lock.json %/package.json
+	@if command -v npm >/dev/null; then \
+	  echo "node-deps: npm ci in $*"; \
+	  cd $* && npm ci --no-audit --no-fund && touch node_modules/.npm-ci.stamp; \
+	elif [ "$${CI:-}" = true ]; then \
+	  echo "node-deps: npm is not installed (needed in $*)" >&2; exit 1; \
+	else \
+	  echo "node-deps: npm not installed; skipping $* (buf lint and the Node.js interop tests cannot run)"; \
+	fi
+
+# buf lint and buf breaking (against the previous commit of main), see proto/check.sh.
+proto-lint: node-deps
+	@if [ -x proto/node_modules/.bin/buf ] || command -v buf >/dev/null || [ "$${CI:-}" = true ]; then \
+	  bash proto/check.sh; \
+	else \
+	  echo "proto-lint: buf not installed (no npm); skipped"; \
+	fi
+
+lint: venv proto-lint
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
@@ -73,7 +99,7 @@ services-up:
 	    || echo "services-up: PostgreSQL still not answering on $(PG_HOST):$(PG_PORT)"; \
 	fi
 
-test: venv services-up lint
+test: venv services-up node-deps lint
 	$(PY) -m pytest -q
 
 demo: venv

@@ -50,7 +50,7 @@ TERMINAL_STATUS = {
     "interrupted": pb.SESSION_STATUS_INTERRUPTED,
     "terminated": pb.SESSION_STATUS_TERMINATED,
 }
-AGENT_TYPE = re.compile(r"^[a-z][a-z0-9_-]*$")
+AGENT_TYPE = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]*$")
 END_GRACE_S = 5.0
 """How long a stream may stay open after its terminal event before it counts as not ending."""
@@ -629,7 +629,7 @@ class _Kit:
                     not tail.events and tail.end == "ok",
                     f"from_sequence={position} on the finished session: "
                     f"{len(tail.events)} event(s), and the stream {tail.describe_end()} "
-                    "(it must end at once with none)",
+                    "(it must end, promptly, with none)",
                 )
             return (
                 f"from 0, {middle} and {last}: the same log; at/past the end: no event, "

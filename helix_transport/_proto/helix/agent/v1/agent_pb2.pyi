@@ -44,10 +44,11 @@ tail"), and finally ends the stream (status OK) right after sending the
 session's terminal event. `k = 0` replays the whole log. A reader that was
 disconnected after receiving sequence `n` resumes with `from_sequence = n` and
 receives `n + 1` next: nothing lost, nothing duplicated. When the session has
-finished and `k` is at or past its terminal event, the stream ends at once
-with no event. Any number of readers may stream one session at once, each at
-its own position. A stream that ends in any other way (an error status, a
-reset connection) is a break: the reader reconnects from its last sequence.
+finished and `k` is at or past its terminal event, the stream sends no event
+and ends (promptly: within a second). Any number of readers may stream one
+session at once, each at its own position. A stream that ends in any other
+way (an error status, a reset connection) is a break: the reader reconnects
+from its last sequence.
 
 # Resumption after a crash
 
@@ -1080,7 +1081,7 @@ class DescribeResponse(_message.Message):
     OUTPUT_SCHEMA_JSON_FIELD_NUMBER: _builtins.int
     TOOL_NAMES_FIELD_NUMBER: _builtins.int
     agent_type: _builtins.str
-    """The agent type, matching `^[a-z][a-z0-9_-]*$`; the mesh registry finds
+    """The agent type, matching `^[a-z][a-z0-9_-]{0,62}$`; the mesh registry finds
     its service under `HELIX_AGENT_ADDRESS_<TYPE>` (upper-cased, `-` as `_`).
     """
     description: _builtins.str

@@ -44,10 +44,11 @@ tail"), and finally ends the stream (status OK) right after sending the
 session's terminal event. `k = 0` replays the whole log. A reader that was
 disconnected after receiving sequence `n` resumes with `from_sequence = n` and
 receives `n + 1` next: nothing lost, nothing duplicated. When the session has
-finished and `k` is at or past its terminal event, the stream ends at once
-with no event. Any number of readers may stream one session at once, each at
-its own position. A stream that ends in any other way (an error status, a
-reset connection) is a break: the reader reconnects from its last sequence.
+finished and `k` is at or past its terminal event, the stream sends no event
+and ends (promptly: within a second). Any number of readers may stream one
+session at once, each at its own position. A stream that ends in any other
+way (an error status, a reset connection) is a break: the reader reconnects
+from its last sequence.
 
 # Resumption after a crash
 

@@ -1,0 +1,232 @@
+"""The conformance kit against every agent service we ship, and against broken ones.
+
+The Python services run in-process (each on its own in-memory store); the Node.js
+service runs as a real process. A kit that passes everything proves nothing, so
+the last tests serve deliberately broken servicers and expect the matching check
+to fail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from helix_transport import Agent, conformance, create_server
+from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
+from helix_transport.conformance import CheckResult, format_results, run_conformance
+from helix_transport.registry import address_env_var
+from helix_transport.server import app as server_app
+from helix_transport.server._servicer import AgentServicer
+from helix_transport.store import MemoryStore
+from services.orchestrator.agent import agent as orchestrator
+from services.researcher.agent import agent as researcher
+from services.summarizer.agent import agent as summarizer
+from tests.helpers import ROOT
+from tests.interop.conftest import StartNode
+
+RESEARCH = json.dumps({"topic": "event log replay", "max_sources": 2})
+SUMMARY = json.dumps(
+    {"text": "Streams resume. Nothing is lost. Nothing repeats. Readers agree.", "max_sentences": 2}
+)
+QUESTION = json.dumps({"question": "What is event sourcing and how does backoff work?"})
+TRANSLATE = json.dumps({"text": "Hello world, the agent reads the event log and writes the text."})
+
+EXPECTED_CHECKS = {
+    "health",
+    "describe",
+    "start.generated_id",
+    "start.idempotent",
+    "start.conflict",
+    "start.concurrent",
+    "stream.concurrent_readers",
+    "stream.gapless",
+    "stream.ends_after_terminal",
+    "stream.resume_mid_run",
+    "stream.replay",
+    "session.completed",
+    "status.finished",
+    "start.after_finish",
+    "interrupt.finished",
+    "interrupt.running",
+    "errors.not_found",
+    "errors.empty_session_id",
+    "errors.negative_from_sequence",
+    "errors.malformed_input",
+    "errors.schema_rejected_input",
+}
+
+
+def assert_all_pass(results: list[CheckResult]) -> None:
+    assert {r.name for r in results} == EXPECTED_CHECKS, format_results(results)
+    failed = [r for r in results if not r.passed]
+    assert not failed, format_results(results)
+    skipped = {r.name for r in results if r.skipped}
+    # Only a run that ends within three events may skip the mid-run reconnect.
+    assert skipped <= {"stream.resume_mid_run"}, format_results(results)
+
+
+@pytest.fixture
+def slow_scripted_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs last long enough for readers to join them live."""
+    monkeypatch.setenv("HELIX_SCRIPTED_DELAY_MS", "3")
+
+
+@pytest.mark.usefixtures("slow_scripted_model")
+@pytest.mark.parametrize(
+    ("agent", "input_json"),
+    [(researcher, RESEARCH), (summarizer, SUMMARY)],
+    ids=["researcher", "summarizer"],
+)
+async def test_python_services_conform(agent: Agent, input_json: str) -> None:
+    async with await create_server(agent, MemoryStore()) as server:
+        results = await run_conformance(server.address, input_json=input_json, timeout_s=60)
+    assert_all_pass(results)
+    assert {r.name: r for r in results}["stream.resume_mid_run"].passed
+
+
+@pytest.mark.usefixtures("slow_scripted_model")
+async def test_orchestrator_with_its_children_conforms(monkeypatch: pytest.MonkeyPatch) -> None:
+    async with (
+        await create_server(researcher, MemoryStore()) as research,
+        await create_server(summarizer, MemoryStore()) as summary,
+    ):
+        monkeypatch.setenv(address_env_var("researcher"), research.address)
+        monkeypatch.setenv(address_env_var("summarizer"), summary.address)
+        async with await create_server(orchestrator, MemoryStore()) as server:
+            results = await run_conformance(
+                server.address, input_json=QUESTION, bad_input_json='{"question": ""}'
+            )
+    assert_all_pass(results)
+    rejected = {r.name: r for r in results}["errors.schema_rejected_input"]
+    assert "input_json.question" in rejected.detail
+
+
+async def test_node_service_conforms(start_node: StartNode) -> None:
+    async with start_node(delay_ms=10) as node:
+        results = await run_conformance(node.address, input_json=TRANSLATE)
+    assert_all_pass(results)
+    by_name = {r.name: r for r in results}
+    assert "translator-node" in by_name["describe"].detail
+    assert "while the session ran" in by_name["stream.resume_mid_run"].detail
+    assert "ended interrupted" in by_name["interrupt.running"].detail
+
+
+async def test_cli_prints_the_table_and_exits_zero(start_node: StartNode) -> None:
+    async with start_node(delay_ms=1) as node:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "helix_transport.cli", "conformance", node.address,
+            "--input", TRANSLATE, "--bad-input", '{"text": 42}',
+            cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        out, err = await proc.communicate()
+    text = out.decode()
+    assert proc.returncode == 0, text + err.decode()
+    assert "PASS  stream.gapless" in text
+    assert "input_json.text: Input should be a valid string" in text
+    assert text.rstrip().endswith("21 checks: 21 passed, 0 failed, 0 skipped")
+
+
+async def test_cli_exits_non_zero_when_nothing_listens() -> None:
+    from tests.helpers import free_port
+
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "helix_transport.cli", "conformance", f"127.0.0.1:{free_port()}",
+        "--input", "{}", "--timeout", "5",
+        cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, _ = await proc.communicate()
+    assert proc.returncode == 1
+    assert "FAIL  describe" in out.decode() and "UNAVAILABLE" in out.decode()
+
+
+# --- the kit can fail ------------------------------------------------------------------
+
+
+class SkipsASequence(AgentServicer):
+    """Drops event 3 from every stream: a gap."""
+
+    async def Stream(self, request: pb.StreamRequest, context: Any) -> AsyncIterator[Any]:
+        async for response in super().Stream(request, context):
+            kept = [e for e in response.events if e.sequence != 3]
+            if kept:
+                yield pb.StreamResponse(events=kept)
+
+
+class NeverIdempotent(AgentServicer):
+    """Claims every Start created its session."""
+
+    async def Start(self, request: pb.StartRequest, context: Any) -> pb.StartResponse:
+        response = await super().Start(request, context)
+        response.created = True
+        return response
+
+
+class AcceptsFinishedInterrupts(AgentServicer):
+    """Says an interrupt of a finished session was accepted."""
+
+    async def Interrupt(self, request: pb.InterruptRequest, context: Any) -> pb.InterruptResponse:
+        response = await super().Interrupt(request, context)
+        response.accepted = True
+        return response
+
+
+class KeepsStreamsOpen(AgentServicer):
+    """Does not end the stream after the terminal event."""
+
+    async def Stream(self, request: pb.StreamRequest, context: Any) -> AsyncIterator[Any]:
+        async for response in super().Stream(request, context):
+            yield response
+        await asyncio.sleep(3600)
+
+
+class UnknownIsInternal(AgentServicer):
+    """Answers an unknown session with a status of its own instead of NOT_FOUND."""
+
+    async def GetStatus(self, request: pb.GetStatusRequest, context: Any) -> pb.GetStatusResponse:
+        if await self.store.get_session(request.session_id) is None:
+            raise RuntimeError("no such row")
+        return await super().GetStatus(request, context)
+
+
+class CannotStart(AgentServicer):
+    """Fails every Start."""
+
+    async def Start(self, request: pb.StartRequest, context: Any) -> pb.StartResponse:
+        raise RuntimeError("the store is gone")
+
+
+@pytest.mark.parametrize(
+    ("servicer", "failing"),
+    [
+        (SkipsASequence, {"stream.gapless"}),
+        (NeverIdempotent, {"start.idempotent", "start.concurrent", "start.after_finish"}),
+        (AcceptsFinishedInterrupts, {"interrupt.finished", "interrupt.running"}),
+        (KeepsStreamsOpen, {"stream.concurrent_readers"}),
+        (UnknownIsInternal, {"errors.not_found"}),
+        (CannotStart, {"start.generated_id", "stream.gapless", "interrupt.running"}),
+    ],
+    ids=[
+        "gap",
+        "not-idempotent",
+        "interrupt-lies",
+        "stream-stays-open",
+        "internal-not-found",
+        "cannot-start",
+    ],
+)
+async def test_kit_fails_a_broken_server(
+    monkeypatch: pytest.MonkeyPatch, servicer: type[AgentServicer], failing: set[str]
+) -> None:
+    monkeypatch.setattr(server_app, "AgentServicer", servicer)
+    monkeypatch.setattr(conformance, "END_GRACE_S", 0.5)  # KeepsStreamsOpen: fail fast
+    async with await create_server(summarizer, MemoryStore()) as server:
+        results = await run_conformance(server.address, input_json=SUMMARY, timeout_s=20)
+    failed = {r.name for r in results if not r.passed}
+    assert failing <= failed, format_results(results)
+    assert {r.name for r in results} == EXPECTED_CHECKS  # the table is always complete
+    assert "FAIL" in format_results(results)
