@@ -8,7 +8,7 @@ import logging
 from dataclasses import dataclass
 
 from helix_transport._eventlog import EventHub, SessionWriter
-from helix_transport._exceptions import LeaseLost, SequenceConflict
+from helix_transport._exceptions import LeaseLost, SequenceConflict, StoreUnavailable
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._status import SessionStatus
 from helix_transport.agent.definition import Agent
@@ -25,14 +25,12 @@ class _Run:
     interrupt: asyncio.Event
 
 
-def _ownership_lost(exc: BaseException) -> bool:
-    """True when the run stopped because another process owns the session now.
-
-    Errors raised inside a step's tool TaskGroup arrive wrapped in an ExceptionGroup.
-    """
+def _matches(exc: BaseException, kinds: tuple[type[Exception], ...]) -> bool:
+    """True when ``exc`` is one of ``kinds``, also inside an ExceptionGroup (errors
+    raised in a step's tool TaskGroup arrive wrapped in one)."""
     if isinstance(exc, BaseExceptionGroup):
-        return any(_ownership_lost(inner) for inner in exc.exceptions)
-    return isinstance(exc, (SequenceConflict, LeaseLost))
+        return any(_matches(inner, kinds) for inner in exc.exceptions)
+    return isinstance(exc, kinds)
 
 
 class SessionRunner:
@@ -102,13 +100,18 @@ class SessionRunner:
         try:
             status = await loop.run(resume_reason=resume_reason)
             logger.info("session %s ended %s", session_id, status)
-        except (SequenceConflict, LeaseLost) as exc:
-            logger.warning(
-                "session %s: stopped writing, another process owns it (%s)", session_id, exc
-            )
-        except Exception:
-            logger.exception("session %s: run loop crashed", session_id)
-            await self._fail_internal(loop)
+        except Exception as exc:
+            if _matches(exc, (SequenceConflict, LeaseLost)):
+                logger.warning(
+                    "session %s: stopped, another process owns it now (%s)", session_id, exc
+                )
+            elif _matches(exc, (StoreUnavailable,)):
+                # Not the session's fault: leave it running and checkpointed; the orphan
+                # watcher (here or on another replica) resumes it once the store is back.
+                logger.warning("session %s: paused, the store is unavailable (%s)", session_id, exc)
+            else:
+                logger.exception("session %s: run loop crashed", session_id)
+                await self._fail_internal(loop)
         finally:
             self._runs.pop(session_id, None)
             self.hub.forget(session_id)  # no local writer any more

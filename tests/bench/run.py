@@ -48,7 +48,7 @@ from helix_transport.agent.scripted import (
     steps_taken,
     user_input,
 )
-from helix_transport.store import MemoryStore, SqliteStore, Store
+from helix_transport.store import Store, open_store
 
 # ---------------------------------------------------------------- the bench agent
 
@@ -283,13 +283,55 @@ async def run_all(args: argparse.Namespace) -> list[Row]:
                 request_serializer=pb.StreamRequest.SerializeToString,
                 response_deserializer=pb.StreamResponse.FromString,
             )
-            rows = await bench_store("memory", MemoryStore(), raw, args)
+            rows: list[Row] = []
             with tempfile.TemporaryDirectory(prefix="helix-bench-") as tmp:
-                sqlite = await SqliteStore.open(str(Path(tmp) / "bench.db"))
-                rows += await bench_store("sqlite", sqlite, raw, args)
+                for name in args.stores.split(","):
+                    store, url = await open_bench_store(name, Path(tmp))
+                    try:
+                        rows += await bench_store(name, store, raw, args)
+                    finally:
+                        await store.aclose()
+                        await drop_bench_data(name, url)
             return rows
     finally:
         await raw_server.stop(None)
+
+
+async def open_bench_store(name: str, tmp: Path) -> tuple[Store, str]:
+    """A fresh store of backend ``name`` and its URL; Redis and PostgreSQL get a throwaway
+    namespace (``drop_bench_data`` removes it)."""
+    tag = f"helix_bench_{int(time.time())}_{os.getpid()}"
+    urls = {
+        "memory": "memory://",
+        "sqlite": f"sqlite:///{tmp / 'bench.db'}",
+        "redis": f"{os.environ.get('HELIX_BENCH_REDIS_URL', 'redis://127.0.0.1:6379/0')}?prefix={tag}",
+        "postgres": os.environ.get(
+            "HELIX_BENCH_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test"
+        )
+        + f"?schema={tag}",
+    }
+    if name not in urls:
+        raise SystemExit(f"unknown store {name!r}: choose from {', '.join(urls)}")
+    return await open_store(urls[name]), urls[name]
+
+
+async def drop_bench_data(name: str, url: str) -> None:
+    """Remove what the benchmark wrote to a shared Redis or PostgreSQL."""
+    base, _, query = url.partition("?")
+    namespace = query.partition("=")[2]
+    if name == "redis":
+        import redis.asyncio as aioredis
+
+        client = aioredis.Redis.from_url(base)
+        async for key in client.scan_iter(match=f"{namespace}:*", count=1000):
+            await client.delete(key)
+        await client.aclose()
+    elif name == "postgres":
+        import asyncpg  # type: ignore[import-untyped]
+
+        conn = await asyncpg.connect(base)
+        await conn.execute(f'DROP SCHEMA IF EXISTS "{namespace}" CASCADE')
+        await conn.close()
 
 
 # ---------------------------------------------------------------- output
@@ -342,6 +384,11 @@ def print_table(rows: list[Row], args: argparse.Namespace, elapsed_s: float) -> 
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--stores",
+        default="memory,sqlite",
+        help="comma-separated backends: memory (the baseline), sqlite, redis, postgres",
     )
     parser.add_argument(
         "--events", type=int, default=10_000, help="events per stream (default 10000)"

@@ -53,3 +53,14 @@ async def test_run_stops_when_another_writer_appends(
     assert "another process owns it" in caplog.text
     assert "crashed" not in caplog.text
     assert all(r.levelno < logging.ERROR for r in caplog.records if r.name.startswith("helix"))
+
+
+def test_errors_from_a_tool_group_are_recognised() -> None:
+    from helix_transport._exceptions import SequenceConflict, StoreUnavailable
+    from helix_transport.server._runner import _matches
+
+    grouped = ExceptionGroup("step", [ValueError("x"), SequenceConflict("s", 1, 2)])
+    assert _matches(grouped, (SequenceConflict,))
+    assert _matches(ExceptionGroup("outer", [grouped]), (SequenceConflict,))
+    assert not _matches(grouped, (StoreUnavailable,))
+    assert _matches(StoreUnavailable("down"), (StoreUnavailable,))
