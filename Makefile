@@ -25,7 +25,7 @@ PG_PORT := 5432
 NODE_DIRS := proto services/translator_node
 NODE_STAMPS := $(addsuffix /node_modules/.npm-ci.stamp,$(NODE_DIRS))
 
-.PHONY: venv proto proto-check proto-lint node-deps lint services-up test demo bench clean
+.PHONY: venv proto proto-check proto-lint node-deps lint services-install services-up test demo bench clean
 
 venv: $(STAMP)
 
@@ -61,15 +61,30 @@ proto-lint: node-deps
 	  echo "proto-lint: buf not installed (no npm); skipped"; \
 	fi
 
+services-install:
+	@missing=""; \
+	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
+	command -v pg_ctlcluster >/dev/null || missing="$$missing postgresql"; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "services-install: installing$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing \
+	      || echo "services-install: apt-get could not install$$missing"; \
+	  else \
+	    echo "services-install: missing$$missing and cannot install (not root or no apt-get)"; \
+	  fi; \
+	fi
+
 lint: venv proto-lint
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
 	$(PY) proto/generate.py --check
 
-# Start local Redis and PostgreSQL unless they already answer. Missing tools are not an
-# error here: the tests decide (under CI=true an unreachable backend fails the run).
-services-up:
+# Start local Redis and PostgreSQL unless they already answer, installing them from
+# Debian's packages first where they are missing (needs root and apt-get). Failures
+# are not an error here: the tests decide (under CI=true an unreachable backend fails).
+services-up: services-install
 	@if ! command -v redis-cli >/dev/null || ! command -v redis-server >/dev/null; then \
 	  echo "services-up: redis-server/redis-cli not installed; Redis-backed tests cannot reach Redis"; \
 	elif redis-cli -h $(REDIS_HOST) -p $(REDIS_PORT) ping >/dev/null 2>&1; then \
