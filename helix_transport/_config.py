@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import dataclass
 from datetime import timedelta
@@ -61,6 +62,31 @@ class ClientConfig:
 
     default: ClassVar[ClientConfig]
 
+    def service_config(self) -> str:
+        """The gRPC service config: round-robin balancing, and a retry policy for the
+        unary RPCs (all idempotent: the client always names the session it starts)."""
+        retry = self.reconnect
+        return json.dumps(
+            {
+                "loadBalancingConfig": [{"round_robin": {}}],
+                "methodConfig": [
+                    {
+                        "name": [
+                            {"service": "helix.agent.v1.AgentService", "method": method}
+                            for method in ("Start", "GetStatus", "Interrupt", "Describe")
+                        ],
+                        "retryPolicy": {
+                            "maxAttempts": 4,
+                            "initialBackoff": f"{retry.initial_backoff.total_seconds():g}s",
+                            "maxBackoff": f"{retry.max_backoff.total_seconds():g}s",
+                            "backoffMultiplier": retry.multiplier,
+                            "retryableStatusCodes": ["UNAVAILABLE"],
+                        },
+                    }
+                ],
+            }
+        )
+
     def channel_options(self) -> list[tuple[str, int | str]]:
         """grpc channel options for this config."""
         return [
@@ -70,8 +96,11 @@ class ClientConfig:
             ("grpc.http2.max_pings_without_data", 0),
             ("grpc.max_send_message_length", self.max_message_bytes),
             ("grpc.max_receive_message_length", self.max_message_bytes),
-            # Round-robin over every address a dns:/// target resolves to.
-            ("grpc.lb_policy_name", "round_robin"),
+            # Round-robin over every resolved address, and retries for unary calls.
+            ("grpc.service_config", self.service_config()),
+            ("grpc.enable_retries", 1),
+            # Re-resolve dns:/// names soon after pods change (the default waits 30 s).
+            ("grpc.dns_min_time_between_resolutions_ms", 5000),
             # Reconnect quickly after a server restart instead of grpc's 1s+ default.
             ("grpc.initial_reconnect_backoff_ms", 100),
             ("grpc.max_reconnect_backoff_ms", 2000),

@@ -48,3 +48,30 @@ async def test_dns_target_reaches_the_service() -> None:
     async with server, await AgentClient.connect(f"dns:///127.0.0.1:{server.port}") as client:
         described = await client.describe()
     assert described.agent_type == "counter"
+
+
+def test_service_config_balances_and_retries_unary_calls() -> None:
+    import json as _json
+
+    from helix_transport import ClientConfig
+
+    options = dict(ClientConfig().channel_options())
+    config = _json.loads(str(options["grpc.service_config"]))
+    assert config["loadBalancingConfig"] == [{"round_robin": {}}]
+    (method_config,) = config["methodConfig"]
+    assert {n["method"] for n in method_config["name"]} == {
+        "Start",
+        "GetStatus",
+        "Interrupt",
+        "Describe",
+    }
+    assert method_config["retryPolicy"]["retryableStatusCodes"] == ["UNAVAILABLE"]
+    assert options["grpc.enable_retries"] == 1
+
+
+async def test_client_names_the_session_so_start_is_idempotent() -> None:
+    server = await create_server(counter, MemoryStore())
+    async with server, await AgentClient.connect(server.address) as client:
+        started = await client.start('{"steps": 1}')
+        again = await client.start('{"steps": 1}', session_id=started.session_id)
+    assert len(started.session_id) == 32 and started.created and not again.created

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import time
+import uuid
 from collections.abc import AsyncIterator, Mapping
 from types import TracebackType
 from typing import Self
@@ -96,6 +97,9 @@ class AgentClient:
         ``Start`` is idempotent, so a retry can never run the session twice.
         """
         self._check_open()
+        # Name the session here, not on the server: then every Start is idempotent and
+        # safe to retry, even when a reply is lost after the session was created.
+        session_id = session_id or uuid.uuid4().hex
         request = pb.StartRequest(
             session_id=session_id,
             input_json=input_json,
@@ -111,8 +115,7 @@ class AgentClient:
             except grpc.aio.AioRpcError as exc:
                 spent = time.monotonic() - started
                 if (
-                    not session_id
-                    or exc.code() != grpc.StatusCode.UNAVAILABLE
+                    exc.code() != grpc.StatusCode.UNAVAILABLE
                     or spent >= retry.deadline.total_seconds()
                 ):
                     raise to_helix_error(exc, address=self.address, session_id=session_id) from exc
@@ -124,13 +127,18 @@ class AgentClient:
         self._check_open()
         return EventStream(self, session_id, from_sequence=from_sequence)
 
-    async def get_status(self, session_id: str) -> pb.GetStatusResponse:
-        """The session's status, output and counters."""
+    async def get_status(
+        self, session_id: str, *, include_children: bool = False
+    ) -> pb.GetStatusResponse:
+        """The session's status, output and counters.
+
+        With ``include_children`` the reply's ``total_usage`` adds the usage of every
+        sub-agent session below this one (remote ones asked of their services).
+        """
         self._check_open()
+        request = pb.GetStatusRequest(session_id=session_id, include_children=include_children)
         with map_grpc_errors(self.address, session_id):
-            return await self._stub.GetStatus(
-                pb.GetStatusRequest(session_id=session_id), timeout=self._timeout
-            )
+            return await self._stub.GetStatus(request, timeout=self._timeout)
 
     async def interrupt(self, session_id: str, *, reason: str = "") -> pb.InterruptResponse:
         """Ask a running session to stop (durable; a finished one is left as it is)."""
