@@ -50,7 +50,13 @@ class ServiceProcess:
         return f"127.0.0.1:{self.port}"
 
     async def start(self, *, timeout_s: float = 30.0) -> None:
-        """Start the process and wait until its health check says SERVING."""
+        """Start the process and wait until its health check says SERVING.
+
+        Raises:
+            RuntimeError: it is already running (a second start would orphan it).
+        """
+        if self.proc is not None and self.proc.returncode is None:
+            raise RuntimeError(f"{self.agent} on port {self.port} is already running")
         args = [
             sys.executable, "-m", "helix_transport.cli", "serve", self.agent,
             "--port", str(self.port), "--store", self.store_url,
