@@ -166,9 +166,16 @@ class _ChildCall:
                 )
             )
         )
+        # The trace context of this delegation (W3C `traceparent`), for the child's spans.
+        trace_context = ctx.hooks.on_delegation_start(
+            tool_call_id=ctx.tool_call_id,
+            child_session_id=self.child_id,
+            agent_type=self.agent_type,
+        )
         metadata = {
             **ctx.metadata,
             ROOT_SESSION_KEY: ctx.metadata.get(ROOT_SESSION_KEY, ctx.session_id),
+            **trace_context,
         }
         try:
             await self.client.start(
@@ -230,6 +237,12 @@ class _ChildCall:
 
     async def _end(self, status: SessionStatus, *, output_json: str = "", error: str = "") -> Any:
         ctx = self.ctx
+        ctx.hooks.on_delegation_end(
+            tool_call_id=ctx.tool_call_id,
+            child_session_id=self.child_id,
+            status=status,
+            error=error,
+        )
         ctx.emit(
             pb.StreamEvent(
                 subagent_end=pb.SubagentEnd(

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
@@ -38,6 +39,7 @@ from helix_transport.agent.tools import (
     dump_result,
 )
 from helix_transport.store import Checkpoint, SessionRecord, SessionUpdate, Store, Usage
+from helix_transport.tracing.hooks import NO_HOOKS, RunHooks, guarded
 from helix_transport.transport._pool import ClientPool
 
 logger = logging.getLogger("helix.loop")
@@ -64,6 +66,8 @@ class _RunState:
     step: int
     messages: list[dict[str, Any]]
     usage: Usage = field(default_factory=Usage)
+    error: str = ""
+    """Why the run failed, for the hooks (the log and the record have it already)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,6 +88,7 @@ class RunLoop:
         writer: SessionWriter,
         interrupt_signal: asyncio.Event,
         clients: ClientPool,
+        hooks: RunHooks = NO_HOOKS,
     ) -> None:
         self.agent = agent
         self.record = record
@@ -91,15 +96,21 @@ class RunLoop:
         self.writer = writer
         self.interrupt_signal = interrupt_signal
         self.clients = clients
+        self.hooks = guarded(hooks)
+        """Lifecycle hooks (tracing); whatever they raise is logged and swallowed."""
         self.session_id = record.session_id
 
     async def run(self, *, resume_reason: str = "") -> SessionStatus:
         """Run (or resume) the session until it completes, fails or is interrupted."""
         state = await self._start_or_resume(resume_reason)
+        status = SessionStatus.RUNNING  # unless set below: stopped, to be resumed
         try:
-            return await self._steps(state)
+            status = await self._steps(state)
         except AgentRunError as exc:
-            return await self._fail(state, str(exc), exc.failure_reason)
+            status = await self._fail(state, str(exc), exc.failure_reason)
+        finally:
+            self.hooks.on_run_end(status=status, usage=state.usage, error=state.error)
+        return status
 
     async def _start_or_resume(self, resume_reason: str) -> _RunState:
         checkpoint = await self.store.load_checkpoint(self.session_id)
@@ -112,6 +123,7 @@ class RunLoop:
                     )
                 )
             )
+            self.hooks.on_run_start(resumed=True, step=checkpoint.step + 1)
             return _RunState(
                 step=checkpoint.step, messages=list(checkpoint.messages), usage=checkpoint.usage
             )
@@ -136,6 +148,7 @@ class RunLoop:
             ],
         )
         await self._checkpoint(state)
+        self.hooks.on_run_start(resumed=False, step=1)
         return state
 
     async def _steps(self, state: _RunState) -> SessionStatus:
@@ -182,8 +195,11 @@ class RunLoop:
     async def _call_model(self, state: _RunState) -> ModelResponse:
         emit = self.writer.emit
         model = self.agent.resolved_model()
+        self.hooks.on_generation_start(model=model, messages=state.messages)
+        started = time.monotonic()
+        response: ModelResponse | None = None
         try:
-            return await stream_completion(
+            response = await stream_completion(
                 model=model,
                 messages=state.messages,
                 tools=self.agent.tool_schemas(),
@@ -191,10 +207,14 @@ class RunLoop:
                 settings=self.agent.model_settings,
                 metadata={"session_id": self.session_id, "agent_type": self.agent.name},
             )
+            return response
         except HelixError:  # ModelAPIError, or the log refusing a write (SequenceConflict)
             raise
         except Exception as exc:  # a provider bug must still end as a clear failure
             raise ModelAPIError(model, f"{type(exc).__name__}: {exc}") from exc
+        finally:
+            latency_s = time.monotonic() - started
+            self.hooks.on_generation_end(model=model, output=response, latency_s=latency_s)
 
     async def _run_tool(self, state: _RunState, call: ToolCall) -> _ToolOutcome:
         self.writer.emit(
@@ -203,6 +223,9 @@ class RunLoop:
                     tool_call_id=call.id, tool_name=call.name, arguments_json=call.arguments_json
                 )
             )
+        )
+        self.hooks.on_tool_start(
+            name=call.name, tool_call_id=call.id, arguments_json=call.arguments_json
         )
         output_json: str | None = None
         try:
@@ -234,6 +257,9 @@ class RunLoop:
                 )
             )
         )
+        self.hooks.on_tool_end(
+            name=call.name, tool_call_id=call.id, result_json=result, is_error=is_error
+        )
         message = {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": result}
         return _ToolOutcome(message=message, output_json=output_json)
 
@@ -253,6 +279,7 @@ class RunLoop:
             flush=self.writer.flush,
             store=self.store,
             clients=self.clients,
+            hooks=self.hooks,
         )
         async with asyncio.timeout(tool.timeout_s):
             return dump_result(await tool.fn(ctx, args))
@@ -303,6 +330,7 @@ class RunLoop:
         return SessionStatus.COMPLETED
 
     async def _fail(self, state: _RunState, error: str, reason: str) -> SessionStatus:
+        state.error = error
         await self.writer.finish(
             pb.StreamEvent(failed=pb.Failed(error=error, failure_reason=reason)),
             SessionUpdate(

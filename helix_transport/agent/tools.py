@@ -13,6 +13,7 @@ from pydantic import BaseModel, ValidationError
 from helix_transport._exceptions import UsageError
 from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
 from helix_transport.store import Store
+from helix_transport.tracing.hooks import NO_HOOKS, RunHooks
 from helix_transport.transport._pool import ClientPool
 
 FINISH_TOOL = "__finish__"
@@ -37,6 +38,8 @@ class ToolContext:
     """The session's store (sub-session refs live there)."""
     clients: ClientPool
     """Shared clients for calling other agent services."""
+    hooks: RunHooks = NO_HOOKS
+    """The run's lifecycle hooks (the remote-agent tool reports delegations to them)."""
 
 
 ToolFn = Callable[[ToolContext, Any], Awaitable[Any]]

@@ -14,6 +14,7 @@ from helix_transport._status import SessionStatus
 from helix_transport.agent.definition import Agent
 from helix_transport.agent.loop import RunLoop
 from helix_transport.store import SessionRecord, SessionUpdate, Store
+from helix_transport.tracing.hooks import NO_HOOKS, HooksFactory, RunHooks
 from helix_transport.transport._pool import ClientPool
 
 logger = logging.getLogger("helix.runner")
@@ -50,6 +51,7 @@ class SessionRunner:
         owner: str,
         lease_ttl_s: float,
         clients: ClientPool,
+        hooks: HooksFactory | None = None,
     ) -> None:
         self.agent = agent
         self.store = store
@@ -57,6 +59,7 @@ class SessionRunner:
         self.owner = owner
         self.lease_ttl_s = lease_ttl_s
         self.clients = clients
+        self.hooks = hooks
         self._runs: dict[str, _Run] = {}
         self._renewer: asyncio.Task[None] | None = None
 
@@ -88,12 +91,22 @@ class SessionRunner:
             writer=writer,
             interrupt_signal=signal,
             clients=self.clients,
+            hooks=self._hooks_for(record),
         )
         task = asyncio.create_task(self._run(loop, resume_reason), name=f"run:{record.session_id}")
         self._runs[record.session_id] = _Run(task=task, interrupt=signal)
         if self._renewer is None:
             self._renewer = asyncio.create_task(self._renew_leases(), name="lease-renewer")
         return True
+
+    def _hooks_for(self, record: SessionRecord) -> RunHooks:
+        if self.hooks is None:
+            return NO_HOOKS
+        try:
+            return self.hooks(self.agent, record)
+        except Exception:  # tracing must never stop a run
+            logger.warning("session %s: no run hooks", record.session_id, exc_info=True)
+            return NO_HOOKS
 
     async def _run(self, loop: RunLoop, resume_reason: str) -> None:
         session_id = loop.session_id

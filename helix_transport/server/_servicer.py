@@ -18,7 +18,7 @@ from helix_transport.remote import interrupt_children
 from helix_transport.server import _validation as check
 from helix_transport.server._runner import SessionRunner
 from helix_transport.server.interceptors import ServerUnavailable
-from helix_transport.store import SessionRecord, Store
+from helix_transport.store import SessionRecord, Store, Usage
 from helix_transport.store._records import input_fingerprint
 from helix_transport.transport._pool import ClientPool
 
@@ -118,13 +118,12 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
             failure_reason=record.failure_reason,
             last_sequence=record.last_sequence,
             step_count=record.step_count,
-            usage=pb.TokenUsage(
-                prompt_tokens=record.usage.prompt_tokens,
-                completion_tokens=record.usage.completion_tokens,
-                total_tokens=record.usage.total_tokens,
-            ),
+            usage=_token_usage(record.usage),
             parent_session_id=record.parent_session_id,
         )
+        if request.include_children:
+            total = await self._total_usage(record, seen={record.session_id})
+            response.total_usage.CopyFrom(_token_usage(total))
         response.created_at.FromNanoseconds(int(record.created_at * 1e9))
         response.updated_at.FromNanoseconds(int(record.updated_at * 1e9))
         if record.finished_at is not None:
@@ -160,11 +159,46 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
             tool_names=[t.name for t in self.agent.tools],
         )
 
+    async def _total_usage(self, record: SessionRecord, *, seen: set[str]) -> Usage:
+        """``record``'s usage plus every sub-session's below it, each counted once.
+
+        A remote child reports its own subtree (``include_children`` on its service);
+        a child in this store is summed here. An unreachable child service fails the
+        call rather than report a short total.
+        """
+        total = record.usage
+        for ref in await self.store.list_subsession_refs(record.session_id):
+            if ref.child_session_id in seen:
+                continue
+            seen.add(ref.child_session_id)
+            if ref.address:
+                client = await self.clients.get(ref.address)
+                status = await client.get_status(ref.child_session_id, include_children=True)
+                usage = status.total_usage
+                total = total + Usage(
+                    prompt_tokens=usage.prompt_tokens,
+                    completion_tokens=usage.completion_tokens,
+                    total_tokens=usage.total_tokens,
+                )
+            else:
+                child = await self.store.get_session(ref.child_session_id)
+                if child is not None:
+                    total = total + await self._total_usage(child, seen=seen)
+        return total
+
     async def _record(self, session_id: str) -> SessionRecord:
         record = await self.store.get_session(session_id)
         if record is None:
             raise SessionNotFound(session_id)
         return record
+
+
+def _token_usage(usage: Usage) -> pb.TokenUsage:
+    return pb.TokenUsage(
+        prompt_tokens=usage.prompt_tokens,
+        completion_tokens=usage.completion_tokens,
+        total_tokens=usage.total_tokens,
+    )
 
 
 def _chunks(batch: list[pb.StreamEvent]) -> list[list[pb.StreamEvent]]:

@@ -30,6 +30,7 @@ from helix_transport.server._runner import SessionRunner
 from helix_transport.server._servicer import AgentServicer
 from helix_transport.server.interceptors import ErrorMappingInterceptor
 from helix_transport.store import Store, open_store
+from helix_transport.tracing import HooksFactory, setup_tracing
 from helix_transport.transport._pool import ClientPool
 
 logger = logging.getLogger("helix.server")
@@ -77,7 +78,9 @@ class AgentServer:
     ``await server.start()`` / ``await server.shutdown()``).
     """
 
-    def __init__(self, agent: Agent, store: Store, config: ServerConfig) -> None:
+    def __init__(
+        self, agent: Agent, store: Store, config: ServerConfig, *, hooks: HooksFactory | None = None
+    ) -> None:
         self.agent = agent
         self.store = store
         self.config = config
@@ -100,6 +103,7 @@ class AgentServer:
             owner=replica_id,
             lease_ttl_s=config.lease_ttl_s,
             clients=self.clients,
+            hooks=hooks,
         )
         self.servicer = AgentServicer(
             agent,
@@ -168,10 +172,17 @@ class AgentServer:
 
 
 async def create_server(
-    agent: Agent, store: Store, config: ServerConfig | None = None
+    agent: Agent,
+    store: Store,
+    config: ServerConfig | None = None,
+    *,
+    hooks: HooksFactory | None = None,
 ) -> AgentServer:
-    """Bind an ``AgentServer`` for ``agent`` (not started yet)."""
-    return AgentServer(agent, store, config or ServerConfig())
+    """Bind an ``AgentServer`` for ``agent`` (not started yet).
+
+    ``hooks`` makes the lifecycle hooks of each run (e.g. ``setup_tracing(...).hooks_for``).
+    """
+    return AgentServer(agent, store, config or ServerConfig(), hooks=hooks)
 
 
 def load_agent(reference: str) -> Agent:
@@ -193,10 +204,16 @@ def load_agent(reference: str) -> Agent:
 
 
 async def serve(agent: Agent, *, store_url: str, config: ServerConfig) -> None:
-    """Serve ``agent`` until SIGTERM or SIGINT, then shut down gracefully."""
+    """Serve ``agent`` until SIGTERM or SIGINT, then shut down gracefully.
+
+    Traces go to Langfuse / OTLP when configured (``LANGFUSE_*``,
+    ``OTEL_EXPORTER_OTLP_ENDPOINT``), and are flushed on the way out.
+    """
+    tracing = setup_tracing(agent.name)
     store = await open_store(store_url)
     try:
-        server = await create_server(agent, store, config)
+        hooks = tracing.hooks_for if tracing is not None else None
+        server = await create_server(agent, store, config, hooks=hooks)
         await warm_up()
         await server.start()
         # Everything imported so far (litellm alone is ~400k objects) lives for the whole
@@ -211,6 +228,8 @@ async def serve(agent: Agent, *, store_url: str, config: ServerConfig) -> None:
         await server.wait_closed()
     finally:
         await store.aclose()
+        if tracing is not None:  # after the runs ended: their spans are all queued
+            await asyncio.to_thread(tracing.shutdown)
 
 
 def configure_logging() -> None:

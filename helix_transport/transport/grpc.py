@@ -127,13 +127,18 @@ class AgentClient:
         self._check_open()
         return EventStream(self, session_id, from_sequence=from_sequence)
 
-    async def get_status(self, session_id: str) -> pb.GetStatusResponse:
-        """The session's status, output and counters."""
+    async def get_status(
+        self, session_id: str, *, include_children: bool = False
+    ) -> pb.GetStatusResponse:
+        """The session's status, output and counters.
+
+        With ``include_children`` the reply's ``total_usage`` adds the usage of every
+        sub-agent session below this one (remote ones asked of their services).
+        """
         self._check_open()
+        request = pb.GetStatusRequest(session_id=session_id, include_children=include_children)
         with map_grpc_errors(self.address, session_id):
-            return await self._stub.GetStatus(
-                pb.GetStatusRequest(session_id=session_id), timeout=self._timeout
-            )
+            return await self._stub.GetStatus(request, timeout=self._timeout)
 
     async def interrupt(self, session_id: str, *, reason: str = "") -> pb.InterruptResponse:
         """Ask a running session to stop (durable; a finished one is left as it is)."""

@@ -868,16 +868,23 @@ class GetStatusRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     SESSION_ID_FIELD_NUMBER: _builtins.int
+    INCLUDE_CHILDREN_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """The session to report on; required."""
+    include_children: _builtins.bool
+    """Also report `GetStatusResponse.total_usage`: the session's own usage plus
+    that of every sub-agent session below it, remote ones included (asked of
+    their services), each counted once. Costs one `GetStatus` per remote child.
+    """
     def __init__(
         self,
         *,
         session_id: _builtins.str = ...,
+        include_children: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["session_id", b"session_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["include_children", b"include_children", "session_id", b"session_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -934,6 +941,7 @@ class GetStatusResponse(_message.Message):
     FINISHED_AT_FIELD_NUMBER: _builtins.int
     USAGE_FIELD_NUMBER: _builtins.int
     PARENT_SESSION_ID_FIELD_NUMBER: _builtins.int
+    TOTAL_USAGE_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """The session reported on."""
     agent_type: _builtins.str
@@ -972,6 +980,12 @@ class GetStatusResponse(_message.Message):
         without a model.
         """
 
+    @_builtins.property
+    def total_usage(self) -> Global___TokenUsage:
+        """Set only when `GetStatusRequest.include_children` was: `usage` plus the
+        total usage of every sub-agent session of this one, recursively.
+        """
+
     def __init__(
         self,
         *,
@@ -988,10 +1002,11 @@ class GetStatusResponse(_message.Message):
         finished_at: _timestamp_pb2.Timestamp | None = ...,
         usage: Global___TokenUsage | None = ...,
         parent_session_id: _builtins.str = ...,
+        total_usage: Global___TokenUsage | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "finished_at", b"finished_at", "updated_at", b"updated_at", "usage", b"usage"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "finished_at", b"finished_at", "total_usage", b"total_usage", "updated_at", b"updated_at", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_type", b"agent_type", "created_at", b"created_at", "error", b"error", "failure_reason", b"failure_reason", "finished_at", b"finished_at", "last_sequence", b"last_sequence", "output_json", b"output_json", "parent_session_id", b"parent_session_id", "session_id", b"session_id", "status", b"status", "step_count", b"step_count", "updated_at", b"updated_at", "usage", b"usage"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_type", b"agent_type", "created_at", b"created_at", "error", b"error", "failure_reason", b"failure_reason", "finished_at", b"finished_at", "last_sequence", b"last_sequence", "output_json", b"output_json", "parent_session_id", b"parent_session_id", "session_id", b"session_id", "status", b"status", "step_count", b"step_count", "total_usage", b"total_usage", "updated_at", b"updated_at", "usage", b"usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

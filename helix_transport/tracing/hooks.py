@@ -1,0 +1,193 @@
+"""Lifecycle hooks of a run: what tracing (or anything else) observes of the loop.
+
+``RunLoop`` calls one ``RunHooks`` object per run, at fixed points: run start
+(fresh or resumed) and end, each model generation, each tool call, and each
+remote delegation (from the remote-agent tool). Every agent, root or child,
+fires its own hooks in its own process.
+
+Hooks observe, they never steer: whatever a hook raises is logged and
+swallowed (``guarded``), so a broken exporter can never fail or stop a run.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final, Protocol
+
+from helix_transport._status import SessionStatus
+from helix_transport.store import Usage
+
+if TYPE_CHECKING:
+    from helix_transport.agent.definition import Agent
+    from helix_transport.agent.model import ModelResponse
+    from helix_transport.store import SessionRecord
+
+logger = logging.getLogger("helix.hooks")
+
+
+class RunHooks(Protocol):
+    """Called by the run loop of one session. Implementations must be cheap and non-blocking."""
+
+    def on_run_start(self, *, resumed: bool, step: int) -> None:
+        """The run starts (``resumed``: from a checkpoint); ``step`` is the next step."""
+
+    def on_run_end(self, *, status: SessionStatus, usage: Usage, error: str) -> None:
+        """The run ends. ``RUNNING`` means it stopped without ending the session
+        (process shutdown, lost lease): it will be resumed, possibly elsewhere."""
+
+    def on_generation_start(self, *, model: str, messages: Sequence[Mapping[str, Any]]) -> None:
+        """A model call starts with ``messages`` (do not keep or mutate them)."""
+
+    def on_generation_end(
+        self, *, model: str, output: ModelResponse | None, latency_s: float
+    ) -> None:
+        """The model call ended; ``output`` is ``None`` when it failed or was cancelled."""
+
+    def on_tool_start(self, *, name: str, tool_call_id: str, arguments_json: str) -> None:
+        """A tool call starts (tool calls of one step run concurrently)."""
+
+    def on_tool_end(
+        self, *, name: str, tool_call_id: str, result_json: str, is_error: bool
+    ) -> None:
+        """A tool call ended with ``result_json`` (what the model sees)."""
+
+    def on_delegation_start(
+        self, *, tool_call_id: str, child_session_id: str, agent_type: str
+    ) -> Mapping[str, str]:
+        """A remote delegation starts, within the tool call ``tool_call_id``.
+
+        Returns entries to add to the child's ``StartRequest.metadata`` (W3C
+        ``traceparent``/``tracestate``), so the child's spans nest under this one.
+        """
+        return {}
+
+    def on_delegation_end(
+        self, *, tool_call_id: str, child_session_id: str, status: SessionStatus, error: str
+    ) -> None:
+        """The delegation ended with the child's ``status``."""
+
+
+HooksFactory = Callable[["Agent", "SessionRecord"], RunHooks]
+"""Makes the hooks of one run (a server calls it once per run it starts or resumes)."""
+
+
+class NoHooks:
+    """Does nothing: the default, and what a run costs without tracing."""
+
+    def on_run_start(self, *, resumed: bool, step: int) -> None:
+        pass
+
+    def on_run_end(self, *, status: SessionStatus, usage: Usage, error: str) -> None:
+        pass
+
+    def on_generation_start(self, *, model: str, messages: Sequence[Mapping[str, Any]]) -> None:
+        pass
+
+    def on_generation_end(
+        self, *, model: str, output: ModelResponse | None, latency_s: float
+    ) -> None:
+        pass
+
+    def on_tool_start(self, *, name: str, tool_call_id: str, arguments_json: str) -> None:
+        pass
+
+    def on_tool_end(
+        self, *, name: str, tool_call_id: str, result_json: str, is_error: bool
+    ) -> None:
+        pass
+
+    def on_delegation_start(
+        self, *, tool_call_id: str, child_session_id: str, agent_type: str
+    ) -> Mapping[str, str]:
+        return {}
+
+    def on_delegation_end(
+        self, *, tool_call_id: str, child_session_id: str, status: SessionStatus, error: str
+    ) -> None:
+        pass
+
+
+NO_HOOKS: Final[RunHooks] = NoHooks()
+
+
+class FanOut:
+    """Calls several hooks in order; logs and swallows whatever any of them raises."""
+
+    def __init__(self, *hooks: RunHooks) -> None:
+        self.hooks = hooks
+
+    def _each(self, method: str, **kwargs: Any) -> list[Any]:
+        results = []
+        for hook in self.hooks:
+            try:
+                results.append(getattr(hook, method)(**kwargs))
+            except Exception:
+                logger.warning("run hook %s.%s failed", type(hook).__name__, method, exc_info=True)
+        return results
+
+    def on_run_start(self, *, resumed: bool, step: int) -> None:
+        self._each("on_run_start", resumed=resumed, step=step)
+
+    def on_run_end(self, *, status: SessionStatus, usage: Usage, error: str) -> None:
+        self._each("on_run_end", status=status, usage=usage, error=error)
+
+    def on_generation_start(self, *, model: str, messages: Sequence[Mapping[str, Any]]) -> None:
+        self._each("on_generation_start", model=model, messages=messages)
+
+    def on_generation_end(
+        self, *, model: str, output: ModelResponse | None, latency_s: float
+    ) -> None:
+        self._each("on_generation_end", model=model, output=output, latency_s=latency_s)
+
+    def on_tool_start(self, *, name: str, tool_call_id: str, arguments_json: str) -> None:
+        self._each(
+            "on_tool_start", name=name, tool_call_id=tool_call_id, arguments_json=arguments_json
+        )
+
+    def on_tool_end(
+        self, *, name: str, tool_call_id: str, result_json: str, is_error: bool
+    ) -> None:
+        self._each(
+            "on_tool_end",
+            name=name,
+            tool_call_id=tool_call_id,
+            result_json=result_json,
+            is_error=is_error,
+        )
+
+    def on_delegation_start(
+        self, *, tool_call_id: str, child_session_id: str, agent_type: str
+    ) -> Mapping[str, str]:
+        merged: dict[str, str] = {}
+        for result in self._each(
+            "on_delegation_start",
+            tool_call_id=tool_call_id,
+            child_session_id=child_session_id,
+            agent_type=agent_type,
+        ):
+            try:
+                merged.update({str(k): str(v) for k, v in dict(result or {}).items()})
+            except Exception:
+                logger.warning("run hook returned bad delegation metadata", exc_info=True)
+        return merged
+
+    def on_delegation_end(
+        self, *, tool_call_id: str, child_session_id: str, status: SessionStatus, error: str
+    ) -> None:
+        self._each(
+            "on_delegation_end",
+            tool_call_id=tool_call_id,
+            child_session_id=child_session_id,
+            status=status,
+            error=error,
+        )
+
+
+def guarded(hooks: RunHooks | None) -> RunHooks:
+    """``hooks`` made safe to call from the loop (``NO_HOOKS`` stays as it is, free)."""
+    if hooks is None:
+        return NO_HOOKS
+    if type(hooks) in (NoHooks, FanOut):
+        return hooks
+    return FanOut(hooks)

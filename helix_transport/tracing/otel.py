@@ -1,0 +1,374 @@
+"""OpenTelemetry spans from the run hooks, exported to Langfuse and/or any OTLP endpoint.
+
+One trace per root session, across every service it touches:
+
+- the trace id is a function of the root session id (``trace_id_for``), so a run
+  resumed after a crash, in any process, lands in the same trace;
+- a child session's run span is parented to the remote parent span in its
+  metadata (W3C ``traceparent``, put there by the parent's delegation span);
+- the delegation span's id is a function of the child session id, so the child's
+  parent link still resolves when a resumed parent delegates again.
+
+Spans (``service.name`` = the agent type, the resource of each service)::
+
+    invoke_agent orchestrator          run (one per run; a resume adds one)
+      chat <model>                     generation, with token usage
+      execute_tool research            tool call
+        delegate researcher            remote delegation -> traceparent
+          invoke_agent researcher      (in the researcher's service)
+
+Every span goes through a ``BatchSpanProcessor``: the loop only enqueues.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import hashlib
+import json
+import logging
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from helix_transport._status import SessionStatus
+from helix_transport.store import Usage
+from helix_transport.tracing.hooks import RunHooks
+
+if TYPE_CHECKING:
+    from helix_transport.agent.definition import Agent
+    from helix_transport.agent.model import ModelResponse
+    from helix_transport.store import SessionRecord
+
+logger = logging.getLogger("helix.tracing")
+
+TRACER_NAME = "helix_transport"
+ROOT_SESSION_KEY = "helix.root_session_id"
+"""Same key as ``helix_transport.remote.ROOT_SESSION_KEY`` (not imported: no cycle)."""
+MAX_ATTRIBUTE_CHARS = 16_000
+"""Inputs and outputs are cut to this many characters in span attributes."""
+
+_PROPAGATOR = TraceContextTextMapPropagator()
+
+
+def trace_id_for(root_session_id: str) -> int:
+    """The trace id of a root session: the first 16 bytes of sha256(session id)."""
+    value = int.from_bytes(hashlib.sha256(root_session_id.encode()).digest()[:16], "big")
+    return value or 1
+
+
+def span_id_for(key: str) -> int:
+    """A deterministic span id (the delegation span of a child session)."""
+    value = int.from_bytes(hashlib.sha256(f"span:{key}".encode()).digest()[:8], "big")
+    return value or 1
+
+
+_FORCED_IDS: contextvars.ContextVar[tuple[int | None, int | None]] = contextvars.ContextVar(
+    "helix_forced_ids", default=(None, None)
+)
+
+
+class _Ids(IdGenerator):
+    """Random ids, unless ``_forced`` asks for given ones (the SDK asks for a trace
+    id only for a span without a parent)."""
+
+    _random = RandomIdGenerator()
+
+    def generate_span_id(self) -> int:
+        return _FORCED_IDS.get()[1] or self._random.generate_span_id()
+
+    def generate_trace_id(self) -> int:
+        return _FORCED_IDS.get()[0] or self._random.generate_trace_id()
+
+
+@contextmanager
+def _forced(*, trace_id: int | None = None, span_id: int | None = None) -> Iterator[None]:
+    token = _FORCED_IDS.set((trace_id, span_id))
+    try:
+        yield
+    finally:
+        _FORCED_IDS.reset(token)
+
+
+def make_provider(service_name: str) -> TracerProvider:
+    """A tracer provider for one service: its resource names it, its ids can be forced."""
+    name = os.environ.get("OTEL_SERVICE_NAME") or service_name
+    return TracerProvider(resource=Resource.create({SERVICE_NAME: name}), id_generator=_Ids())
+
+
+class OtelTracing:
+    """A service's tracing: its provider, and the hooks of each run it starts."""
+
+    def __init__(
+        self, provider: TracerProvider, *, closers: Sequence[Callable[[], object]] = ()
+    ) -> None:
+        self.provider = provider
+        self.tracer = provider.get_tracer(TRACER_NAME)
+        self._closers = list(closers)
+        self._closed = False
+
+    def hooks_for(self, agent: Agent, record: SessionRecord) -> RunHooks:
+        """The hooks of one run of ``record`` (a ``HooksFactory``)."""
+        return SpanHooks(self.tracer, agent_type=agent.name, record=record)
+
+    def flush(self, timeout_s: float = 10.0) -> bool:
+        """Export every ended span now; False when the exporters did not finish in time."""
+        return self.provider.force_flush(int(timeout_s * 1000))
+
+    def shutdown(self) -> None:
+        """Flush and stop every exporter (idempotent; errors are logged, not raised)."""
+        if self._closed:
+            return
+        self._closed = True
+        for close in [*self._closers, self.provider.shutdown]:
+            try:
+                close()
+            except Exception:
+                logger.warning("tracing shutdown: %r failed", close, exc_info=True)
+
+
+def _export_all(span: object) -> bool:
+    """Langfuse exports only LLM-library spans by default; every span here is one of ours."""
+    return True
+
+
+def setup_otel(service_name: str) -> OtelTracing | None:
+    """Tracing from the environment: Langfuse (``LANGFUSE_PUBLIC_KEY``, ``LANGFUSE_SECRET_KEY``,
+    ``LANGFUSE_HOST``) and/or plain OTLP/HTTP (``OTEL_EXPORTER_OTLP_ENDPOINT`` or
+    ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``); ``None`` when neither is set."""
+    env = os.environ
+    langfuse = bool(env.get("LANGFUSE_PUBLIC_KEY") and env.get("LANGFUSE_SECRET_KEY"))
+    otlp = bool(
+        env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+    )
+    if not (langfuse or otlp):
+        return None
+    provider = make_provider(service_name)
+    closers: list[Callable[[], object]] = []
+    if langfuse:
+        from langfuse import Langfuse
+
+        # The official client adds its own batching processor and OTLP/HTTP exporter
+        # (``{LANGFUSE_HOST}/api/public/otel/v1/traces``, basic auth) to our provider.
+        client = Langfuse(tracer_provider=provider, should_export_span=_export_all)
+        closers.append(client.shutdown)
+    if otlp:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        processor: SpanProcessor = BatchSpanProcessor(OTLPSpanExporter())
+        provider.add_span_processor(processor)
+    logger.info(
+        "tracing %s to %s",
+        service_name,
+        " and ".join(n for n, on in (("Langfuse", langfuse), ("OTLP", otlp)) if on),
+    )
+    return OtelTracing(provider, closers=closers)
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= MAX_ATTRIBUTE_CHARS else text[:MAX_ATTRIBUTE_CHARS] + "…"
+
+
+def _json(value: Any) -> str:
+    try:
+        return _cut(json.dumps(value, default=str))
+    except Exception:  # pragma: no cover - default=str makes this unlikely
+        return _cut(repr(value))
+
+
+class SpanHooks:
+    """The hooks of one run, as OpenTelemetry spans (not thread-safe: the loop's thread)."""
+
+    def __init__(self, tracer: trace.Tracer, *, agent_type: str, record: SessionRecord) -> None:
+        self.tracer = tracer
+        self.agent_type = agent_type
+        self.record = record
+        self.root_session_id = record.metadata.get(ROOT_SESSION_KEY) or record.session_id
+        remote = _PROPAGATOR.extract(carrier=dict(record.metadata))
+        if trace.get_current_span(remote).get_span_context().is_valid:
+            self._parent: Context | None = remote
+        else:
+            self._parent = None  # a root run: its trace id is forced
+        self._common: dict[str, str] = {
+            "session.id": self.root_session_id,
+            "langfuse.session.id": self.root_session_id,
+            "helix.session_id": record.session_id,
+            "helix.agent_type": agent_type,
+        }
+        self._run: Span | None = None
+        self._generation: Span | None = None
+        self._tools: dict[str, Span] = {}
+        self._delegations: dict[str, Span] = {}
+
+    def _start(
+        self,
+        name: str,
+        attributes: Mapping[str, str | int | bool],
+        *,
+        parent: Span | None = None,
+        span_id: int | None = None,
+    ) -> Span:
+        parent = parent or self._run
+        context = trace.set_span_in_context(parent) if parent is not None else self._parent
+        trace_id = None if context is not None else trace_id_for(self.root_session_id)
+        with _forced(trace_id=trace_id, span_id=span_id):
+            return self.tracer.start_span(
+                name,
+                context=context if context is not None else Context(),
+                kind=SpanKind.INTERNAL,
+                attributes={**self._common, **attributes},
+            )
+
+    def on_run_start(self, *, resumed: bool, step: int) -> None:
+        record = self.record
+        attributes: dict[str, str | int | bool] = {
+            "langfuse.observation.type": "agent",
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.agent.name": self.agent_type,
+            "helix.root_session_id": self.root_session_id,
+            "helix.parent_session_id": record.parent_session_id,
+            "helix.resumed": resumed,
+            "helix.step": step,
+            "langfuse.observation.metadata.session_id": record.session_id,
+            "langfuse.observation.metadata.agent_type": self.agent_type,
+            "langfuse.observation.metadata.resumed": str(resumed).lower(),
+            "langfuse.observation.input": _cut(record.input_json),
+        }
+        if not record.parent_session_id:
+            attributes["langfuse.trace.name"] = self.agent_type
+            attributes["langfuse.trace.input"] = _cut(record.input_json)
+        self._run = self._start(f"invoke_agent {self.agent_type}", attributes)
+
+    def on_run_end(self, *, status: SessionStatus, usage: Usage, error: str) -> None:
+        for span in [*self._delegations.values(), *self._tools.values(), self._generation]:
+            if span is not None:  # cut off (cancelled): end them before their parent
+                span.set_status(Status(StatusCode.ERROR, "run stopped"))
+                span.end()
+        self._delegations.clear()
+        self._tools.clear()
+        self._generation = None
+        run, self._run = self._run, None
+        if run is None:
+            return
+        run.set_attributes(
+            {
+                "helix.status": status.value,
+                "gen_ai.usage.input_tokens": usage.prompt_tokens,
+                "gen_ai.usage.output_tokens": usage.completion_tokens,
+                "helix.usage.total_tokens": usage.total_tokens,
+            }
+        )
+        if status is SessionStatus.FAILED:
+            run.set_attribute("langfuse.observation.level", "ERROR")
+            run.set_attribute("langfuse.observation.status_message", _cut(error))
+            run.set_status(Status(StatusCode.ERROR, error))
+        elif status is SessionStatus.RUNNING:
+            run.set_attribute("langfuse.observation.status_message", "stopped; resumable")
+        run.end()
+
+    def on_generation_start(self, *, model: str, messages: Sequence[Mapping[str, Any]]) -> None:
+        self._generation = self._start(
+            f"chat {model}",
+            {
+                "langfuse.observation.type": "generation",
+                "gen_ai.operation.name": "chat",
+                "gen_ai.request.model": model,
+                "langfuse.observation.model.name": model,
+                "langfuse.observation.input": _json(messages),
+            },
+        )
+
+    def on_generation_end(
+        self, *, model: str, output: ModelResponse | None, latency_s: float
+    ) -> None:
+        span, self._generation = self._generation, None
+        if span is None:
+            return
+        span.set_attribute("helix.latency_ms", round(latency_s * 1000, 3))
+        if output is None:
+            span.set_attribute("langfuse.observation.level", "ERROR")
+            span.set_status(Status(StatusCode.ERROR, "model call failed"))
+        else:
+            usage = output.usage
+            span.set_attributes(
+                {
+                    "gen_ai.usage.input_tokens": usage.prompt_tokens,
+                    "gen_ai.usage.output_tokens": usage.completion_tokens,
+                    "langfuse.observation.usage_details": json.dumps(
+                        {
+                            "input": usage.prompt_tokens,
+                            "output": usage.completion_tokens,
+                            "total": usage.total_tokens,
+                        }
+                    ),
+                    "langfuse.observation.output": _json(output.to_message()),
+                }
+            )
+        span.end()
+
+    def on_tool_start(self, *, name: str, tool_call_id: str, arguments_json: str) -> None:
+        self._tools[tool_call_id] = self._start(
+            f"execute_tool {name}",
+            {
+                "langfuse.observation.type": "tool",
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": name,
+                "gen_ai.tool.call.id": tool_call_id,
+                "langfuse.observation.input": _cut(arguments_json),
+            },
+        )
+
+    def on_tool_end(
+        self, *, name: str, tool_call_id: str, result_json: str, is_error: bool
+    ) -> None:
+        span = self._tools.pop(tool_call_id, None)
+        if span is None:
+            return
+        span.set_attribute("langfuse.observation.output", _cut(result_json))
+        if is_error:
+            span.set_attribute("langfuse.observation.level", "ERROR")
+            span.set_status(Status(StatusCode.ERROR, "tool error"))
+        span.end()
+
+    def on_delegation_start(
+        self, *, tool_call_id: str, child_session_id: str, agent_type: str
+    ) -> Mapping[str, str]:
+        span = self._start(
+            f"delegate {agent_type}",
+            {
+                "langfuse.observation.type": "span",
+                "gen_ai.tool.call.id": tool_call_id,
+                "helix.child_session_id": child_session_id,
+                "helix.child_agent_type": agent_type,
+                "langfuse.observation.metadata.child_session_id": child_session_id,
+                "langfuse.observation.metadata.child_agent_type": agent_type,
+            },
+            parent=self._tools.get(tool_call_id),
+            # The same id when a resumed parent delegates to the same child again.
+            span_id=span_id_for(child_session_id),
+        )
+        self._delegations[tool_call_id] = span
+        carrier: dict[str, str] = {}
+        _PROPAGATOR.inject(carrier, context=trace.set_span_in_context(span))
+        return carrier
+
+    def on_delegation_end(
+        self, *, tool_call_id: str, child_session_id: str, status: SessionStatus, error: str
+    ) -> None:
+        span = self._delegations.pop(tool_call_id, None)
+        if span is None:
+            return
+        span.set_attribute("helix.child_status", status.value)
+        if status is not SessionStatus.COMPLETED:
+            span.set_attribute("langfuse.observation.level", "ERROR")
+            span.set_status(Status(StatusCode.ERROR, error or status.value))
+        span.end()

@@ -1,0 +1,1 @@
+"""Tracing tests: lifecycle hooks, OpenTelemetry spans, Langfuse over OTLP/HTTP."""

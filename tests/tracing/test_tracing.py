@@ -1,0 +1,404 @@
+"""Tracing: run hooks, OpenTelemetry spans, Langfuse over OTLP/HTTP, token roll-up.
+
+Unit level: the hooks of a run fire in order, a raising hook changes nothing, and
+no configuration means no tracer at all. Process level: the three example
+services (orchestrator -> researcher x N, summarizer), each in its own process
+with its own SQLite store, export through the real Langfuse SDK to a local
+OTLP/HTTP receiver; one delegation tree is one trace, keyed on the root session
+id, also across a SIGKILL of the orchestrator and its resume.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from helix_transport import AgentClient, create_server
+from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
+from helix_transport._status import SessionStatus
+from helix_transport.agent.definition import Agent
+from helix_transport.agent.model import ModelResponse
+from helix_transport.registry import address_env_var
+from helix_transport.store import MemoryStore, SessionRecord, Usage
+from helix_transport.tracing import NO_HOOKS, RunHooks, setup_tracing
+from helix_transport.tracing.otel import trace_id_for
+from tests.agents import counter
+from tests.helpers import ROOT, ServiceProcess, free_port
+from tests.tracing.otlp_receiver import OtlpReceiver, ReceivedSpan
+
+TRACING_ENV = (
+    "LANGFUSE_PUBLIC_KEY",
+    "LANGFUSE_SECRET_KEY",
+    "LANGFUSE_HOST",
+    "LANGFUSE_BASE_URL",
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+)
+
+
+@pytest.fixture(autouse=True)
+def _no_tracing_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in TRACING_ENV:
+        monkeypatch.delenv(name, raising=False)
+
+
+# --- Unit level ----------------------------------------------------------------------
+
+
+class Recorder:
+    """Records every hook call as (name, details)."""
+
+    def __init__(self, calls: list[tuple[str, Any]]) -> None:
+        self.calls = calls
+
+    def on_run_start(self, *, resumed: bool, step: int) -> None:
+        self.calls.append(("run_start", (resumed, step)))
+
+    def on_run_end(self, *, status: SessionStatus, usage: Usage, error: str) -> None:
+        self.calls.append(("run_end", (status, usage.total_tokens > 0)))
+
+    def on_generation_start(self, *, model: str, messages: Sequence[Mapping[str, Any]]) -> None:
+        self.calls.append(("generation_start", len(messages)))
+
+    def on_generation_end(
+        self, *, model: str, output: ModelResponse | None, latency_s: float
+    ) -> None:
+        assert output is not None and latency_s >= 0
+        self.calls.append(("generation_end", output.usage.total_tokens > 0))
+
+    def on_tool_start(self, *, name: str, tool_call_id: str, arguments_json: str) -> None:
+        self.calls.append(("tool_start", name))
+
+    def on_tool_end(
+        self, *, name: str, tool_call_id: str, result_json: str, is_error: bool
+    ) -> None:
+        self.calls.append(("tool_end", (name, is_error)))
+
+    def on_delegation_start(
+        self, *, tool_call_id: str, child_session_id: str, agent_type: str
+    ) -> Mapping[str, str]:
+        self.calls.append(("delegation_start", agent_type))
+        return {}
+
+    def on_delegation_end(
+        self, *, tool_call_id: str, child_session_id: str, status: SessionStatus, error: str
+    ) -> None:
+        self.calls.append(("delegation_end", status))
+
+
+class Raising(Recorder):
+    """Records, then raises from every hook."""
+
+    def __getattribute__(self, name: str) -> Any:
+        method = object.__getattribute__(self, name)
+        if not name.startswith("on_"):
+            return method
+
+        def boom(**kwargs: Any) -> Any:
+            method(**kwargs)
+            raise RuntimeError(f"{name} is broken")
+
+        return boom
+
+
+async def _run_counter(hooks: RunHooks | None, steps: int = 2) -> tuple[str, int]:
+    def factory(agent: Agent, record: SessionRecord) -> RunHooks:
+        assert hooks is not None
+        return hooks
+
+    server = await create_server(counter, MemoryStore(), hooks=factory if hooks else None)
+    async with server, await AgentClient.connect(server.address) as client:
+        await client.start(json.dumps({"steps": steps, "words": 2}), session_id="s1")
+        events = [e async for e in client.stream("s1")]
+        status = await client.get_status("s1")
+    assert events[-1].WhichOneof("payload") == "completed"
+    return events[-1].completed.output_json, status.usage.total_tokens
+
+
+def _expected_calls(steps: int) -> list[tuple[str, Any]]:
+    calls: list[tuple[str, Any]] = [("run_start", (False, 1))]
+    for step in range(steps + 1):
+        tool = "tick" if step < steps else "__finish__"
+        calls += [
+            ("generation_start", None),
+            ("generation_end", True),
+            ("tool_start", tool),
+            ("tool_end", (tool, False)),
+        ]
+    return [*calls, ("run_end", (SessionStatus.COMPLETED, True))]
+
+
+async def test_hooks_fire_in_order_for_a_run() -> None:
+    calls: list[tuple[str, Any]] = []
+    await _run_counter(Recorder(calls), steps=2)
+    names = [c[0] for c in calls]
+    assert names == [c[0] for c in _expected_calls(2)]
+    assert calls[0] == ("run_start", (False, 1))
+    assert calls[-1] == ("run_end", (SessionStatus.COMPLETED, True))
+    assert [c[1] for c in calls if c[0] == "tool_start"] == ["tick", "tick", "__finish__"]
+    assert all(ok for name, ok in calls if name == "generation_end")
+
+
+async def test_a_raising_hook_does_not_change_the_run() -> None:
+    calls: list[tuple[str, Any]] = []
+    broken = await _run_counter(Raising(calls), steps=2)
+    plain = await _run_counter(None, steps=2)
+    assert broken == plain
+    assert [c[0] for c in calls] == [c[0] for c in _expected_calls(2)]  # every hook still ran
+
+
+def test_no_configuration_means_no_tracer() -> None:
+    assert setup_tracing("counter") is None
+    # In a fresh interpreter: serving code never even imports the OpenTelemetry SDK path.
+    code = (
+        "import sys, helix_transport.server.app as app\n"
+        "from helix_transport.tracing import setup_tracing\n"
+        "assert setup_tracing('counter') is None\n"
+        "assert 'helix_transport.tracing.otel' not in sys.modules\n"
+        "assert 'opentelemetry.sdk.trace' not in sys.modules, 'OTel SDK loaded'\n"
+    )
+    env = {k: v for k, v in __import__("os").environ.items() if k not in TRACING_ENV}
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, env=env)
+
+
+async def test_the_runner_uses_the_free_no_op_hooks_without_tracing() -> None:
+    server = await create_server(counter, MemoryStore())
+    record = SessionRecord(session_id="x", agent_type="counter", input_json="{}", input_hash="")
+    assert server.runner._hooks_for(record) is NO_HOOKS
+
+
+# --- Process level -------------------------------------------------------------------
+
+
+@dataclass
+class Mesh:
+    services: dict[str, ServiceProcess]
+    receiver: OtlpReceiver
+
+    @property
+    def orchestrator(self) -> ServiceProcess:
+        return self.services["orchestrator"]
+
+    async def stop(self) -> None:
+        """SIGTERM every service: each flushes its exporter on the way out."""
+        codes = await asyncio.gather(
+            *(s.terminate() for s in self.services.values() if s.proc is not None)
+        )
+        assert all(code == 0 for code in codes), codes
+
+
+@pytest.fixture
+def receiver() -> Iterator[OtlpReceiver]:
+    receiver = OtlpReceiver()
+    try:
+        yield receiver
+    finally:
+        receiver.close()
+
+
+def _mesh(tmp_path: Path, receiver: OtlpReceiver, **extra_env: str) -> Mesh:
+    env = {
+        "LANGFUSE_PUBLIC_KEY": "pk-lf-test",
+        "LANGFUSE_SECRET_KEY": "sk-lf-test",
+        "LANGFUSE_HOST": receiver.url,
+        "LANGFUSE_FLUSH_INTERVAL": "0.2",
+        "HELIX_LOG_LEVEL": "WARNING",
+        **extra_env,
+    }
+    services = {
+        name: ServiceProcess(
+            f"services.{name}:agent",
+            port=free_port(),
+            store_url=f"sqlite:///{tmp_path / (name + '.db')}",
+            log_path=tmp_path / f"{name}.log",
+            env=dict(env),
+            extra_args=["--lease-ttl", "1", "--drain-timeout", "0.5"],
+            cwd=ROOT,
+        )
+        for name in ("researcher", "summarizer", "orchestrator")
+    }
+    for name in ("researcher", "summarizer"):
+        services["orchestrator"].env[address_env_var(name)] = services[name].address
+    return Mesh(services=services, receiver=receiver)
+
+
+@pytest.fixture
+async def mesh(tmp_path: Path, receiver: OtlpReceiver) -> AsyncIterator[Mesh]:
+    mesh = _mesh(tmp_path, receiver, HELIX_SCRIPTED_DELAY_MS="5")
+    await asyncio.gather(*(s.start() for s in mesh.services.values()))
+    try:
+        yield mesh
+    finally:
+        await asyncio.gather(*(s.stop() for s in mesh.services.values()))
+
+
+QUESTION = json.dumps({"question": "How does a mesh resume a stream and why does it log events?"})
+
+
+def _by_kind(spans: list[ReceivedSpan], kind: str) -> list[ReceivedSpan]:
+    return [s for s in spans if s.attributes.get("langfuse.observation.type") == kind]
+
+
+def _runs(spans: list[ReceivedSpan], service: str) -> list[ReceivedSpan]:
+    return [s for s in spans if s.service_name == service and s.name.startswith("invoke_agent")]
+
+
+def _children(events: list[pb.StreamEvent]) -> dict[str, str]:
+    """child session id -> agent type, from the parent's subagent_start events."""
+    return {
+        e.subagent_start.child_session_id: e.subagent_start.child_agent_type
+        for e in events
+        if e.WhichOneof("payload") == "subagent_start"
+    }
+
+
+async def test_one_trace_for_a_delegation_tree_across_three_services(mesh: Mesh) -> None:
+    root = "trace-root-1"
+    async with await AgentClient.connect(mesh.orchestrator.address) as client:
+        await client.start(QUESTION, session_id=root)
+        events = [e async for e in client.stream(root)]
+        assert events[-1].WhichOneof("payload") == "completed"
+        own = await client.get_status(root)
+        rolled = await client.get_status(root, include_children=True)
+    children = _children(events)
+    assert sorted(set(children.values())) == ["researcher", "summarizer"]
+    assert len(children) >= 3  # at least two research calls and one summary
+
+    # Token roll-up: own + each child's own usage, each asked of its own service.
+    expected = own.usage.total_tokens
+    for child_id, agent_type in children.items():
+        async with await AgentClient.connect(mesh.services[agent_type].address) as child:
+            status = await child.get_status(child_id)
+            assert status.parent_session_id == root
+            assert status.usage.total_tokens > 0
+            expected += status.usage.total_tokens
+    assert own.HasField("total_usage") is False
+    assert rolled.usage == own.usage
+    assert rolled.total_usage.total_tokens == expected > own.usage.total_tokens
+    assert (
+        rolled.total_usage.prompt_tokens + rolled.total_usage.completion_tokens
+        == rolled.total_usage.total_tokens
+    )
+
+    await mesh.stop()  # SIGTERM: the exporters are flushed on shutdown
+    spans = mesh.receiver.snapshot()
+
+    # Langfuse's endpoint, with the SDK's basic auth.
+    assert {s.path for s in spans} == {"/api/public/otel/v1/traces"}
+    assert all(s.authorization.startswith("Basic ") for s in spans)
+    # One trace, whose id is a function of the root session id.
+    assert {s.trace_id for s in spans} == {f"{trace_id_for(root):032x}"}
+    assert {s.service_name for s in spans} == {"orchestrator", "researcher", "summarizer"}
+    assert {s.attributes["session.id"] for s in spans} == {root}
+    assert {s.attributes["langfuse.session.id"] for s in spans} == {root}
+
+    # Generations with usage, in every service.
+    generations = _by_kind(spans, "generation")
+    assert {g.service_name for g in generations} == {"orchestrator", "researcher", "summarizer"}
+    for generation in generations:
+        assert generation.attributes["gen_ai.request.model"]
+        assert generation.attributes["gen_ai.usage.input_tokens"] > 0
+        assert generation.attributes["gen_ai.usage.output_tokens"] > 0
+        assert json.loads(generation.attributes["langfuse.observation.usage_details"])["total"] > 0
+
+    # The root run is the trace's root; every child run nests under its delegation
+    # span, itself under the orchestrator's tool call.
+    by_id = {s.span_id: s for s in spans}
+    (root_run,) = _runs(spans, "orchestrator")
+    assert root_run.parent_span_id == ""
+    assert root_run.attributes["helix.session_id"] == root
+    child_runs = _runs(spans, "researcher") + _runs(spans, "summarizer")
+    assert {r.attributes["helix.session_id"] for r in child_runs} == set(children)
+    for run in child_runs:
+        child_id = run.attributes["helix.session_id"]
+        assert run.attributes["helix.agent_type"] == children[child_id] == run.service_name
+        assert run.attributes["langfuse.observation.metadata.session_id"] == child_id
+        delegation = by_id[run.parent_span_id]
+        assert delegation.service_name == "orchestrator"
+        assert delegation.name == f"delegate {children[child_id]}"
+        assert delegation.attributes["helix.child_session_id"] == child_id
+        tool = by_id[delegation.parent_span_id]
+        assert tool.attributes["langfuse.observation.type"] == "tool"
+        assert (
+            tool.attributes["gen_ai.tool.call.id"] == delegation.attributes["gen_ai.tool.call.id"]
+        )
+        assert by_id[tool.parent_span_id] is root_run
+        # The child's own generations and tools hang under its run.
+        inner = [s for s in spans if s.parent_span_id == run.span_id]
+        assert {s.attributes["langfuse.observation.type"] for s in inner} >= {"generation", "tool"}
+
+
+async def test_a_killed_and_resumed_orchestrator_stays_in_the_same_trace(
+    tmp_path: Path, receiver: OtlpReceiver
+) -> None:
+    mesh = _mesh(tmp_path, receiver, HELIX_SCRIPTED_DELAY_MS="20")
+    await asyncio.gather(*(s.start() for s in mesh.services.values()))
+    root = "trace-root-2"
+    try:
+        async with await AgentClient.connect(mesh.orchestrator.address) as client:
+            await client.start(QUESTION, session_id=root)
+            events: list[pb.StreamEvent] = []
+            async for event in client.stream(root):
+                events.append(event)
+                if event.WhichOneof("payload") == "subagent_start":
+                    break  # mid-delegation
+            await asyncio.sleep(0.5)  # let the first spans be exported
+            await mesh.orchestrator.kill()
+            await mesh.orchestrator.start()
+            events += [e async for e in client.stream(root, from_sequence=events[-1].sequence)]
+        assert events[-1].WhichOneof("payload") == "completed"
+        assert [e.WhichOneof("payload") for e in events].count("run_resumed") == 1
+        await mesh.stop()
+    finally:
+        await asyncio.gather(*(s.stop() for s in mesh.services.values()))
+
+    spans = receiver.snapshot()
+    assert {s.trace_id for s in spans} == {f"{trace_id_for(root):032x}"}
+    runs = _runs(spans, "orchestrator")
+    resumed = [r for r in runs if r.attributes["helix.resumed"]]
+    assert len(resumed) == 1 and resumed[0].attributes["helix.status"] == "completed"
+    # Spans exported before the kill (the first model call) are in the same trace.
+    before = [g for g in _by_kind(spans, "generation") if g.service_name == "orchestrator"]
+    assert any(g.parent_span_id != resumed[0].span_id for g in before)
+    assert any(g.parent_span_id == resumed[0].span_id for g in before)
+    # Every child run still finds its parent: the resumed orchestrator's delegation
+    # spans reuse the ids its children were given before the kill.
+    by_id = {s.span_id: s for s in spans}
+    child_runs = _runs(spans, "researcher") + _runs(spans, "summarizer")
+    assert child_runs
+    for run in child_runs:
+        assert by_id[run.parent_span_id].name.startswith("delegate ")
+
+
+async def test_plain_otlp_without_langfuse(tmp_path: Path, receiver: OtlpReceiver) -> None:
+    service = ServiceProcess(
+        "tests.agents:counter",
+        port=free_port(),
+        store_url=f"sqlite:///{tmp_path / 'counter.db'}",
+        log_path=tmp_path / "counter.log",
+        env={"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url, "HELIX_LOG_LEVEL": "WARNING"},
+        cwd=ROOT,
+    )
+    await service.start()
+    try:
+        async with await AgentClient.connect(service.address) as client:
+            await client.start(json.dumps({"steps": 1, "words": 1}), session_id="plain")
+            assert [e async for e in client.stream("plain")][-1].WhichOneof("payload") == (
+                "completed"
+            )
+        assert await service.terminate() == 0
+    finally:
+        await service.stop()
+    spans = receiver.snapshot()
+    assert {s.path for s in spans} == {"/v1/traces"}
+    assert {s.service_name for s in spans} == {"counter"}
+    assert {s.trace_id for s in spans} == {f"{trace_id_for('plain'):032x}"}
+    assert len(_by_kind(spans, "generation")) == 2
