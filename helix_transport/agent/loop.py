@@ -236,10 +236,10 @@ class RunLoop:
             else:
                 result, is_error = await self._call_tool(state, call), False
         except ValidationError as exc:
-            result, is_error = (
-                json.dumps({"error": f"invalid output: {describe_validation_error(exc)}"}),
-                True,
-            )
+            problem = f"invalid output: {describe_validation_error(exc)}"
+            # Recoverable: the model sees the problem and gets another step.
+            self.writer.emit(pb.StreamEvent(error=pb.Error(message=problem, code="invalid_output")))
+            result, is_error = json.dumps({"error": problem}), True
         except ToolError as exc:
             result, is_error = json.dumps({"error": exc.message}), True
         except TimeoutError:

@@ -184,6 +184,8 @@ async def test_invalid_output_goes_back_to_the_model(serve: Serve) -> None:
         await client.start("{}", session_id="s1")
         events = await collect(client, "s1")
 
+    errors = [e.error for e in events if e.WhichOneof("payload") == "error"]
+    assert [e.code for e in errors] == ["invalid_output"] and "total" in errors[0].message
     ends = [e.tool_end for e in events if e.WhichOneof("payload") == "tool_end"]
     assert (
         ends[0].is_error
