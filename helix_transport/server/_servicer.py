@@ -70,13 +70,14 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
             parent_session_id=request.parent_session_id,
             metadata=metadata,
         )
-        existing = await self.store.get_session(session_id)
-        if existing is None:
-            if not self.accepting:
-                raise ServerUnavailable("server is shutting down; not starting new sessions")
+        # One atomic round trip: create, or get the existing session back.
+        if self.accepting:
             existing, created = await self.store.create_session(record)
-        else:
-            created = False
+        else:  # draining: replay an existing Start, refuse a new one
+            found = await self.store.get_session(session_id)
+            if found is None:
+                raise ServerUnavailable("server is shutting down; not starting new sessions")
+            existing, created = found, False
         if existing.input_hash != record.input_hash or existing.agent_type != self.agent.name:
             raise SessionExists(session_id)
         if created:
