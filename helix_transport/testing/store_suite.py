@@ -10,6 +10,10 @@ and provide a ``store`` fixture that yields a fresh, empty store::
             yield store
             await store.aclose()
 
+Backends whose data outlives one store object (a restarted process, another
+replica) subclass ``DurableStoreConformance`` instead and also provide ``reopen``:
+an async callable opening a new instance on the same data.
+
 The tests only use the ``Store`` Protocol, so they pin down behaviour, not storage.
 """
 
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -35,7 +40,10 @@ from helix_transport.store._records import (
     input_fingerprint,
 )
 
-__all__ = ["StoreConformance", "make_event", "make_record"]
+__all__ = ["DurableStoreConformance", "Reopen", "StoreConformance", "make_event", "make_record"]
+
+Reopen = Callable[[], Awaitable[Store]]
+"""Opens a new store instance on the same data as the ``store`` fixture's."""
 
 
 def make_record(session_id: str = "s-1", **overrides: Any) -> SessionRecord:
@@ -397,3 +405,63 @@ class StoreConformance:
     async def test_aclose_is_idempotent(self, store: Store) -> None:
         await store.aclose()
         await store.aclose()
+
+
+class DurableStoreConformance(StoreConformance):
+    """The suite plus what only a store whose data outlives its object can show."""
+
+    async def test_data_survives_a_new_instance(self, store: Store, reopen: Reopen) -> None:
+        checkpoint = Checkpoint(
+            session_id="s-1", step=1, messages=[{"role": "user"}], last_sequence=2
+        )
+        ref = SubSessionRef(
+            parent_session_id="s-1",
+            child_session_id="c-1",
+            agent_type="critic",
+            tool_call_id="call-1",
+            remote=RemoteCursor(stream_id="r-1", last_sequence=4),
+        )
+        await store.create_session(make_record(metadata={"k": "v"}))
+        await store.append(
+            "s-1",
+            [make_event("a"), make_event("b")],
+            update=SessionUpdate(status=SessionStatus.COMPLETED),
+        )
+        await store.save_checkpoint(checkpoint)
+        await store.set_interrupt("s-1", "stop")
+        await store.put_subsession_ref(ref)
+        assert await store.acquire_lease("s-1", "A", ttl_s=60)
+        stored = await store.get_session("s-1")
+        await store.aclose()
+
+        second = await reopen()
+        try:
+            assert await second.get_session("s-1") == stored
+            assert stored is not None and stored.status is SessionStatus.COMPLETED
+            log = await second.read("s-1")
+            assert [(e.sequence, e.text_delta.text) for e in log] == [(1, "a"), (2, "b")]
+            assert await second.load_checkpoint("s-1") == checkpoint
+            assert await second.take_interrupt("s-1") == "stop"
+            assert await second.list_subsession_refs("s-1") == [ref]
+            assert await second.list_sessions(status=SessionStatus.COMPLETED) == [stored]
+            assert await second.acquire_lease("s-1", "B", ttl_s=60) is False
+            assert await second.append("s-1", [make_event("c")]) == 3
+        finally:
+            await second.aclose()
+
+    async def test_two_instances_share_one_log(self, store: Store, reopen: Reopen) -> None:
+        # Two instances stand in for two processes: separate connections, one log.
+        other = await reopen()
+        try:
+            await store.create_session(make_record())
+
+            async def writer(target: Store, name: str) -> None:
+                for i in range(25):
+                    await target.append("s-1", [make_event(f"{name}-{i}")])
+
+            await asyncio.gather(writer(store, "x"), writer(other, "y"))
+            log = await other.read("s-1")
+            assert [e.sequence for e in log] == list(range(1, 51))
+            assert len({e.text_delta.text for e in log}) == 50
+        finally:
+            await other.aclose()

@@ -29,13 +29,16 @@ from helix_transport._exceptions import (
 from helix_transport._status import SessionStatus
 from helix_transport.store import (
     Checkpoint,
-    RemoteCursor,
     SessionUpdate,
     Store,
-    SubSessionRef,
 )
 from helix_transport.store.postgres import SCHEMA_VERSION, PostgresStore
-from helix_transport.testing.store_suite import StoreConformance, make_event, make_record
+from helix_transport.testing.store_suite import (
+    DurableStoreConformance,
+    Reopen,
+    make_event,
+    make_record,
+)
 
 
 @pytest.fixture
@@ -58,12 +61,16 @@ async def admin(postgres_dsn: str) -> AsyncIterator[asyncpg.Connection]:
     await conn.close()
 
 
-class TestPostgresStore(StoreConformance):
+class TestPostgresStore(DurableStoreConformance):
     @pytest.fixture
     async def store(self, postgres_dsn: str, schema: str) -> AsyncIterator[Store]:
         store = await PostgresStore.open(postgres_dsn, schema=schema)
         yield store
         await store.aclose()
+
+    @pytest.fixture
+    def reopen(self, postgres_dsn: str, schema: str) -> Reopen:
+        return lambda: PostgresStore.open(postgres_dsn, schema=schema)
 
 
 async def _versions(admin: asyncpg.Connection, schema: str) -> list[int]:
@@ -343,42 +350,6 @@ async def test_append_notifies_after_commit(
         await store.append("s-1", [])  # nothing appended, nothing to announce
         await asyncio.sleep(0.2)
         assert received.empty()
-
-
-async def test_data_survives_a_new_store(postgres_dsn: str, schema: str) -> None:
-    record = make_record(metadata={"k": "v"})
-    checkpoint = Checkpoint(session_id="s-1", step=1, messages=[{"role": "user"}], last_sequence=2)
-    ref = SubSessionRef(
-        parent_session_id="s-1",
-        child_session_id="c-1",
-        agent_type="critic",
-        tool_call_id="call-1",
-        remote=RemoteCursor(stream_id="r-1", last_sequence=4),
-    )
-    first = await PostgresStore.open(postgres_dsn, schema=schema)
-    await first.create_session(record)
-    await first.append(
-        "s-1",
-        [make_event("a"), make_event("b")],
-        update=SessionUpdate(status=SessionStatus.COMPLETED),
-    )
-    await first.save_checkpoint(checkpoint)
-    await first.set_interrupt("s-1", "stop")
-    await first.put_subsession_ref(ref)
-    assert await first.acquire_lease("s-1", "A", ttl_s=60)
-    stored = await first.get_session("s-1")
-    await first.aclose()
-
-    async with await PostgresStore.open(postgres_dsn, schema=schema) as second:
-        assert await second.get_session("s-1") == stored
-        assert stored is not None and stored.status is SessionStatus.COMPLETED
-        log = await second.read("s-1")
-        assert [(e.sequence, e.text_delta.text) for e in log] == [(1, "a"), (2, "b")]
-        assert await second.load_checkpoint("s-1") == checkpoint
-        assert await second.take_interrupt("s-1") == "stop"
-        assert await second.list_subsession_refs("s-1") == [ref]
-        assert await second.acquire_lease("s-1", "B", ttl_s=60) is False
-        assert await second.append("s-1", [make_event("c")]) == 3
 
 
 async def test_schemas_are_isolated(postgres_dsn: str, schema: str) -> None:

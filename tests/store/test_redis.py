@@ -9,7 +9,6 @@ pass by silently not testing Redis.
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable
@@ -26,14 +25,16 @@ from helix_transport._exceptions import StoreError, StoreUnavailable, UsageError
 from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
 from helix_transport._status import SessionStatus
 from helix_transport.store import (
-    Checkpoint,
-    RemoteCursor,
     SessionUpdate,
     Store,
-    SubSessionRef,
 )
 from helix_transport.store.redis import RedisStore
-from helix_transport.testing.store_suite import StoreConformance, make_event, make_record
+from helix_transport.testing.store_suite import (
+    DurableStoreConformance,
+    Reopen,
+    make_event,
+    make_record,
+)
 from tests.conftest import REDIS_URL
 from tests.helpers import TcpProxy, assert_eventually, free_port
 
@@ -58,12 +59,16 @@ async def prefix(redis_client: aioredis.Redis) -> AsyncIterator[str]:
         await redis_client.delete(*keys)
 
 
-class TestRedisStore(StoreConformance):
+class TestRedisStore(DurableStoreConformance):
     @pytest.fixture
     async def store(self, prefix: str) -> AsyncIterator[Store]:
         store = await RedisStore.from_url(REDIS_URL, prefix=prefix)
         yield store
         await store.aclose()
+
+    @pytest.fixture
+    def reopen(self, prefix: str) -> Reopen:
+        return lambda: RedisStore.from_url(REDIS_URL, prefix=prefix)
 
 
 @pytest.fixture
@@ -222,65 +227,6 @@ async def test_lease_expiry_uses_the_server_clock(
     assert record is not None
     server_now = seconds + micros / 1_000_000
     assert server_now + 100 <= record.lease_expires_at < server_now + 101
-
-
-async def test_data_survives_a_new_store_on_the_same_prefix(prefix: str) -> None:
-    record = make_record(metadata={"k": "v"})
-    checkpoint = Checkpoint(session_id="s-1", step=1, messages=[{"role": "user"}], last_sequence=2)
-    ref = SubSessionRef(
-        parent_session_id="s-1",
-        child_session_id="c-1",
-        agent_type="critic",
-        tool_call_id="call-1",
-        remote=RemoteCursor(stream_id="r-1", last_sequence=4),
-    )
-    first = await RedisStore.from_url(REDIS_URL, prefix=prefix)
-    await first.create_session(record)
-    await first.append(
-        "s-1",
-        [make_event("a"), make_event("b")],
-        update=SessionUpdate(status=SessionStatus.COMPLETED),
-    )
-    await first.save_checkpoint(checkpoint)
-    await first.set_interrupt("s-1", "stop")
-    await first.put_subsession_ref(ref)
-    assert await first.acquire_lease("s-1", "A", ttl_s=60)
-    stored = await first.get_session("s-1")
-    await first.aclose()
-
-    second = await RedisStore.from_url(REDIS_URL, prefix=prefix)
-    try:
-        assert await second.get_session("s-1") == stored
-        assert stored is not None and stored.status is SessionStatus.COMPLETED
-        log = await second.read("s-1")
-        assert [(e.sequence, e.text_delta.text) for e in log] == [(1, "a"), (2, "b")]
-        assert await second.load_checkpoint("s-1") == checkpoint
-        assert await second.take_interrupt("s-1") == "stop"
-        assert await second.list_subsession_refs("s-1") == [ref]
-        assert await second.list_sessions(status=SessionStatus.COMPLETED) == [stored]
-        assert await second.acquire_lease("s-1", "B", ttl_s=60) is False
-        assert await second.append("s-1", [make_event("c")]) == 3
-    finally:
-        await second.aclose()
-
-
-async def test_two_stores_share_one_log(prefix: str) -> None:
-    # Two instances stand in for two replicas: separate clients and connections.
-    stores = [await RedisStore.from_url(REDIS_URL, prefix=prefix) for _ in range(2)]
-    try:
-        await stores[0].create_session(make_record())
-
-        async def writer(store: RedisStore, name: str) -> None:
-            for i in range(25):
-                await store.append("s-1", [make_event(f"{name}-{i}")])
-
-        await asyncio.gather(writer(stores[0], "x"), writer(stores[1], "y"))
-        log = await stores[1].read("s-1")
-        assert [e.sequence for e in log] == list(range(1, 51))
-        assert len({e.text_delta.text for e in log}) == 50
-    finally:
-        for store in stores:
-            await store.aclose()
 
 
 async def test_prefixes_are_isolated(prefix: str) -> None:
