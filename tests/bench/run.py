@@ -38,7 +38,7 @@ from typing import Any, TypeAlias
 import grpc
 from pydantic import BaseModel
 
-from helix_transport import Agent, AgentClient, ClientConfig, ToolContext, create_server, tool
+from helix_transport import Agent, AgentClient, ClientConfig, create_server
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.agent.scripted import (
     ScriptedTurn,
@@ -49,6 +49,7 @@ from helix_transport.agent.scripted import (
     user_input,
 )
 from helix_transport.store import Store, open_store
+from tests.bench.agents import emit_events  # the same event-emitting tool as the delegation bench
 
 # ---------------------------------------------------------------- the bench agent
 
@@ -61,20 +62,6 @@ class BenchInput(BaseModel):
 
 class BenchOutput(BaseModel):
     events: int
-
-
-class EmitArgs(BaseModel):
-    n: int
-
-
-@tool
-async def emit_events(ctx: ToolContext, args: EmitArgs) -> dict[str, int]:
-    """Emit ``n`` one-character text deltas as fast as the runtime takes them."""
-    for i in range(args.n):
-        ctx.emit(pb.StreamEvent(text_delta=pb.TextDelta(text="x")))
-        if i % 100 == 99:
-            await asyncio.sleep(0)
-    return {"emitted": args.n}
 
 
 def bench_script(messages: list[dict[str, Any]]) -> ScriptedTurn:
