@@ -8,6 +8,7 @@ Every error the library raises on purpose is a ``HelixError``::
     ├── StoreError                 the state store failed or refused
     │   ├── SessionNotFound        no such session                -> NOT_FOUND
     │   ├── SessionExists          same id, different input       -> ALREADY_EXISTS
+    │   ├── SessionStateConflict   not possible in the session's state -> FAILED_PRECONDITION
     │   ├── SequenceConflict       the log moved under a writer (another owner wrote)
     │   ├── LeaseLost              another process owns the session now
     │   └── StoreUnavailable       the backend cannot be reached  -> UNAVAILABLE
@@ -93,6 +94,19 @@ class SessionExists(StoreError):
 
     def _fields(self) -> dict[str, Any]:
         return {"session_id": self.session_id}
+
+
+class SessionStateConflict(StoreError):
+    """The request is not possible in the session's current state (``Continue`` on a
+    running session, or naming a turn that is not the next one)."""
+
+    def __init__(self, session_id: str, problem: str) -> None:
+        super().__init__(f"session {session_id!r}: {problem}")
+        self.session_id = session_id
+        self.problem = problem
+
+    def _fields(self) -> dict[str, Any]:
+        return {"session_id": self.session_id, "problem": self.problem}
 
 
 class SequenceConflict(StoreError):

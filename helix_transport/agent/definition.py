@@ -6,14 +6,17 @@ import functools
 import json
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel
 
 from helix_transport._exceptions import UsageError
-from helix_transport.agent.tools import FINISH_TOOL, Tool
+from helix_transport.agent.tools import FINISH_TOOL, Tool, ToolContext
+
+StepHook = Callable[[ToolContext], Awaitable[list[dict[str, Any]]]]
+"""Runs before each model call of a fresh step; returns messages to add first."""
 
 _NAME = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 
@@ -49,6 +52,11 @@ class Agent:
     """Model turns allowed before the run fails with ``max_steps``."""
     model_settings: dict[str, Any] = field(default_factory=dict)
     """Extra litellm completion arguments (``temperature``...)."""
+    step_hooks: Sequence[StepHook] = ()
+    """Called at the start of each fresh step, before the model call (not when a
+    resumed step re-runs checkpointed tool calls); the messages they return join the
+    conversation and are checkpointed with it. The companion tools deliver the
+    outcomes of finished children this way (``helix_transport.companions``)."""
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):

@@ -28,6 +28,7 @@ from helix_transport._eventlog import SessionWriter
 from helix_transport._exceptions import AgentRunError, HelixError, ModelAPIError
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._status import SessionStatus
+from helix_transport._turns import TURN_BASE_KEY, TURN_KEY, StartedTurn, heal, read_turns
 from helix_transport.agent.definition import Agent
 from helix_transport.agent.model import ModelResponse, ToolCall, stream_completion
 from helix_transport.agent.tools import (
@@ -66,6 +67,8 @@ class _RunState:
     step: int
     messages: list[dict[str, Any]]
     usage: Usage = field(default_factory=Usage)
+    state: dict[str, Any] = field(default_factory=dict)
+    """Free-form run state, checkpointed with the messages (``ToolContext.state``)."""
     error: str = ""
     """Why the run failed, for the hooks (the log and the record have it already)."""
 
@@ -115,6 +118,10 @@ class RunLoop:
     async def _start_or_resume(self, resume_reason: str) -> _RunState:
         checkpoint = await self.store.load_checkpoint(self.session_id)
         if checkpoint is not None:
+            # A continued session: a turn committed after the checkpoint begins now.
+            pending = await read_turns(self.store, self.session_id, after=checkpoint.last_sequence)
+            if pending:
+                return await self._begin_turn(checkpoint, pending[-1], resume_reason)
             self.writer.step = checkpoint.step + 1
             self.writer.emit(
                 pb.StreamEvent(
@@ -125,7 +132,10 @@ class RunLoop:
             )
             self.hooks.on_run_start(resumed=True, step=checkpoint.step + 1)
             return _RunState(
-                step=checkpoint.step, messages=list(checkpoint.messages), usage=checkpoint.usage
+                step=checkpoint.step,
+                messages=list(checkpoint.messages),
+                usage=checkpoint.usage,
+                state=dict(checkpoint.state),
             )
         record = self.record
         self.writer.emit(
@@ -137,18 +147,47 @@ class RunLoop:
                 )
             )
         )
-        system = "\n\n".join(p for p in (self.agent.system_prompt, FINISH_INSTRUCTIONS) if p)
         # The model sees the validated input, defaults filled in.
         user = self.agent.input_model.model_validate_json(record.input_json).model_dump_json()
-        state = _RunState(
-            step=0,
-            messages=[
-                {"role": "system", "content": system},
-                {"role": "user", "content": user},
-            ],
-        )
+        state = _RunState(step=0, messages=self._first_messages(user))
         await self._checkpoint(state)
         self.hooks.on_run_start(resumed=False, step=1)
+        return state
+
+    def _first_messages(self, user: str) -> list[dict[str, Any]]:
+        system = "\n\n".join(p for p in (self.agent.system_prompt, FINISH_INSTRUCTIONS) if p)
+        return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+    async def _begin_turn(
+        self, checkpoint: Checkpoint, turn: StartedTurn, resume_reason: str
+    ) -> _RunState:
+        """Start a continued session's new turn (see ``helix_transport._turns``)."""
+        # Steps go on numbering across turns; the budget counts from the turn's start.
+        base = max(checkpoint.step, self.record.step_count)
+        if turn.fresh:
+            messages = self._first_messages(turn.message)
+        else:
+            messages = await heal(
+                self.store,
+                self.session_id,
+                list(checkpoint.messages),
+                after=checkpoint.last_sequence,
+                until=turn.sequence,
+            )
+            messages.append({"role": "user", "content": turn.message})
+        state = _RunState(
+            step=base,
+            messages=messages,
+            usage=checkpoint.usage,
+            state={**checkpoint.state, TURN_KEY: turn.turn, TURN_BASE_KEY: base},
+        )
+        self.writer.step = base + 1
+        if resume_reason:  # the process that accepted the turn died before it began
+            self.writer.emit(
+                pb.StreamEvent(run_resumed=pb.RunResumed(step=base + 1, reason=resume_reason))
+            )
+        await self._checkpoint(state)
+        self.hooks.on_run_start(resumed=bool(resume_reason), step=base + 1)
         return state
 
     async def _steps(self, state: _RunState) -> SessionStatus:
@@ -156,7 +195,7 @@ class RunLoop:
             reason = await self.store.take_interrupt(self.session_id)
             if reason is not None:
                 return await self._interrupted(state, reason)
-            if state.step >= self.agent.max_steps:
+            if state.step - int(state.state.get(TURN_BASE_KEY, 0)) >= self.agent.max_steps:
                 return await self._fail(
                     state, f"no output after {self.agent.max_steps} steps", "max_steps"
                 )
@@ -176,6 +215,8 @@ class RunLoop:
         calls = _unanswered_tool_calls(state.messages)
         if calls is None:  # a fresh step (not one cut off after its model call)
             self.writer.emit(pb.StreamEvent(step_started=pb.StepStarted()))
+            for hook in self.agent.step_hooks:  # e.g. notices of children that finished
+                state.messages.extend(await hook(self._tool_context(state, "")))
             response = await self._call_model(state)
             state.usage = state.usage + response.usage
             state.messages.append(response.to_message())
@@ -269,10 +310,15 @@ class RunLoop:
             known = ", ".join(t.name for t in self.agent.tools) or "none"
             raise ToolArgumentError(call.name, f"no such tool (available: {known}, {FINISH_TOOL})")
         args = tool.parse_args(call.arguments_json)
-        ctx = ToolContext(
+        ctx = self._tool_context(state, call.id)
+        async with asyncio.timeout(tool.timeout_s):
+            return dump_result(await tool.fn(ctx, args))
+
+    def _tool_context(self, state: _RunState, tool_call_id: str) -> ToolContext:
+        return ToolContext(
             session_id=self.session_id,
             agent_type=self.agent.name,
-            tool_call_id=call.id,
+            tool_call_id=tool_call_id,
             step=state.step + 1,
             metadata=self.record.metadata,
             emit=self.writer.emit,
@@ -280,9 +326,8 @@ class RunLoop:
             store=self.store,
             clients=self.clients,
             hooks=self.hooks,
+            state=state.state,
         )
-        async with asyncio.timeout(tool.timeout_s):
-            return dump_result(await tool.fn(ctx, args))
 
     async def _race(self, work: Awaitable[T]) -> T | _Interrupted:
         """Run ``work`` unless an interrupt arrives first, then cancel it."""
@@ -310,6 +355,7 @@ class RunLoop:
                 messages=state.messages,
                 usage=state.usage,
                 last_sequence=self.writer.last_sequence,
+                state=state.state,
             )
         )
         await self.store.update_session(

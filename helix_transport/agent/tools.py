@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 import json
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, get_type_hints
 
 from pydantic import BaseModel, ValidationError
@@ -40,6 +40,10 @@ class ToolContext:
     """Shared clients for calling other agent services."""
     hooks: RunHooks = NO_HOOKS
     """The run's lifecycle hooks (the remote-agent tool reports delegations to them)."""
+    state: dict[str, Any] = field(default_factory=dict)
+    """The run's free-form state (JSON values), shared by the run's tools and saved with
+    every checkpoint: what a tool records here is durable exactly when the conversation
+    that holds its result is (the companion tools keep their children here)."""
 
 
 ToolFn = Callable[[ToolContext, Any], Awaitable[Any]]

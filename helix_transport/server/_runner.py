@@ -99,6 +99,17 @@ class SessionRunner:
             self._renewer = asyncio.create_task(self._renew_leases(), name="lease-renewer")
         return True
 
+    async def continue_turn(self, record: SessionRecord) -> bool:
+        """Run the new turn of a continued session (see ``start``).
+
+        The previous turn's run may still be unwinding here after its terminal
+        event; it is awaited first, so the new run is not mistaken for it.
+        """
+        previous = self._runs.get(record.session_id)
+        if previous is not None:
+            await asyncio.wait({previous.task})
+        return await self.start(record)
+
     def _hooks_for(self, record: SessionRecord) -> RunHooks:
         if self.hooks is None:
             return NO_HOOKS

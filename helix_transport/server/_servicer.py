@@ -16,6 +16,7 @@ from helix_transport._proto.helix.agent.v1 import agent_pb2_grpc as pb_grpc
 from helix_transport.agent.definition import Agent
 from helix_transport.remote import interrupt_children
 from helix_transport.server import _validation as check
+from helix_transport.server._continue import continue_session
 from helix_transport.server._runner import SessionRunner
 from helix_transport.server.interceptors import ServerUnavailable
 from helix_transport.store import SessionRecord, Store, Usage
@@ -127,7 +128,7 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
             response.total_usage.CopyFrom(_token_usage(total))
         response.created_at.FromNanoseconds(int(record.created_at * 1e9))
         response.updated_at.FromNanoseconds(int(record.updated_at * 1e9))
-        if record.finished_at is not None:
+        if record.finished_at is not None and record.status.is_terminal:  # not mid-turn
             response.finished_at.FromNanoseconds(int(record.finished_at * 1e9))
         return response
 
@@ -150,6 +151,11 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
         except TimeoutError:
             logger.warning("session %s: interrupting its children timed out", session_id)
         return pb.InterruptResponse(status=record.status.to_proto(), accepted=True)
+
+    async def Continue(self, request: pb.ContinueRequest, context: Context) -> pb.ContinueResponse:
+        return await continue_session(
+            request, store=self.store, runner=self.runner, accepting=self.accepting
+        )
 
     async def Describe(self, request: pb.DescribeRequest, context: Context) -> pb.DescribeResponse:
         return pb.DescribeResponse(

@@ -74,3 +74,12 @@ def reason(value: str) -> str:
     if len(value) > MAX_REASON:
         raise InvalidArgument("reason", f"longer than {MAX_REASON} characters")
     return value
+
+
+def message(value: str) -> str:
+    """A ``Continue`` message: not empty, at most ``MAX_INPUT_BYTES``."""
+    if not value.strip():
+        raise InvalidArgument("message", "must not be empty")
+    if len(value.encode()) > MAX_INPUT_BYTES:
+        raise InvalidArgument("message", f"larger than {MAX_INPUT_BYTES} bytes")
+    return value

@@ -14,6 +14,7 @@ from helix_transport._exceptions import (
     InvalidArgument,
     SessionExists,
     SessionNotFound,
+    SessionStateConflict,
     StoreUnavailable,
     UsageError,
 )
@@ -31,6 +32,7 @@ _CODES: list[tuple[type[HelixError], grpc.StatusCode]] = [
     (InvalidArgument, grpc.StatusCode.INVALID_ARGUMENT),
     (SessionNotFound, grpc.StatusCode.NOT_FOUND),
     (SessionExists, grpc.StatusCode.ALREADY_EXISTS),
+    (SessionStateConflict, grpc.StatusCode.FAILED_PRECONDITION),
     (StoreUnavailable, grpc.StatusCode.UNAVAILABLE),
     (ServerUnavailable, grpc.StatusCode.UNAVAILABLE),
     (UsageError, grpc.StatusCode.FAILED_PRECONDITION),

@@ -15,6 +15,7 @@ from helix_transport._exceptions import (
     RemoteError,
     SessionExists,
     SessionNotFound,
+    SessionStateConflict,
 )
 
 RESUMABLE = frozenset(
@@ -35,6 +36,9 @@ def to_helix_error(exc: grpc.aio.AioRpcError, *, address: str, session_id: str =
         return SessionNotFound(session_id)
     if code == grpc.StatusCode.ALREADY_EXISTS and session_id:
         return SessionExists(session_id)
+    if code == grpc.StatusCode.FAILED_PRECONDITION and session_id:
+        # The server's message is "session 'id': problem"; keep only the problem.
+        return SessionStateConflict(session_id, detail.partition(": ")[2] or detail)
     if code == grpc.StatusCode.INVALID_ARGUMENT:
         field, _, problem = detail.partition(": ")
         return InvalidArgument(field, problem) if problem else InvalidArgument("request", detail)

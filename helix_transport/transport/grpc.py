@@ -122,6 +122,37 @@ class AgentClient:
             await asyncio.sleep(retry.backoff_s(attempt))
             attempt += 1
 
+    async def continue_session(
+        self, session_id: str, message: str, *, turn: int, fresh: bool = False
+    ) -> pb.ContinueResponse:
+        """Start turn ``turn`` of a finished session with ``message`` (idempotent on the turn).
+
+        Follow the turn with ``stream(session_id, from_sequence=reply.from_sequence)``.
+        Retries while the service is unavailable, like ``start``: the named turn makes a
+        retry safe.
+
+        Raises:
+            SessionStateConflict: the session is running, or ``turn`` is not the next turn.
+            SessionExists: the turn was started with another message.
+        """
+        self._check_open()
+        request = pb.ContinueRequest(session_id=session_id, message=message, turn=turn, fresh=fresh)
+        retry = self.config.reconnect
+        started = time.monotonic()
+        attempt = 0
+        while True:
+            try:
+                return await self._stub.Continue(request, timeout=self._timeout)
+            except grpc.aio.AioRpcError as exc:
+                spent = time.monotonic() - started
+                if (
+                    exc.code() != grpc.StatusCode.UNAVAILABLE
+                    or spent >= retry.deadline.total_seconds()
+                ):
+                    raise to_helix_error(exc, address=self.address, session_id=session_id) from exc
+            await asyncio.sleep(retry.backoff_s(attempt))
+            attempt += 1
+
     def stream(self, session_id: str, *, from_sequence: int = 0) -> EventStream:
         """The session's events after ``from_sequence``; see ``EventStream``."""
         self._check_open()

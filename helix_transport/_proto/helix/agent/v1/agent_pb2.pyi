@@ -31,9 +31,9 @@ retried dispatch reaches the same child instead of starting a new one.
 
 Each session has an append-only event log. Every event has a `sequence`:
 its position in the log, starting at 1 and increasing by exactly 1 (no gaps,
-no repeats). The first event is `run_started`; the last is exactly one
+no repeats). The first event is `run_started`; a run ends with exactly one
 terminal event (`completed`, `failed`, `interrupted` or `terminated`), after
-which nothing is ever appended. An event is durable in the server's store
+which nothing is appended unless the session is continued (see "Turns"). An event is durable in the server's store
 before any reader can see it, so a sequence once observed never changes
 meaning: every reader, at any time, sees the same event under the same
 sequence.
@@ -41,7 +41,7 @@ sequence.
 `Stream(from_sequence = k)` sends every event with `sequence > k`, in order,
 then keeps the stream open and sends new events as they are appended ("live
 tail"), and finally ends the stream (status OK) right after sending the
-session's terminal event. `k = 0` replays the whole log. A reader that was
+first terminal event with `sequence > k` (the end of the turn the reader is in). `k = 0` replays the whole log. A reader that was
 disconnected after receiving sequence `n` resumes with `from_sequence = n` and
 receives `n + 1` next: nothing lost, nothing duplicated. When the session has
 finished and `k` is at or past its terminal event, the stream sends no event
@@ -60,6 +60,19 @@ the same step again; a UI that renders text should drop the partial output of
 step `run_resumed.step` that came before the `run_resumed` event. An interrupt
 recorded before the crash still applies to the resumed run.
 
+# Turns (continuing a session)
+
+A session that completed can be continued with `Continue`: the server appends
+`turn_started` right after the terminal `completed` event, the session is
+RUNNING again and the run goes on with the new message *and the memory of the
+earlier turns*, with a fresh step budget, until the turn's own terminal event.
+The log simply continues; turn 1 is the run started by `Start`. A reader that
+holds the sequence `k` of a terminal event streams the next turn with
+`from_sequence = k`. A session that failed, was interrupted or terminated
+can only be continued `fresh` (the new turn starts without the earlier
+conversation; its log still continues). `Continue` is idempotent: the caller
+names the turn it starts, so a retried request never starts a turn twice.
+
 # Errors
 
 Servers map failures to precise status codes and never send stack traces.
@@ -70,7 +83,8 @@ negative`):
   INVALID_ARGUMENT   a malformed request; the message names the field.
   NOT_FOUND          the session does not exist (or is not visible to the caller).
   ALREADY_EXISTS     `Start` with an existing `session_id` and a different input.
-  FAILED_PRECONDITION the request conflicts with the session's state.
+  FAILED_PRECONDITION the request conflicts with the session's state (e.g.
+                     `Continue` on a running session).
   UNAVAILABLE        the server is shutting down or cannot reach its store;
                      clients retry with backoff.
   INTERNAL           an unexpected failure; the message is a reference to the
@@ -274,22 +288,59 @@ class StreamResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     EVENTS_FIELD_NUMBER: _builtins.int
+    HEARTBEAT_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def events(self) -> _containers.RepeatedCompositeFieldContainer[Global___StreamEvent]:
-        """Consecutive events of one session, in sequence order; never empty."""
+        """Consecutive events of one session, in sequence order; never empty unless
+        `heartbeat` is set.
+        """
+
+    @_builtins.property
+    def heartbeat(self) -> Global___Heartbeat:
+        """Set (with no events) while the session waits quietly, e.g. for its
+        sub-agents, so idle connections stay up. Not part of the log: it has no
+        sequence and a reader that does not care ignores it.
+        """
 
     def __init__(
         self,
         *,
         events: _abc.Iterable[Global___StreamEvent] | None = ...,
+        heartbeat: Global___Heartbeat | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["heartbeat", b"heartbeat"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["events", b"events"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["events", b"events", "heartbeat", b"heartbeat"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___StreamResponse: _TypeAlias = StreamResponse  # noqa: Y015
+
+@_typing.final
+class Heartbeat(_message.Message):
+    """A sign of life on a quiet stream."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DETAIL_FIELD_NUMBER: _builtins.int
+    PENDING_CHILDREN_FIELD_NUMBER: _builtins.int
+    detail: _builtins.str
+    """Why the session is quiet, for people (e.g. "waiting for 2 sub-agents")."""
+    pending_children: _builtins.int
+    """Sub-agents the session is waiting for, when that is why; else 0."""
+    def __init__(
+        self,
+        *,
+        detail: _builtins.str = ...,
+        pending_children: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["detail", b"detail", "pending_children", b"pending_children"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Heartbeat: _TypeAlias = Heartbeat  # noqa: Y015
 
 @_typing.final
 class StreamEvent(_message.Message):
@@ -317,6 +368,7 @@ class StreamEvent(_message.Message):
     RUN_RESUMED_FIELD_NUMBER: _builtins.int
     TERMINATED_FIELD_NUMBER: _builtins.int
     CHILD_EVENT_FIELD_NUMBER: _builtins.int
+    TURN_STARTED_FIELD_NUMBER: _builtins.int
     sequence: _builtins.int
     """Position in the session's log: 1, 2, 3, ... with no gaps."""
     session_id: _builtins.str
@@ -389,6 +441,10 @@ class StreamEvent(_message.Message):
     def child_event(self) -> Global___ChildEvent:
         """An event of a sub-agent, forwarded."""
 
+    @_builtins.property
+    def turn_started(self) -> Global___TurnStarted:
+        """A new turn of a continued session begins (right after a terminal event)."""
+
     def __init__(
         self,
         *,
@@ -412,12 +468,13 @@ class StreamEvent(_message.Message):
         run_resumed: Global___RunResumed | None = ...,
         terminated: Global___Terminated | None = ...,
         child_event: Global___ChildEvent | None = ...,
+        turn_started: Global___TurnStarted | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["child_event", b"child_event", "completed", b"completed", "error", b"error", "failed", b"failed", "interrupted", b"interrupted", "output", b"output", "payload", b"payload", "run_resumed", b"run_resumed", "run_started", b"run_started", "step_started", b"step_started", "subagent_end", b"subagent_end", "subagent_start", b"subagent_start", "terminated", b"terminated", "text_delta", b"text_delta", "time", b"time", "tool_end", b"tool_end", "tool_start", b"tool_start"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["child_event", b"child_event", "completed", b"completed", "error", b"error", "failed", b"failed", "interrupted", b"interrupted", "output", b"output", "payload", b"payload", "run_resumed", b"run_resumed", "run_started", b"run_started", "step_started", b"step_started", "subagent_end", b"subagent_end", "subagent_start", b"subagent_start", "terminated", b"terminated", "text_delta", b"text_delta", "time", b"time", "tool_end", b"tool_end", "tool_start", b"tool_start", "turn_started", b"turn_started"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_type", b"agent_type", "child_event", b"child_event", "completed", b"completed", "error", b"error", "failed", b"failed", "interrupted", b"interrupted", "output", b"output", "payload", b"payload", "run_resumed", b"run_resumed", "run_started", b"run_started", "sequence", b"sequence", "session_id", b"session_id", "step", b"step", "step_started", b"step_started", "subagent_end", b"subagent_end", "subagent_start", b"subagent_start", "terminated", b"terminated", "text_delta", b"text_delta", "time", b"time", "tool_end", b"tool_end", "tool_start", b"tool_start"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_type", b"agent_type", "child_event", b"child_event", "completed", b"completed", "error", b"error", "failed", b"failed", "interrupted", b"interrupted", "output", b"output", "payload", b"payload", "run_resumed", b"run_resumed", "run_started", b"run_started", "sequence", b"sequence", "session_id", b"session_id", "step", b"step", "step_started", b"step_started", "subagent_end", b"subagent_end", "subagent_start", b"subagent_start", "terminated", b"terminated", "text_delta", b"text_delta", "time", b"time", "tool_end", b"tool_end", "tool_start", b"tool_start", "turn_started", b"turn_started"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_payload: _TypeAlias = _typing.Literal["run_started", "step_started", "text_delta", "tool_start", "tool_end", "subagent_start", "subagent_end", "output", "error", "interrupted", "completed", "failed", "run_resumed", "terminated", "child_event"]  # noqa: Y015
+    _WhichOneofReturnType_payload: _TypeAlias = _typing.Literal["run_started", "step_started", "text_delta", "tool_start", "tool_end", "subagent_start", "subagent_end", "output", "error", "interrupted", "completed", "failed", "run_resumed", "terminated", "child_event", "turn_started"]  # noqa: Y015
     _WhichOneofArgType_payload: _TypeAlias = _typing.Literal["payload", b"payload"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_payload) -> _WhichOneofReturnType_payload | None: ...
 
@@ -474,6 +531,38 @@ class RunStarted(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RunStarted: _TypeAlias = RunStarted  # noqa: Y015
+
+@_typing.final
+class TurnStarted(_message.Message):
+    """A turn of a continued session begins (see "Turns"). Steps go on numbering
+    from the previous turn; the step budget is per turn.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TURN_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    FRESH_FIELD_NUMBER: _builtins.int
+    turn: _builtins.int
+    """The turn's number: 2 for the first continuation."""
+    message: _builtins.str
+    """`ContinueRequest.message`."""
+    fresh: _builtins.bool
+    """`ContinueRequest.fresh`: the turn starts without the earlier conversation."""
+    def __init__(
+        self,
+        *,
+        turn: _builtins.int = ...,
+        message: _builtins.str = ...,
+        fresh: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["fresh", b"fresh", "message", b"message", "turn", b"turn"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TurnStarted: _TypeAlias = TurnStarted  # noqa: Y015
 
 @_typing.final
 class StepStarted(_message.Message):
@@ -1066,6 +1155,89 @@ class InterruptResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___InterruptResponse: _TypeAlias = InterruptResponse  # noqa: Y015
+
+@_typing.final
+class ContinueRequest(_message.Message):
+    """Request of `Continue`."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    TURN_FIELD_NUMBER: _builtins.int
+    FRESH_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    """The session to continue; required."""
+    message: _builtins.str
+    """The new turn's message for the agent (free text, often JSON); required,
+    at most 1 MiB.
+    """
+    turn: _builtins.int
+    """The turn this request starts: the session's current turn plus one (2 for
+    the first continuation). A retry names the same turn, which makes it safe.
+    """
+    fresh: _builtins.bool
+    """Start the turn without the earlier conversation. Required to continue a
+    session that failed, was interrupted or terminated; allowed for a
+    completed one.
+    """
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        message: _builtins.str = ...,
+        turn: _builtins.int = ...,
+        fresh: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["fresh", b"fresh", "message", b"message", "session_id", b"session_id", "turn", b"turn"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ContinueRequest: _TypeAlias = ContinueRequest  # noqa: Y015
+
+@_typing.final
+class ContinueResponse(_message.Message):
+    """Response of `Continue`."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    TURN_FIELD_NUMBER: _builtins.int
+    CREATED_FIELD_NUMBER: _builtins.int
+    STATUS_FIELD_NUMBER: _builtins.int
+    FROM_SEQUENCE_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    """The continued session."""
+    turn: _builtins.int
+    """The turn started (`ContinueRequest.turn`)."""
+    created: _builtins.bool
+    """True when this call started the turn; false when it had been started by an
+    earlier request with the same message (a retry).
+    """
+    status: Global___SessionStatus.ValueType
+    """The session's status when the call was handled (RUNNING for a new turn)."""
+    from_sequence: _builtins.int
+    """The sequence just before the turn's `turn_started` event: stream with this
+    `from_sequence` to follow the turn to its terminal event.
+    """
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        turn: _builtins.int = ...,
+        created: _builtins.bool = ...,
+        status: Global___SessionStatus.ValueType = ...,
+        from_sequence: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created", b"created", "from_sequence", b"from_sequence", "session_id", b"session_id", "status", b"status", "turn", b"turn"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ContinueResponse: _TypeAlias = ContinueResponse  # noqa: Y015
 
 @_typing.final
 class DescribeRequest(_message.Message):

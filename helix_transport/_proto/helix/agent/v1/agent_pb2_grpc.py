@@ -60,6 +60,11 @@ class AgentServiceStub:
                 request_serializer=helix_dot_agent_dot_v1_dot_agent__pb2.DescribeRequest.SerializeToString,
                 response_deserializer=helix_dot_agent_dot_v1_dot_agent__pb2.DescribeResponse.FromString,
                 _registered_method=True)
+        self.Continue = channel.unary_unary(
+                '/helix.agent.v1.AgentService/Continue',
+                request_serializer=helix_dot_agent_dot_v1_dot_agent__pb2.ContinueRequest.SerializeToString,
+                response_deserializer=helix_dot_agent_dot_v1_dot_agent__pb2.ContinueResponse.FromString,
+                _registered_method=True)
 
 
 class AgentServiceServicer:
@@ -112,6 +117,20 @@ class AgentServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Continue(self, request, context):
+        """Continues a finished session with a new message: a new turn on the same
+        session, its log and memory kept (see "Turns"). Idempotent on
+        (`session_id`, `turn`): a retry with an equal message returns the turn
+        already started (`created=false`) and never runs it again; a different
+        message for a started turn is ALREADY_EXISTS. FAILED_PRECONDITION when the
+        session is still running, when `turn` is not the next turn, or when a
+        session that did not complete is continued without `fresh`. NOT_FOUND for an
+        unknown session. Optional: a server may answer UNIMPLEMENTED.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -139,6 +158,11 @@ def add_AgentServiceServicer_to_server(servicer, server):
                     servicer.Describe,
                     request_deserializer=helix_dot_agent_dot_v1_dot_agent__pb2.DescribeRequest.FromString,
                     response_serializer=helix_dot_agent_dot_v1_dot_agent__pb2.DescribeResponse.SerializeToString,
+            ),
+            'Continue': grpc.unary_unary_rpc_method_handler(
+                    servicer.Continue,
+                    request_deserializer=helix_dot_agent_dot_v1_dot_agent__pb2.ContinueRequest.FromString,
+                    response_serializer=helix_dot_agent_dot_v1_dot_agent__pb2.ContinueResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -277,6 +301,33 @@ class AgentService:
             '/helix.agent.v1.AgentService/Describe',
             helix_dot_agent_dot_v1_dot_agent__pb2.DescribeRequest.SerializeToString,
             helix_dot_agent_dot_v1_dot_agent__pb2.DescribeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Continue(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/helix.agent.v1.AgentService/Continue',
+            helix_dot_agent_dot_v1_dot_agent__pb2.ContinueRequest.SerializeToString,
+            helix_dot_agent_dot_v1_dot_agent__pb2.ContinueResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -31,9 +31,9 @@ retried dispatch reaches the same child instead of starting a new one.
 
 Each session has an append-only event log. Every event has a `sequence`:
 its position in the log, starting at 1 and increasing by exactly 1 (no gaps,
-no repeats). The first event is `run_started`; the last is exactly one
+no repeats). The first event is `run_started`; a run ends with exactly one
 terminal event (`completed`, `failed`, `interrupted` or `terminated`), after
-which nothing is ever appended. An event is durable in the server's store
+which nothing is appended unless the session is continued (see "Turns"). An event is durable in the server's store
 before any reader can see it, so a sequence once observed never changes
 meaning: every reader, at any time, sees the same event under the same
 sequence.
@@ -41,7 +41,7 @@ sequence.
 `Stream(from_sequence = k)` sends every event with `sequence > k`, in order,
 then keeps the stream open and sends new events as they are appended ("live
 tail"), and finally ends the stream (status OK) right after sending the
-session's terminal event. `k = 0` replays the whole log. A reader that was
+first terminal event with `sequence > k` (the end of the turn the reader is in). `k = 0` replays the whole log. A reader that was
 disconnected after receiving sequence `n` resumes with `from_sequence = n` and
 receives `n + 1` next: nothing lost, nothing duplicated. When the session has
 finished and `k` is at or past its terminal event, the stream sends no event
@@ -60,6 +60,19 @@ the same step again; a UI that renders text should drop the partial output of
 step `run_resumed.step` that came before the `run_resumed` event. An interrupt
 recorded before the crash still applies to the resumed run.
 
+# Turns (continuing a session)
+
+A session that completed can be continued with `Continue`: the server appends
+`turn_started` right after the terminal `completed` event, the session is
+RUNNING again and the run goes on with the new message *and the memory of the
+earlier turns*, with a fresh step budget, until the turn's own terminal event.
+The log simply continues; turn 1 is the run started by `Start`. A reader that
+holds the sequence `k` of a terminal event streams the next turn with
+`from_sequence = k`. A session that failed, was interrupted or terminated
+can only be continued `fresh` (the new turn starts without the earlier
+conversation; its log still continues). `Continue` is idempotent: the caller
+names the turn it starts, so a retried request never starts a turn twice.
+
 # Errors
 
 Servers map failures to precise status codes and never send stack traces.
@@ -70,7 +83,8 @@ negative`):
   INVALID_ARGUMENT   a malformed request; the message names the field.
   NOT_FOUND          the session does not exist (or is not visible to the caller).
   ALREADY_EXISTS     `Start` with an existing `session_id` and a different input.
-  FAILED_PRECONDITION the request conflicts with the session's state.
+  FAILED_PRECONDITION the request conflicts with the session's state (e.g.
+                     `Continue` on a running session).
   UNAVAILABLE        the server is shutting down or cannot reach its store;
                      clients retry with backoff.
   INTERNAL           an unexpected failure; the message is a reference to the
@@ -138,6 +152,16 @@ class AgentServiceStub:
     """
     Describe: _grpc.UnaryUnaryMultiCallable[_agent_pb2.DescribeRequest, _agent_pb2.DescribeResponse]
     """The agent's type, description and input/output JSON schemas."""
+    Continue: _grpc.UnaryUnaryMultiCallable[_agent_pb2.ContinueRequest, _agent_pb2.ContinueResponse]
+    """Continues a finished session with a new message: a new turn on the same
+    session, its log and memory kept (see "Turns"). Idempotent on
+    (`session_id`, `turn`): a retry with an equal message returns the turn
+    already started (`created=false`) and never runs it again; a different
+    message for a started turn is ALREADY_EXISTS. FAILED_PRECONDITION when the
+    session is still running, when `turn` is not the next turn, or when a
+    session that did not complete is continued without `fresh`. NOT_FOUND for an
+    unknown session. Optional: a server may answer UNIMPLEMENTED.
+    """
 
 @_typing.type_check_only
 class AgentServiceAsyncStub(AgentServiceStub):
@@ -169,6 +193,16 @@ class AgentServiceAsyncStub(AgentServiceStub):
     """
     Describe: _aio.UnaryUnaryMultiCallable[_agent_pb2.DescribeRequest, _agent_pb2.DescribeResponse]  # type: ignore[assignment]
     """The agent's type, description and input/output JSON schemas."""
+    Continue: _aio.UnaryUnaryMultiCallable[_agent_pb2.ContinueRequest, _agent_pb2.ContinueResponse]  # type: ignore[assignment]
+    """Continues a finished session with a new message: a new turn on the same
+    session, its log and memory kept (see "Turns"). Idempotent on
+    (`session_id`, `turn`): a retry with an equal message returns the turn
+    already started (`created=false`) and never runs it again; a different
+    message for a started turn is ALREADY_EXISTS. FAILED_PRECONDITION when the
+    session is still running, when `turn` is not the next turn, or when a
+    session that did not complete is continued without `fresh`. NOT_FOUND for an
+    unknown session. Optional: a server may answer UNIMPLEMENTED.
+    """
 
 class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
     """One agent type, served."""
@@ -227,5 +261,21 @@ class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_agent_pb2.DescribeResponse, _abc.Awaitable[_agent_pb2.DescribeResponse]]:
         """The agent's type, description and input/output JSON schemas."""
+
+    @_abc_1.abstractmethod
+    def Continue(
+        self,
+        request: _agent_pb2.ContinueRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_agent_pb2.ContinueResponse, _abc.Awaitable[_agent_pb2.ContinueResponse]]:
+        """Continues a finished session with a new message: a new turn on the same
+        session, its log and memory kept (see "Turns"). Idempotent on
+        (`session_id`, `turn`): a retry with an equal message returns the turn
+        already started (`created=false`) and never runs it again; a different
+        message for a started turn is ALREADY_EXISTS. FAILED_PRECONDITION when the
+        session is still running, when `turn` is not the next turn, or when a
+        session that did not complete is continued without `fresh`. NOT_FOUND for an
+        unknown session. Optional: a server may answer UNIMPLEMENTED.
+        """
 
 def add_AgentServiceServicer_to_server(servicer: AgentServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

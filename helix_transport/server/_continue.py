@@ -1,0 +1,115 @@
+"""``Continue``: start a new turn of a finished session (see ``helix_transport._turns``).
+
+The ``turn_started`` event is appended with ``expected_sequence`` equal to the
+session's last sequence (its terminal event) together with the RUNNING status,
+in one atomic store write: of two concurrent continuations exactly one commits,
+and a turn is either fully started or not at all. The request names its turn,
+so a retry (a lost reply, a resumed parent re-running its tool call) finds the
+turn already started and gets ``created=false`` instead of a second turn.
+"""
+
+from __future__ import annotations
+
+import time
+
+from helix_transport._exceptions import (
+    InvalidArgument,
+    SequenceConflict,
+    SessionExists,
+    SessionNotFound,
+    SessionStateConflict,
+)
+from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
+from helix_transport._status import SessionStatus
+from helix_transport._turns import StartedTurn, read_turns
+from helix_transport.server import _validation as check
+from helix_transport.server._runner import SessionRunner
+from helix_transport.server.interceptors import ServerUnavailable
+from helix_transport.store import SessionRecord, SessionUpdate, Store
+
+
+class TurnExists(SessionExists):
+    """The named turn was started with a different message."""
+
+    def __init__(self, session_id: str, turn: int) -> None:
+        super().__init__(session_id)
+        self.message = f"session {session_id!r}: turn {turn} already started with another message"
+        self.args = (self.message,)
+
+
+async def continue_session(
+    request: pb.ContinueRequest, *, store: Store, runner: SessionRunner, accepting: bool
+) -> pb.ContinueResponse:
+    """Handle one ``Continue`` request (errors are mapped by the interceptor)."""
+    session_id = check.session_id(request.session_id)
+    message = check.message(request.message)
+    if request.turn < 2:
+        raise InvalidArgument("turn", "must be at least 2 (turn 1 is the run Start began)")
+    for _ in range(3):  # a lost race with a concurrent Continue is re-examined
+        record = await store.get_session(session_id)
+        if record is None or record.agent_type != runner.agent.name:
+            raise SessionNotFound(session_id)
+        turns = await read_turns(store, session_id)
+        current = 1 + len(turns)
+        if request.turn <= current:
+            return _replay(record, turns[request.turn - 2], request)
+        if request.turn > current + 1:
+            raise SessionStateConflict(
+                session_id, f"turn {request.turn} is not the next turn ({current + 1})"
+            )
+        _check_continuable(record, fresh=request.fresh)
+        if not accepting:
+            raise ServerUnavailable("server is shutting down; not starting new turns")
+        event = pb.StreamEvent(
+            session_id=session_id,
+            agent_type=record.agent_type,
+            turn_started=pb.TurnStarted(turn=request.turn, message=message, fresh=request.fresh),
+        )
+        event.time.seconds, event.time.nanos = divmod(time.time_ns(), 1_000_000_000)
+        reopen = SessionUpdate(
+            status=SessionStatus.RUNNING, output_json="", error="", failure_reason=""
+        )
+        try:
+            sequence = await store.append(
+                session_id, [event], expected_sequence=record.last_sequence, update=reopen
+            )
+        except SequenceConflict:
+            continue
+        started = await store.get_session(session_id)
+        assert started is not None  # sessions are never deleted
+        await runner.continue_turn(started)
+        return pb.ContinueResponse(
+            session_id=session_id,
+            turn=request.turn,
+            created=True,
+            status=pb.SESSION_STATUS_RUNNING,
+            from_sequence=sequence - 1,
+        )
+    raise SessionStateConflict(session_id, "the session changed during the request; retry")
+
+
+def _replay(
+    record: SessionRecord, started: StartedTurn, request: pb.ContinueRequest
+) -> pb.ContinueResponse:
+    if started.message != request.message or started.fresh != request.fresh:
+        raise TurnExists(record.session_id, request.turn)
+    return pb.ContinueResponse(
+        session_id=record.session_id,
+        turn=request.turn,
+        created=False,
+        status=record.status.to_proto(),
+        from_sequence=started.sequence - 1,
+    )
+
+
+def _check_continuable(record: SessionRecord, *, fresh: bool) -> None:
+    if record.status is SessionStatus.RUNNING:
+        raise SessionStateConflict(
+            record.session_id, "still running; continue it once its turn has ended"
+        )
+    if record.status is not SessionStatus.COMPLETED and not fresh:
+        raise SessionStateConflict(
+            record.session_id,
+            f"{record.status.value}; only a completed session keeps its memory "
+            "(continue it with fresh=true)",
+        )

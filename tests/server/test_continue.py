@@ -1,0 +1,120 @@
+"""``Continue``: a new turn on a finished session, over real gRPC, on every store.
+
+Contract: a completed session continued with a message runs a new turn that
+remembers the earlier ones, with a fresh step budget; its log continues after the
+terminal event with ``turn_started``; the request names its turn, so a retry never
+starts a second one; a running session, a wrong turn or a failed session without
+``fresh`` is FAILED_PRECONDITION, never a corrupted log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from helix_transport import (
+    AgentClient,
+    InvalidArgument,
+    SessionExists,
+    SessionNotFound,
+    SessionStateConflict,
+)
+from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
+from services.critic import agent as critic
+from tests.agents import counter, looper
+from tests.conftest import Serve
+
+
+async def collect(client: AgentClient, session_id: str, after: int = 0) -> list[pb.StreamEvent]:
+    return [e async for e in client.stream(session_id, from_sequence=after)]
+
+
+def kinds(events: list[pb.StreamEvent]) -> list[str]:
+    return [e.WhichOneof("payload") or "" for e in events]
+
+
+async def test_a_continued_session_remembers_and_gets_a_fresh_step_budget(serve: Serve) -> None:
+    async with serve(critic) as (_, client):
+        await client.start(json.dumps({"artifact": "v1: code"}), session_id="c1")
+        first = await collect(client, "c1")
+        verdict1 = json.loads(first[-1].completed.output_json)
+        reply = await client.continue_session("c1", "v2: code and tests", turn=2)
+        second = await collect(client, "c1", after=reply.from_sequence)
+        status = await client.get_status("c1")
+        whole = await collect(client, "c1")
+
+    assert verdict1 == {
+        "verdict": "revise",
+        "notes": "round 1: add tests",
+        "round": 1,
+        "previous": "",
+    }
+    assert reply.created and reply.turn == 2 and reply.from_sequence == first[-1].sequence
+    assert kinds(second)[0] == "turn_started" and kinds(second)[-1] == "completed"
+    assert second[0].turn_started.message == "v2: code and tests"
+    verdict2 = json.loads(second[-1].completed.output_json)
+    # The critic remembers round 1; max_steps=2 twice over: the budget is per turn.
+    assert verdict2["verdict"] == "pass" and verdict2["round"] == 2
+    assert verdict2["previous"] == "v1: code"
+    # One log, gapless; a stream from 0 ends at turn 1's terminal event.
+    assert whole == first
+    log = first + second
+    assert [e.sequence for e in log] == list(range(1, len(log) + 1))
+    assert [e.step for e in log if e.WhichOneof("payload") == "step_started"] == [1, 2, 3, 4]
+    assert status.status == pb.SESSION_STATUS_COMPLETED and status.step_count == 4
+    assert json.loads(status.output_json) == verdict2
+
+
+async def test_continue_is_idempotent_on_the_turn_and_checks_the_state(serve: Serve) -> None:
+    async with serve(critic) as (_, client):
+        await client.start(json.dumps({"artifact": "v1"}), session_id="c2")
+        await collect(client, "c2")
+        # Two concurrent requests for turn 2 with the same message: one turn.
+        replies = await asyncio.gather(
+            client.continue_session("c2", "v2", turn=2), client.continue_session("c2", "v2", turn=2)
+        )
+        assert sorted(r.created for r in replies) == [False, True]
+        assert replies[0].from_sequence == replies[1].from_sequence
+        with pytest.raises(SessionExists):
+            await client.continue_session("c2", "something else", turn=2)
+        with pytest.raises(SessionStateConflict, match="not the next turn"):
+            await client.continue_session("c2", "v4", turn=4)
+        turn2 = await collect(client, "c2", after=replies[0].from_sequence)
+        retry = await client.continue_session("c2", "v2", turn=2)  # after the turn ended
+        with pytest.raises(InvalidArgument, match="message"):
+            await client.continue_session("c2", "  ", turn=3)
+        with pytest.raises(InvalidArgument, match="turn"):
+            await client.continue_session("c2", "v1 again", turn=1)
+        with pytest.raises(SessionNotFound):
+            await client.continue_session("nope", "hello", turn=2)
+        log = await collect(client, "c2") + turn2
+
+    assert not retry.created and retry.status == pb.SESSION_STATUS_COMPLETED
+    assert kinds(turn2)[-1] == "completed"
+    assert kinds(log).count("turn_started") == 1 and kinds(log).count("completed") == 2
+
+
+async def test_a_running_session_cannot_be_continued(serve: Serve) -> None:
+    async with serve(counter) as (_, client):
+        await client.start(json.dumps({"steps": 40, "words": 200}), session_id="r1")
+        with pytest.raises(SessionStateConflict, match="still running"):
+            await client.continue_session("r1", "more", turn=2)
+        await client.interrupt("r1", reason="done")
+        await collect(client, "r1")
+
+
+async def test_a_failed_session_continues_only_fresh(serve: Serve) -> None:
+    async with serve(looper) as (_, client):
+        await client.start(json.dumps({"steps": 1}), session_id="f1")
+        first = await collect(client, "f1")
+        with pytest.raises(SessionStateConflict, match="fresh"):
+            await client.continue_session("f1", '{"steps": 1}', turn=2)
+        reply = await client.continue_session("f1", '{"steps": 1}', turn=2, fresh=True)
+        second = await collect(client, "f1", after=reply.from_sequence)
+
+    assert kinds(first)[-1] == "failed" and kinds(second)[-1] == "failed"
+    # A whole new budget of three steps, numbered on from the first turn's.
+    assert [e.step for e in second if e.WhichOneof("payload") == "step_started"] == [4, 5, 6]
+    assert second[0].turn_started.fresh
