@@ -49,12 +49,31 @@ Script = Callable[[list[dict[str, Any]]], ScriptedTurn]
 
 _SCRIPTS: dict[str, Script] = {}
 
+_MODEL_INFO: dict[str, Any] = {
+    "litellm_provider": PROVIDER,
+    "mode": "chat",
+    "max_tokens": 1_000_000,
+    "max_input_tokens": 1_000_000,
+    "max_output_tokens": 1_000_000,
+    "input_cost_per_token": 0.0,
+    "output_cost_per_token": 0.0,
+    "cache_creation_input_token_cost": 0.0,
+    "cache_read_input_token_cost": 0.0,
+    "supports_function_calling": True,
+}
+"""What litellm's cost map says about every scripted model: free, tool-capable."""
+
 
 def register_script(name: str, script: Script) -> str:
     """Register ``script`` and return its model name, ``scripted/<name>``."""
     install()
     _SCRIPTS[name] = script
-    return f"{PROVIDER}/{name}"
+    model = f"{PROVIDER}/{name}"
+    if model not in litellm.model_cost:
+        # Known to litellm's cost map (free), so every call's two cost lookups hit it
+        # directly instead of falling back through litellm's generalisation regexes.
+        litellm.register_model({model: _MODEL_INFO})
+    return model
 
 
 def finish(**output: Any) -> ScriptedTurn:
