@@ -138,6 +138,8 @@ class SessionWriter:
         self.last_sequence = last_sequence
         self.step = 0
         self._pending: list[StreamEvent] = []
+        self._update: SessionUpdate | None = None
+        """A record update to apply with the next batch (see ``flush``)."""
         self._task: asyncio.Task[None] | None = None
         self._error: BaseException | None = None
 
@@ -162,7 +164,8 @@ class SessionWriter:
         try:
             while self._pending:
                 batch, self._pending = self._pending, []
-                await self._write(batch, None)
+                update, self._update = self._update, None
+                await self._write(batch, update)
         except BaseException as exc:
             self._error = exc
             if not isinstance(exc, Exception):
@@ -176,12 +179,24 @@ class SessionWriter:
         )
         self._hub.publish(self.session_id, batch)
 
-    async def flush(self) -> None:
-        """Wait until every emitted event is in the store."""
+    async def flush(self, update: SessionUpdate | None = None) -> None:
+        """Wait until every emitted event is in the store.
+
+        With ``update``, also apply it to the session record: in the same atomic
+        write as the pending events when there are any (one store round trip, not
+        two), else on its own.
+        """
+        if update is not None:
+            self._update = update
+            if self._task is None and self._pending:
+                self._task = asyncio.create_task(self._drain())
         while self._task is not None:
             await asyncio.shield(self._task)
         if self._error is not None:
             raise self._error
+        if update is not None and self._update is not None:  # no batch carried it
+            self._update = None
+            await self._store.update_session(self.session_id, update)
 
     async def finish(self, event: StreamEvent, update: SessionUpdate) -> None:
         """Append a terminal ``event`` together with the session ``update``, atomically."""

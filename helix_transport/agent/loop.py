@@ -346,8 +346,10 @@ class RunLoop:
         return task.result()
 
     async def _checkpoint(self, state: _RunState, *, step: int | None = None) -> None:
-        await self.writer.flush()
         done = state.step if step is None else step
+        # The record's progress rides with the step's events (one write, not two);
+        # the checkpoint follows, fenced by the log it has just seen end.
+        await self.writer.flush(SessionUpdate(step_count=done, usage=state.usage))
         await self.store.save_checkpoint(
             Checkpoint(
                 session_id=self.session_id,
@@ -357,9 +359,6 @@ class RunLoop:
                 last_sequence=self.writer.last_sequence,
                 state=state.state,
             )
-        )
-        await self.store.update_session(
-            self.session_id, SessionUpdate(step_count=done, usage=state.usage)
         )
 
     async def _complete(self, state: _RunState, output_json: str) -> SessionStatus:
