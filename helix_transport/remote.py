@@ -151,7 +151,7 @@ class _ChildCall:
 
     async def run(self, input_json: str) -> Any:
         ctx = self.ctx
-        existing = await _find_ref(ctx.store, ctx.session_id, self.child_id)
+        existing = await ctx.store.get_subsession_ref(ctx.session_id, self.child_id)
         last = 0
         if existing is not None:  # a resumed parent rejoining its child
             self.ref = dataclasses.replace(existing, address=self.address)
@@ -278,11 +278,6 @@ class _ChildCall:
             await self.client.interrupt(self.child_id, reason=reason)
         with contextlib.suppress(ToolError):
             await self._end(SessionStatus.FAILED, error=f"{self.agent_type} {reason}")
-
-
-async def _find_ref(store: Store, parent_id: str, child_id: str) -> SubSessionRef | None:
-    refs = await store.list_subsession_refs(parent_id)
-    return next((r for r in refs if r.child_session_id == child_id), None)
 
 
 async def _last_forwarded(store: Store, session_id: str, tool_call_id: str) -> int:

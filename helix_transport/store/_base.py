@@ -147,6 +147,16 @@ class Store(Protocol):
         """The parent's refs, in the order they were first stored."""
         ...
 
+    async def get_subsession_ref(
+        self, parent_session_id: str, child_session_id: str
+    ) -> SubSessionRef | None:
+        """The ref keyed by (parent, child session id), or ``None``.
+
+        One keyed read: a parent fanning out to N children looks each one up
+        without listing all N refs every time.
+        """
+        ...
+
     async def acquire_lease(self, session_id: str, owner: str, *, ttl_s: float) -> bool:
         """Take or renew the session's lease if it is free, lapsed or already ``owner``'s."""
         ...

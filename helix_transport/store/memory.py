@@ -170,6 +170,14 @@ class MemoryStore:
         self._check_open()
         return [copy.deepcopy(r) for r in self._refs.get(parent_session_id, {}).values()]
 
+    async def get_subsession_ref(
+        self, parent_session_id: str, child_session_id: str
+    ) -> SubSessionRef | None:
+        """The ref keyed by (parent, child session id), or ``None``."""
+        self._check_open()
+        ref = self._refs.get(parent_session_id, {}).get(child_session_id)
+        return None if ref is None else copy.deepcopy(ref)
+
     async def acquire_lease(self, session_id: str, owner: str, *, ttl_s: float) -> bool:
         """Take or renew the lease if it is free, lapsed or already ``owner``'s.
 

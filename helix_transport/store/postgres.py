@@ -149,6 +149,9 @@ _LOAD_CHECKPOINT = "SELECT * FROM {s}.checkpoints WHERE session_id = $1"
 _SET_INTERRUPT = _upsert("interrupts", ["session_id", "reason"], ("session_id",), replace=True)
 _TAKE_INTERRUPT = "DELETE FROM {s}.interrupts WHERE session_id = $1 RETURNING reason"
 _LIST_REFS = "SELECT * FROM {s}.subsession_refs WHERE parent_session_id = $1 ORDER BY position"
+_GET_REF = (
+    "SELECT * FROM {s}.subsession_refs WHERE parent_session_id = $1 AND child_session_id = $2"
+)
 _RELEASE_LEASE = (
     "UPDATE {s}.sessions SET owner = '', lease_expires_at = 0 WHERE session_id = $1 AND owner = $2"
 )
@@ -480,6 +483,13 @@ class PostgresStore:
         """The parent's refs, in the order they were first stored."""
         rows = await self._call("fetch", _LIST_REFS, parent_session_id)
         return [_ref_from_row(row) for row in rows]
+
+    async def get_subsession_ref(
+        self, parent_session_id: str, child_session_id: str
+    ) -> SubSessionRef | None:
+        """The ref keyed by (parent, child session id), or ``None``."""
+        row = await self._call("fetchrow", _GET_REF, parent_session_id, child_session_id)
+        return None if row is None else _ref_from_row(row)
 
     async def acquire_lease(self, session_id: str, owner: str, *, ttl_s: float) -> bool:
         """Take or renew the lease if it is free, lapsed or already ``owner``'s.

@@ -470,6 +470,18 @@ class RedisStore:
                 order, refs = await pipe.execute()
         return [_ref_from_json(refs[child]) for child in order]
 
+    async def get_subsession_ref(
+        self, parent_session_id: str, child_session_id: str
+    ) -> SubSessionRef | None:
+        """The ref keyed by (parent, child session id), or ``None``."""
+        self._check_open()
+        with _map_redis_errors():
+            raw = await cast(
+                "Awaitable[bytes | None]",
+                self._client.hget(self._key("refs", parent_session_id), child_session_id),
+            )
+        return None if raw is None else _ref_from_json(raw)
+
     async def acquire_lease(self, session_id: str, owner: str, *, ttl_s: float) -> bool:
         """Take or renew the lease if it is free, lapsed or already ``owner``'s.
 

@@ -302,6 +302,18 @@ class SqliteStore:
             lambda conn: [_ref_from_row(r) for r in conn.execute(sql, (parent_session_id,))]
         )
 
+    async def get_subsession_ref(
+        self, parent_session_id: str, child_session_id: str
+    ) -> SubSessionRef | None:
+        """The ref keyed by (parent, child session id), or ``None``."""
+        sql = "SELECT * FROM subsession_refs WHERE parent_session_id = ? AND child_session_id = ?"
+
+        def get(conn: sqlite3.Connection) -> SubSessionRef | None:
+            row = conn.execute(sql, (parent_session_id, child_session_id)).fetchone()
+            return None if row is None else _ref_from_row(row)
+
+        return await self._run(get)
+
     async def acquire_lease(self, session_id: str, owner: str, *, ttl_s: float) -> bool:
         """Take or renew the lease if it is free, lapsed or already ``owner``'s.
 

@@ -375,6 +375,11 @@ class StoreConformance:
         assert await store.list_subsession_refs("p") == [finished, local, third]
         assert await store.list_subsession_refs("q") == [other]
         assert await store.list_subsession_refs("nobody") == []
+        assert await store.get_subsession_ref("p", "c-remote") == finished
+        assert await store.get_subsession_ref("p", "c-local") == local
+        assert await store.get_subsession_ref("q", "c-q") == other
+        assert await store.get_subsession_ref("q", "c-remote") is None  # another parent's child
+        assert await store.get_subsession_ref("nobody", "c-remote") is None
 
     # --- leases and lifecycle -----------------------------------------------------
 
