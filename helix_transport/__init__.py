@@ -41,6 +41,7 @@ if TYPE_CHECKING:
         StreamInterrupted,
         ToolTimeoutError,
         TransportError,
+        Unauthenticated,
         UsageError,
     )
     from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
@@ -48,14 +49,18 @@ if TYPE_CHECKING:
     from helix_transport.agent.definition import Agent
     from helix_transport.agent.tools import Tool, ToolContext, tool
     from helix_transport.server.app import AgentServer, ServerConfig, create_server
+    from helix_transport.server.auth import AuthConfig
     from helix_transport.store import Store, open_store
     from helix_transport.transport import AgentClient, EventStream
+    from helix_transport.transport._auth import ClientAuth
 
 _LAZY = {
     "Agent": "helix_transport.agent.definition",
     "AgentClient": "helix_transport.transport",
     "AgentRunError": "helix_transport._exceptions",
     "AgentServer": "helix_transport.server.app",
+    "AuthConfig": "helix_transport.server.auth",
+    "ClientAuth": "helix_transport.transport._auth",
     "ClientConfig": "helix_transport._config",
     "ConnectError": "helix_transport._exceptions",
     "DeadlineExceeded": "helix_transport._exceptions",
@@ -84,6 +89,7 @@ _LAZY = {
     "ToolContext": "helix_transport.agent.tools",
     "ToolTimeoutError": "helix_transport._exceptions",
     "TransportError": "helix_transport._exceptions",
+    "Unauthenticated": "helix_transport._exceptions",
     "UsageError": "helix_transport._exceptions",
     "create_server": "helix_transport.server.app",
     "is_terminal": "helix_transport._eventlog",
@@ -96,6 +102,8 @@ __all__ = [
     "AgentClient",
     "AgentRunError",
     "AgentServer",
+    "AuthConfig",
+    "ClientAuth",
     "ClientConfig",
     "ConnectError",
     "DeadlineExceeded",
@@ -124,6 +132,7 @@ __all__ = [
     "ToolContext",
     "ToolTimeoutError",
     "TransportError",
+    "Unauthenticated",
     "UsageError",
     "create_server",
     "is_terminal",

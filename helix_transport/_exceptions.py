@@ -5,6 +5,7 @@ Every error the library raises on purpose is a ``HelixError``::
     HelixError
     ├── UsageError                 a developer mistake (bad config, bad agent definition)
     ├── InvalidArgument            a request field is malformed   -> INVALID_ARGUMENT
+    ├── Unauthenticated            no credential, or a bad one     -> UNAUTHENTICATED
     ├── StoreError                 the state store failed or refused
     │   ├── SessionNotFound        no such session                -> NOT_FOUND
     │   ├── SessionExists          same id, different input       -> ALREADY_EXISTS
@@ -68,6 +69,14 @@ class InvalidArgument(HelixError):
 
     def _fields(self) -> dict[str, Any]:
         return {"field": self.field, "problem": self.problem}
+
+
+class Unauthenticated(HelixError):
+    """The caller presented no credential, or one the service does not accept.
+
+    The message says what was wrong (missing, unknown, expired, wrong audience...)
+    and never contains the credential itself.
+    """
 
 
 class StoreError(HelixError):

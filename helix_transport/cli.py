@@ -26,6 +26,7 @@ from helix_transport._exceptions import HelixError
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.store import STORE_URL_ENV
 from helix_transport.transport import AgentClient
+from helix_transport.transport._auth import SUBSTITUTE, ClientAuth
 
 _STATUS_NAMES = {v: k.removeprefix("SESSION_STATUS_").lower() for k, v in pb.SessionStatus.items()}
 
@@ -155,9 +156,28 @@ def _proto_json(message: pb.GetStatusResponse | pb.DescribeResponse) -> str:
     return json_format.MessageToJson(message, preserving_proto_field_name=True, indent=2)
 
 
+def _client_auth(args: argparse.Namespace) -> ClientAuth | None:
+    """The credentials of a client command: flags, else the environment."""
+    env = os.environ
+    return ClientAuth.from_files(
+        token=args.token or env.get("HELIX_TOKEN", ""),
+        token_file=args.token_file or env.get("HELIX_TOKEN_FILE", ""),
+        tls_ca_file=args.tls_ca or env.get("HELIX_CLIENT_TLS_CA", ""),
+        tls_cert_file=args.tls_cert or env.get("HELIX_CLIENT_TLS_CERT", ""),
+        tls_key_file=args.tls_key or env.get("HELIX_CLIENT_TLS_KEY", ""),
+        tls_server_name=args.tls_server_name or env.get("HELIX_CLIENT_TLS_SERVER_NAME", ""),
+    )
+
+
+async def _connect(args: argparse.Namespace, config: ClientConfig | None = None) -> AgentClient:
+    return await AgentClient.connect(
+        args.address, config=config or ClientConfig.default, auth=_client_auth(args)
+    )
+
+
 async def _call(args: argparse.Namespace) -> int:
     config = ClientConfig(rpc_timeout=timedelta(seconds=args.timeout))
-    async with await AgentClient.connect(args.address, config=config) as client:
+    async with await _connect(args, config) as client:
         session_id = args.session_id
         if not args.follow:
             started = await client.start(args.input, session_id=session_id)
@@ -180,13 +200,13 @@ async def _call(args: argparse.Namespace) -> int:
 
 
 async def _status(args: argparse.Namespace) -> int:
-    async with await AgentClient.connect(args.address) as client:
+    async with await _connect(args) as client:
         print(_proto_json(await client.get_status(args.session_id)))
     return 0
 
 
 async def _interrupt(args: argparse.Namespace) -> int:
-    async with await AgentClient.connect(args.address) as client:
+    async with await _connect(args) as client:
         result = await client.interrupt(args.session_id, reason=args.reason)
     state = "interrupt recorded" if result.accepted else "already finished; nothing changed"
     print(f"{args.session_id}: {status_name(result.status)} ({state})")
@@ -194,7 +214,7 @@ async def _interrupt(args: argparse.Namespace) -> int:
 
 
 async def _describe(args: argparse.Namespace) -> int:
-    async with await AgentClient.connect(args.address) as client:
+    async with await _connect(args) as client:
         print(_proto_json(await client.describe()))
     return 0
 
@@ -208,6 +228,7 @@ async def _conformance(args: argparse.Namespace) -> int:
             input_json=args.input,
             bad_input_json=args.bad_input,
             timeout_s=args.timeout,
+            auth=_client_auth(args),
         )
     except ValueError as exc:
         print(f"helix-mesh: --input: {exc}", file=sys.stderr)
@@ -219,19 +240,52 @@ async def _conformance(args: argparse.Namespace) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     from helix_transport.server.app import ServerConfig, configure_logging, load_agent, serve
+    from helix_transport.server.auth import AuthConfig
 
     configure_logging()
     agent = load_agent(args.agent)
     store_url = args.store or os.environ.get(STORE_URL_ENV) or f"sqlite:///.helix/{agent.name}.db"
+    reflection = not args.no_reflection and os.environ.get(
+        "HELIX_REFLECTION", "on"
+    ).lower() not in (
+        "0",
+        "off",
+        "false",
+        "no",
+    )
+    health_port = args.health_port or os.environ.get("HELIX_HEALTH_PORT", "")
     config = ServerConfig(
         host=args.host,
         port=args.port,
         replica_id=args.replica_id or os.environ.get("HELIX_REPLICA_ID", ""),
         lease_ttl_s=args.lease_ttl,
         graceful_shutdown_timeout_s=args.drain_timeout,
-        reflection=not args.no_reflection,
+        reflection=reflection,
+        health_port=int(health_port) if health_port else None,
     )
-    asyncio.run(serve(agent, store_url=store_url, config=config))
+    auth = AuthConfig.from_env(
+        tokens_file=args.auth_tokens,
+        jwt_key_file=args.jwt_key,
+        jwt_audience=args.jwt_audience,
+        jwt_issuer=args.jwt_issuer,
+        tls_cert_file=args.tls_cert,
+        tls_key_file=args.tls_key,
+        tls_client_ca_file=args.tls_client_ca,
+        allow_unauthenticated=args.allow_unauthenticated,
+    )
+    auth.check()  # fail closed before importing or opening anything else
+    env = os.environ
+    client_auth = ClientAuth.from_files(
+        token_file=args.client_token_file or env.get("HELIX_CLIENT_TOKEN_FILE", ""),
+        tls_ca_file=env.get("HELIX_CLIENT_TLS_CA", ""),
+        tls_cert_file=env.get("HELIX_CLIENT_TLS_CERT", ""),
+        tls_key_file=env.get("HELIX_CLIENT_TLS_KEY", ""),
+        tls_server_name=env.get("HELIX_CLIENT_TLS_SERVER_NAME", ""),
+        identity=args.client_identity or env.get("HELIX_CLIENT_IDENTITY", "") or SUBSTITUTE,
+    )
+    asyncio.run(
+        serve(agent, store_url=store_url, config=config, auth=auth, client_auth=client_auth)
+    )
     return 0
 
 
@@ -253,18 +307,22 @@ def _parser() -> argparse.ArgumentParser:
     call.add_argument("--from-sequence", type=int, default=0)
     call.add_argument("--json", action="store_true", help="print events as JSON lines")
     call.add_argument("--timeout", type=float, default=10.0, help="seconds per unary call")
+    _client_options(call)
 
     status = sub.add_parser("status", help="show a session's status")
     status.add_argument("address")
     status.add_argument("session_id")
+    _client_options(status)
 
     interrupt = sub.add_parser("interrupt", help="interrupt a running session")
     interrupt.add_argument("address")
     interrupt.add_argument("session_id")
     interrupt.add_argument("--reason", default="")
+    _client_options(interrupt)
 
     describe = sub.add_parser("describe", help="show an agent's type and schemas")
     describe.add_argument("address")
+    _client_options(describe)
 
     conformance = sub.add_parser(
         "conformance", help="check an agent service (any language) against the contract"
@@ -275,7 +333,20 @@ def _parser() -> argparse.ArgumentParser:
         "--bad-input", default=None, help="an input its schema rejects (default: from Describe)"
     )
     conformance.add_argument("--timeout", type=float, default=60.0, help="seconds for the run")
+    _client_options(conformance)
     return parser
+
+
+def _client_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("credentials (see README, Security)")
+    group.add_argument(
+        "--token", default="", help="bearer token (prefer $HELIX_TOKEN: flags show in ps)"
+    )
+    group.add_argument("--token-file", default="", help="file holding the bearer token")
+    group.add_argument("--tls-ca", default="", help="CA to verify the server by (enables TLS)")
+    group.add_argument("--tls-cert", default="", help="client certificate (mutual TLS)")
+    group.add_argument("--tls-key", default="", help="client private key (mutual TLS)")
+    group.add_argument("--tls-server-name", default="", help="expected server name")
 
 
 def _serve_options(parser: argparse.ArgumentParser) -> None:
@@ -287,7 +358,43 @@ def _serve_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--replica-id", default="", help="lease owner id (default hostname:port)")
     parser.add_argument("--lease-ttl", type=float, default=5.0, help="session lease seconds")
     parser.add_argument("--drain-timeout", type=float, default=10.0, help="shutdown drain seconds")
-    parser.add_argument("--no-reflection", action="store_true", help="disable server reflection")
+    parser.add_argument(
+        "--no-reflection",
+        action="store_true",
+        help="disable server reflection (HELIX_REFLECTION=off)",
+    )
+    parser.add_argument(
+        "--health-port",
+        type=int,
+        default=None,
+        help="plaintext health-only port (HELIX_HEALTH_PORT)",
+    )
+    auth = parser.add_argument_group("authentication (see README, Security)")
+    auth.add_argument("--auth-tokens", default="", help="token file (HELIX_AUTH_TOKENS_FILE)")
+    auth.add_argument(
+        "--jwt-key", default="", help="JWT verification key file (HELIX_JWT_KEY_FILE)"
+    )
+    auth.add_argument("--jwt-audience", default="", help="required JWT aud (HELIX_JWT_AUDIENCE)")
+    auth.add_argument("--jwt-issuer", default="", help="required JWT iss (HELIX_JWT_ISSUER)")
+    auth.add_argument("--tls-cert", default="", help="server certificate (HELIX_TLS_CERT_FILE)")
+    auth.add_argument("--tls-key", default="", help="server private key (HELIX_TLS_KEY_FILE)")
+    auth.add_argument(
+        "--tls-client-ca", default="", help="require client certificates from this CA (mTLS)"
+    )
+    auth.add_argument(
+        "--allow-unauthenticated",
+        action="store_true",
+        help="serve without authentication (loopback demos and tests only)",
+    )
+    auth.add_argument(
+        "--client-token-file", default="", help="this service's token for its children"
+    )
+    auth.add_argument(
+        "--client-identity",
+        choices=("substitute", "forward"),
+        default=None,
+        help="present this service's own identity to children, or forward the caller's",
+    )
 
 
 _COMMANDS = {

@@ -40,6 +40,7 @@ import grpc
 
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._proto.helix.agent.v1 import agent_pb2_grpc as pb_grpc
+from helix_transport.transport._auth import ClientAuth, open_channel
 
 __all__ = ["CheckResult", "format_results", "run_conformance"]
 
@@ -843,15 +844,17 @@ async def run_conformance(
     input_json: str,
     bad_input_json: str | None = None,
     timeout_s: float = 60,
+    auth: ClientAuth | None = None,
 ) -> list[CheckResult]:
     """Run every contract check against the agent service at ``address``.
 
     Args:
-        address: ``host:port`` (plaintext gRPC).
+        address: ``host:port`` (plaintext gRPC unless ``auth`` configures TLS).
         input_json: a valid input for the agent; every session the kit starts uses it.
         bad_input_json: an input the agent's schema rejects; derived from ``Describe``
             when ``None`` (``{}`` when the schema has required fields).
         timeout_s: how long the whole run may take; sessions still running then fail.
+        auth: the credentials to present (a bearer token, TLS, a client certificate).
 
     Returns one ``CheckResult`` per check, in the order they ran. The kit leaves the
     sessions it started in the service (ids start with ``conformance-`` or are generated).
@@ -863,7 +866,7 @@ async def run_conformance(
         json.loads(input_json)
     except ValueError as exc:
         raise ValueError(f"input_json is not valid JSON: {exc}") from None
-    async with grpc.aio.insecure_channel(address) as channel:
+    async with open_channel(address, auth) as channel:
         kit = _Kit(
             pb_grpc.AgentServiceStub(channel),
             channel,

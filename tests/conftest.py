@@ -137,7 +137,9 @@ def serve(store: Store) -> Serve:
     async def _serve(
         agent: Agent, **config: object
     ) -> AsyncIterator[tuple[AgentServer, AgentClient]]:
-        server = await create_server(agent, store, ServerConfig(**config))  # type: ignore[arg-type]
+        server = await create_server(
+            agent, store, ServerConfig(**config), allow_unauthenticated=True
+        )  # type: ignore[arg-type]
         async with server, await AgentClient.connect(server.address) as client:
             yield server, client
 

@@ -23,7 +23,7 @@ async def cli(*args: str) -> tuple[int, str, str]:
 
 
 async def test_call_status_interrupt_describe() -> None:
-    async with await create_server(counter, MemoryStore()) as server:
+    async with await create_server(counter, MemoryStore(), allow_unauthenticated=True) as server:
         address = server.address
         code, out, _ = await cli(
             "call", address, "--input", '{"steps": 2, "words": 3}', "--session-id", "c1"
@@ -49,7 +49,7 @@ async def test_call_status_interrupt_describe() -> None:
 
 
 async def test_errors_are_one_line_and_non_zero() -> None:
-    async with await create_server(counter, MemoryStore()) as server:
+    async with await create_server(counter, MemoryStore(), allow_unauthenticated=True) as server:
         code, _, err = await cli("status", server.address, "missing")
         assert code == 1 and err.strip() == "helix-mesh: session 'missing' not found"
         code, _, err = await cli("call", server.address, "--input", '{"steps": "x"}')

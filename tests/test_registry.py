@@ -44,7 +44,7 @@ def test_unreadable_registry_file_is_a_clear_error(
 
 
 async def test_dns_target_reaches_the_service() -> None:
-    server = await create_server(counter, MemoryStore())
+    server = await create_server(counter, MemoryStore(), allow_unauthenticated=True)
     async with server, await AgentClient.connect(f"dns:///127.0.0.1:{server.port}") as client:
         described = await client.describe()
     assert described.agent_type == "counter"
@@ -70,7 +70,7 @@ def test_service_config_balances_and_retries_unary_calls() -> None:
 
 
 async def test_client_names_the_session_so_start_is_idempotent() -> None:
-    server = await create_server(counter, MemoryStore())
+    server = await create_server(counter, MemoryStore(), allow_unauthenticated=True)
     async with server, await AgentClient.connect(server.address) as client:
         started = await client.start('{"steps": 1}')
         again = await client.start('{"steps": 1}', session_id=started.session_id)

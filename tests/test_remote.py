@@ -53,7 +53,9 @@ async def mesh(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Mesh]:
     servers: dict[str, AgentServer] = {}
     for agent in (counter, looper, middle, delegator):
         stores[agent.name] = MemoryStore()
-        server = await create_server(agent, stores[agent.name], ServerConfig(client=FAST_GIVE_UP))
+        server = await create_server(
+            agent, stores[agent.name], ServerConfig(client=FAST_GIVE_UP), allow_unauthenticated=True
+        )
         await server.start()
         servers[agent.name] = server
         addresses[agent.name] = server.address

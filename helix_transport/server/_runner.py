@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 from dataclasses import dataclass
 
@@ -96,7 +97,10 @@ class SessionRunner:
         task = asyncio.create_task(self._run(loop, resume_reason), name=f"run:{record.session_id}")
         self._runs[record.session_id] = _Run(task=task, interrupt=signal)
         if self._renewer is None:
-            self._renewer = asyncio.create_task(self._renew_leases(), name="lease-renewer")
+            # A fresh context: not the first caller's principal and token for ever.
+            self._renewer = asyncio.create_task(
+                self._renew_leases(), name="lease-renewer", context=contextvars.Context()
+            )
         return True
 
     async def continue_turn(self, record: SessionRecord) -> bool:

@@ -28,9 +28,11 @@ from helix_transport.agent.definition import Agent
 from helix_transport.agent.model import warm_up
 from helix_transport.server._runner import SessionRunner
 from helix_transport.server._servicer import AgentServicer
+from helix_transport.server.auth import AuthConfig, AuthInterceptor, ServerAuth
 from helix_transport.server.interceptors import ErrorMappingInterceptor
 from helix_transport.store import Store, open_store
 from helix_transport.tracing import HooksFactory, setup_tracing
+from helix_transport.transport._auth import ClientAuth
 from helix_transport.transport._pool import ClientPool
 
 logger = logging.getLogger("helix.server")
@@ -60,13 +62,18 @@ class ServerConfig:
     max_message_bytes: int = 4 << 20
     """Largest gRPC message accepted or sent."""
     reflection: bool = True
-    """Serve gRPC server reflection."""
+    """Serve gRPC server reflection (it needs credentials like every RPC but health)."""
+    health_port: int | None = None
+    """Also serve ``grpc.health.v1`` alone, in plaintext, on this port (0 picks one):
+    for Kubernetes probes, which cannot do TLS, when the main port does."""
     client: ClientConfig = ClientConfig.default
     """How this server's agents call other agent services (remote sub-agents)."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
             raise UsageError(f"port must be 0-65535, not {self.port}")
+        if self.health_port is not None and not 0 <= self.health_port <= 65535:
+            raise UsageError(f"health_port must be 0-65535, not {self.health_port}")
         if self.lease_ttl_s <= 0 or self.graceful_shutdown_timeout_s < 0:
             raise UsageError("lease_ttl_s must be positive and graceful_shutdown_timeout_s >= 0")
 
@@ -79,23 +86,40 @@ class AgentServer:
     """
 
     def __init__(
-        self, agent: Agent, store: Store, config: ServerConfig, *, hooks: HooksFactory | None = None
+        self,
+        agent: Agent,
+        store: Store,
+        config: ServerConfig,
+        *,
+        auth: ServerAuth,
+        client_auth: ClientAuth | None = None,
+        hooks: HooksFactory | None = None,
     ) -> None:
         self.agent = agent
         self.store = store
         self.config = config
+        self.auth = auth
         options = [
             ("grpc.max_send_message_length", config.max_message_bytes),
             ("grpc.max_receive_message_length", config.max_message_bytes),
             ("grpc.so_reuseport", 0),
         ]
-        self._server = grpc.aio.server(interceptors=[ErrorMappingInterceptor()], options=options)
-        self.port = self._server.add_insecure_port(f"{config.host}:{config.port}")
+        # Authentication first (outermost): the principal is set before anything else runs.
+        interceptors: list[grpc.aio.ServerInterceptor] = []
+        if auth.authenticator is not None:
+            interceptors.append(AuthInterceptor(auth.authenticator))
+        interceptors.append(ErrorMappingInterceptor())
+        self._server = grpc.aio.server(interceptors=interceptors, options=options)
+        bind = f"{config.host}:{config.port}"
+        if auth.server_credentials is not None:
+            self.port = self._server.add_secure_port(bind, auth.server_credentials)
+        else:
+            self.port = self._server.add_insecure_port(bind)
         if self.port == 0:
             raise UsageError(f"cannot bind {config.host}:{config.port}")
         self.hub = EventHub()
         replica_id = config.replica_id or f"{socket.gethostname()}:{self.port}"
-        self.clients = ClientPool(config=config.client)
+        self.clients = ClientPool(config=config.client, auth=client_auth)
         self.runner = SessionRunner(
             agent,
             store,
@@ -116,6 +140,16 @@ class AgentServer:
         pb_grpc.add_AgentServiceServicer_to_server(self.servicer, self._server)
         self.health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
+        self._health_server: grpc.aio.Server | None = None
+        self.health_port: int | None = None
+        if config.health_port is not None:
+            self._health_server = grpc.aio.server(options=options)
+            health_pb2_grpc.add_HealthServicer_to_server(self.health, self._health_server)
+            self.health_port = self._health_server.add_insecure_port(
+                f"{config.host}:{config.health_port}"
+            )
+            if self.health_port == 0:
+                raise UsageError(f"cannot bind {config.host}:{config.health_port}")
         if config.reflection:
             names = (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME)
             reflection.enable_server_reflection(names, self._server)
@@ -130,6 +164,8 @@ class AgentServer:
     async def start(self) -> None:
         """Start serving, then resume sessions left running by a previous process."""
         await self._server.start()
+        if self._health_server is not None:
+            await self._health_server.start()
         resumed = await self.runner.resume_orphans()
         self._orphan_watch = asyncio.create_task(self.runner.watch_orphans(), name="orphan-watch")
         for name in ("", SERVICE_NAME):
@@ -151,6 +187,8 @@ class AgentServer:
         await self.runner.shutdown(grace_s=grace)
         # Runs are done or checkpointed; give open streams a moment to send the rest.
         await self._server.stop(min(grace, 1.0))
+        if self._health_server is not None:
+            await self._health_server.stop(0)
         await self.clients.aclose()
 
     async def wait_closed(self) -> None:
@@ -176,13 +214,32 @@ async def create_server(
     store: Store,
     config: ServerConfig | None = None,
     *,
+    auth: AuthConfig | ServerAuth | None = None,
+    allow_unauthenticated: bool = False,
+    client_auth: ClientAuth | None = None,
     hooks: HooksFactory | None = None,
 ) -> AgentServer:
     """Bind an ``AgentServer`` for ``agent`` (not started yet).
 
-    ``hooks`` makes the lifecycle hooks of each run (e.g. ``setup_tracing(...).hooks_for``).
+    Args:
+        auth: how callers authenticate (token file, JWT, mutual TLS; see
+            ``helix_transport.server.auth``).
+        allow_unauthenticated: serve without authentication, every caller being
+            ``anonymous``; one of ``auth`` or this is required (fail closed).
+        client_auth: the credentials this server presents to the agent services it
+            delegates to (substitute or forward identity).
+        hooks: makes the lifecycle hooks of each run (``setup_tracing(...).hooks_for``).
+
+    Raises:
+        UsageError: neither ``auth`` nor ``allow_unauthenticated``, or a bad auth file.
     """
-    return AgentServer(agent, store, config or ServerConfig(), hooks=hooks)
+    if auth is None:
+        auth = AuthConfig(allow_unauthenticated=allow_unauthenticated)
+    if isinstance(auth, AuthConfig):
+        auth = await asyncio.to_thread(auth.load)  # reads key and token files
+    return AgentServer(
+        agent, store, config or ServerConfig(), auth=auth, client_auth=client_auth, hooks=hooks
+    )
 
 
 def load_agent(reference: str) -> Agent:
@@ -203,17 +260,30 @@ def load_agent(reference: str) -> Agent:
     return agent
 
 
-async def serve(agent: Agent, *, store_url: str, config: ServerConfig) -> None:
+async def serve(
+    agent: Agent,
+    *,
+    store_url: str,
+    config: ServerConfig,
+    auth: AuthConfig,
+    client_auth: ClientAuth | None = None,
+) -> None:
     """Serve ``agent`` until SIGTERM or SIGINT, then shut down gracefully.
+
+    ``auth`` is checked before anything else: without a way to authenticate callers
+    (or an explicit ``allow_unauthenticated``) the service refuses to start.
 
     Traces go to Langfuse / OTLP when configured (``LANGFUSE_*``,
     ``OTEL_EXPORTER_OTLP_ENDPOINT``), and are flushed on the way out.
     """
+    server_auth = await asyncio.to_thread(auth.load)  # fail closed before touching the store
     tracing = setup_tracing(agent.name)
     store = await open_store(store_url)
     try:
         hooks = tracing.hooks_for if tracing is not None else None
-        server = await create_server(agent, store, config, hooks=hooks)
+        server = await create_server(
+            agent, store, config, auth=server_auth, client_auth=client_auth, hooks=hooks
+        )
         await warm_up()
         await server.start()
         # Everything imported so far (litellm alone is ~400k objects) lives for the whole
@@ -222,6 +292,8 @@ async def serve(agent: Agent, *, store_url: str, config: ServerConfig) -> None:
         gc.collect()
         gc.freeze()
         print(f"helix-mesh: agent {agent.name!r} listening on {server.address}", flush=True)
+        if server.health_port is not None:
+            print(f"helix-mesh: health on {config.host}:{server.health_port}", flush=True)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, lambda: asyncio.ensure_future(server.shutdown()))

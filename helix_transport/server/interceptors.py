@@ -16,6 +16,7 @@ from helix_transport._exceptions import (
     SessionNotFound,
     SessionStateConflict,
     StoreUnavailable,
+    Unauthenticated,
     UsageError,
 )
 
@@ -30,6 +31,7 @@ class ServerUnavailable(HelixError):
 
 _CODES: list[tuple[type[HelixError], grpc.StatusCode]] = [
     (InvalidArgument, grpc.StatusCode.INVALID_ARGUMENT),
+    (Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
     (SessionNotFound, grpc.StatusCode.NOT_FOUND),
     (SessionExists, grpc.StatusCode.ALREADY_EXISTS),
     (SessionStateConflict, grpc.StatusCode.FAILED_PRECONDITION),

@@ -34,13 +34,20 @@ class ServiceProcess:
         env: dict[str, str] | None = None,
         extra_args: list[str] | None = None,
         cwd: Path | None = None,
+        auth_args: list[str] | None = None,
+        health_port: int | None = None,
     ) -> None:
+        """``auth_args`` are the authentication flags (default ``--allow-unauthenticated``:
+        tests on loopback); ``health_port`` serves and polls health on a plaintext port
+        of its own (needed when the main port does TLS)."""
         self.agent = agent
         self.port = port
         self.store_url = store_url
         self.log_path = log_path
         self.env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
         self.extra_args = extra_args or []
+        self.auth_args = ["--allow-unauthenticated"] if auth_args is None else auth_args
+        self.health_port = health_port
         self.cwd = cwd or Path.cwd()
         self.proc: asyncio.subprocess.Process | None = None
 
@@ -60,8 +67,10 @@ class ServiceProcess:
         args = [
             sys.executable, "-m", "helix_transport.cli", "serve", self.agent,
             "--port", str(self.port), "--store", self.store_url,
-            "--replica-id", f"local-{self.port}", *self.extra_args,
+            "--replica-id", f"local-{self.port}", *self.auth_args, *self.extra_args,
         ]  # fmt: skip
+        if self.health_port is not None:
+            args += ["--health-port", str(self.health_port)]
         with self.log_path.open("ab") as log:
             self.proc = await asyncio.create_subprocess_exec(
                 *args, cwd=self.cwd, env=self.env, stdout=log, stderr=log
@@ -71,7 +80,8 @@ class ServiceProcess:
     async def wait_serving(self, *, timeout_s: float) -> None:
         """Poll ``grpc.health.v1`` until the service says SERVING."""
         deadline = time.monotonic() + timeout_s
-        async with grpc.aio.insecure_channel(self.address) as channel:
+        health = self.address if self.health_port is None else f"127.0.0.1:{self.health_port}"
+        async with grpc.aio.insecure_channel(health) as channel:
             stub = health_pb2_grpc.HealthStub(channel)
             while True:
                 if self.proc is not None and self.proc.returncode is not None:

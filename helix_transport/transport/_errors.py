@@ -16,6 +16,7 @@ from helix_transport._exceptions import (
     SessionExists,
     SessionNotFound,
     SessionStateConflict,
+    Unauthenticated,
 )
 
 RESUMABLE = frozenset(
@@ -42,6 +43,8 @@ def to_helix_error(exc: grpc.aio.AioRpcError, *, address: str, session_id: str =
     if code == grpc.StatusCode.INVALID_ARGUMENT:
         field, _, problem = detail.partition(": ")
         return InvalidArgument(field, problem) if problem else InvalidArgument("request", detail)
+    if code == grpc.StatusCode.UNAUTHENTICATED:
+        return Unauthenticated(f"UNAUTHENTICATED by {address}: {detail}")
     if code == grpc.StatusCode.UNAVAILABLE:
         return ConnectError(address, detail)
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:

@@ -7,6 +7,7 @@ import asyncio
 import grpc
 
 from helix_transport._config import ClientConfig
+from helix_transport.transport._auth import ClientAuth
 from helix_transport.transport.grpc import AgentClient
 
 
@@ -20,8 +21,10 @@ class ClientPool:
         config: ClientConfig = ClientConfig.default,
         credentials: grpc.ChannelCredentials | None = None,
         call_credentials: grpc.CallCredentials | None = None,
+        auth: ClientAuth | None = None,
     ) -> None:
         self.config = config
+        self.auth = auth
         self._credentials = credentials
         self._call_credentials = call_credentials
         self._clients: dict[str, AgentClient] = {}
@@ -40,6 +43,7 @@ class ClientPool:
                     config=self.config,
                     credentials=self._credentials,
                     call_credentials=self._call_credentials,
+                    auth=self.auth,
                 )
                 self._clients[address] = client
             return client

@@ -17,6 +17,7 @@ from helix_transport._eventlog import is_terminal
 from helix_transport._exceptions import SequenceGap, StreamInterrupted, UsageError
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._proto.helix.agent.v1 import agent_pb2_grpc as pb_grpc
+from helix_transport.transport._auth import ClientAuth
 from helix_transport.transport._errors import RESUMABLE, map_grpc_errors, to_helix_error
 
 
@@ -39,8 +40,10 @@ class AgentClient:
         *,
         address: str,
         config: ClientConfig = ClientConfig.default,
+        auth: ClientAuth | None = None,
     ) -> None:
         self._channel = channel
+        self._auth = auth
         self._stub = pb_grpc.AgentServiceStub(channel)
         self._state = _State.OPENED
         self.address = address
@@ -54,6 +57,7 @@ class AgentClient:
         config: ClientConfig = ClientConfig.default,
         credentials: grpc.ChannelCredentials | None = None,
         call_credentials: grpc.CallCredentials | None = None,
+        auth: ClientAuth | None = None,
     ) -> AgentClient:
         """Open a channel to ``address``. Connection happens lazily, on the first call.
 
@@ -61,10 +65,15 @@ class AgentClient:
             credentials: TLS channel credentials; plaintext when ``None``.
             call_credentials: per-call credentials (e.g. a bearer token); need TLS,
                 or ``grpc.local_channel_credentials()`` on loopback.
+            auth: a bearer token and/or TLS client certificate sent with every call
+                (``ClientAuth``); its TLS settings apply when ``credentials`` is None.
         """
         if not address:
             raise UsageError("an agent service address is required (host:port or dns:///name:port)")
         options = config.channel_options()
+        if auth is not None:
+            credentials = credentials or auth.channel_credentials()
+            options = [*options, *auth.channel_options()]
         if call_credentials is not None:
             credentials = grpc.composite_channel_credentials(
                 credentials or grpc.local_channel_credentials(), call_credentials
@@ -73,11 +82,16 @@ class AgentClient:
             channel = grpc.aio.insecure_channel(address, options=options)
         else:
             channel = grpc.aio.secure_channel(address, credentials, options=options)
-        return cls(channel, address=address, config=config)
+        return cls(channel, address=address, config=config, auth=auth)
 
     def _check_open(self) -> None:
         if self._state is _State.CLOSED:
             raise UsageError(f"client for {self.address} is closed")
+
+    def _metadata(self) -> tuple[tuple[str, str], ...] | None:
+        """Per-call credentials, read in the calling task (a forwarding parent
+        presents the token of the RPC it is serving)."""
+        return self._auth.metadata() if self._auth is not None else None
 
     @property
     def _timeout(self) -> float:
@@ -111,7 +125,9 @@ class AgentClient:
         attempt = 0
         while True:
             try:
-                return await self._stub.Start(request, timeout=self._timeout)
+                return await self._stub.Start(
+                    request, timeout=self._timeout, metadata=self._metadata()
+                )
             except grpc.aio.AioRpcError as exc:
                 spent = time.monotonic() - started
                 if (
@@ -169,21 +185,27 @@ class AgentClient:
         self._check_open()
         request = pb.GetStatusRequest(session_id=session_id, include_children=include_children)
         with map_grpc_errors(self.address, session_id):
-            return await self._stub.GetStatus(request, timeout=self._timeout)
+            return await self._stub.GetStatus(
+                request, timeout=self._timeout, metadata=self._metadata()
+            )
 
     async def interrupt(self, session_id: str, *, reason: str = "") -> pb.InterruptResponse:
         """Ask a running session to stop (durable; a finished one is left as it is)."""
         self._check_open()
         with map_grpc_errors(self.address, session_id):
             return await self._stub.Interrupt(
-                pb.InterruptRequest(session_id=session_id, reason=reason), timeout=self._timeout
+                pb.InterruptRequest(session_id=session_id, reason=reason),
+                timeout=self._timeout,
+                metadata=self._metadata(),
             )
 
     async def describe(self) -> pb.DescribeResponse:
         """The agent's type, description and input/output schemas."""
         self._check_open()
         with map_grpc_errors(self.address):
-            return await self._stub.Describe(pb.DescribeRequest(), timeout=self._timeout)
+            return await self._stub.Describe(
+                pb.DescribeRequest(), timeout=self._timeout, metadata=self._metadata()
+            )
 
     async def aclose(self) -> None:
         """Close the channel. Idempotent."""
@@ -232,7 +254,8 @@ class EventStream:
         attempt = 0
         while True:
             call = client._stub.Stream(
-                pb.StreamRequest(session_id=self.session_id, from_sequence=self.last_sequence)
+                pb.StreamRequest(session_id=self.session_id, from_sequence=self.last_sequence),
+                metadata=client._metadata(),
             )
             detail = "the stream ended before the session's terminal event"
             try:
@@ -272,7 +295,9 @@ class EventStream:
     async def _finished(self) -> bool:
         """After a clean end: True when the reader already has the whole finished log."""
         status = await self._client._stub.GetStatus(
-            pb.GetStatusRequest(session_id=self.session_id), timeout=self._client._timeout
+            pb.GetStatusRequest(session_id=self.session_id),
+            timeout=self._client._timeout,
+            metadata=self._client._metadata(),
         )
         return (
             status.status not in (pb.SESSION_STATUS_UNSPECIFIED, pb.SESSION_STATUS_RUNNING)

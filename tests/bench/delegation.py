@@ -324,8 +324,8 @@ async def delegation_in_process(report: Report, ids: Ids, sessions: int) -> None
     """Both servers in this process on one loop, memory stores, loopback gRPC."""
     env_var = address_env_var(leaf.name)
     saved = os.environ.get(env_var)
-    leaf_server = await create_server(leaf, MemoryStore())
-    parent_server = await create_server(parent, MemoryStore())
+    leaf_server = await create_server(leaf, MemoryStore(), allow_unauthenticated=True)
+    parent_server = await create_server(parent, MemoryStore(), allow_unauthenticated=True)
     try:
         async with leaf_server, parent_server:
             os.environ[env_var] = leaf_server.address

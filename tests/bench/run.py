@@ -251,7 +251,7 @@ async def bench_store(
     store_name: str, store: Store, raw: RawCall, args: argparse.Namespace
 ) -> list[Row]:
     try:
-        server = await create_server(AGENT, store)
+        server = await create_server(AGENT, store, allow_unauthenticated=True)
         async with server, await AgentClient.connect(server.address) as client:
             return await Bench(
                 client, raw, store_name, events=args.events, repeat=args.repeat

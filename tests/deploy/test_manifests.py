@@ -346,6 +346,8 @@ def _json6902(obj: dict[str, Any], operation: dict[str, Any]) -> None:
         parent[last] = value
     elif op == "remove":
         del parent[last]
+    elif op == "test":
+        assert parent[last] == value, f"test {operation['path']}: {parent[last]!r} != {value!r}"
     else:
         raise NotImplementedError(f"JSON patch op {op!r}")
 
@@ -737,6 +739,39 @@ def test_no_secret_value_is_inline(which: str) -> None:
     assert url.port in [p["port"] for p in redis["spec"]["ports"]]
 
 
+def auth_mount(container: dict[str, Any]) -> str:
+    """Where the container mounts the Secret helix-auth."""
+    (mount,) = [m["mountPath"] for m in container["volumeMounts"] if m["name"] == "auth"]
+    return str(mount)
+
+
+@pytest.mark.parametrize("which", ["dev", "prod"])  # the deployable overlays
+def test_services_authenticate_callers_in_prod_and_only_dev_is_open(which: str) -> None:
+    """prod: the token files come from the required Secret helix-auth; dev alone opts
+    out of authentication explicitly. The real CLI's fail-closed check decides."""
+    from helix_transport.server.auth import AuthConfig
+
+    objects = rendered(which)
+    for deployment in agent_deployments(objects):
+        container = agent_container(deployment)
+        env = effective_env(container, objects)
+        auth = AuthConfig.from_env(env)
+        auth.check()  # raises for a configuration that would refuse to start
+        volume = next(
+            v for v in deployment["spec"]["template"]["spec"]["volumes"] if v["name"] == "auth"
+        )
+        if which == "dev":
+            assert auth.allow_unauthenticated and not auth.authenticates
+            continue
+        assert auth.authenticates and not auth.allow_unauthenticated
+        mount = auth_mount(container)
+        for var in ("HELIX_AUTH_TOKENS_FILE", "HELIX_CLIENT_TOKEN_FILE"):
+            assert env[var].startswith(mount + "/"), f"{var} must be in the helix-auth mount"
+        assert volume["secret"]["secretName"] == "helix-auth"
+        assert volume["secret"].get("optional") is False, "prod needs the helix-auth Secret"
+        assert env.get("HELIX_REFLECTION") == "off"
+
+
 async def test_the_rendered_container_command_serves_and_stops_cleanly(tmp_path: Path) -> None:
     """The prod container's args and ConfigMap env, run for real (on loopback, a free
     port, an in-memory store, no model): it serves grpc.health.v1, then SIGTERM ends it
@@ -750,6 +785,13 @@ async def test_the_rendered_container_command_serves_and_stops_cleanly(tmp_path:
     env.update(effective_env(container, objects))
     env.update(HELIX_HOST="127.0.0.1", HELIX_REPLICA_ID=f"{AGENT_TYPES[0]}-7d9f8-abcde")
     env.pop("HELIX_MODEL", None)  # offline: the scripted model
+    # The Secret helix-auth, as mounted: the manifest's paths under a temporary root.
+    mount = auth_mount(container)
+    for var in ("HELIX_AUTH_TOKENS_FILE", "HELIX_CLIENT_TOKEN_FILE"):
+        path = tmp_path / "auth" / Path(env[var]).relative_to(mount)
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(f"{'t' * 32}-{var} mesh-{var.lower()}\n")
+        env[var] = str(path)
     reference, *options = container["args"]
     service = ServiceProcess(
         reference,
@@ -759,6 +801,7 @@ async def test_the_rendered_container_command_serves_and_stops_cleanly(tmp_path:
         env=env,
         extra_args=options,
         cwd=tmp_path,
+        auth_args=[],  # exactly the manifest's authentication
     )
     try:
         await service.start(timeout_s=90)

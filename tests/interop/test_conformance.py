@@ -83,7 +83,7 @@ def slow_scripted_model(monkeypatch: pytest.MonkeyPatch) -> None:
     ids=["researcher", "summarizer"],
 )
 async def test_python_services_conform(agent: Agent, input_json: str) -> None:
-    async with await create_server(agent, MemoryStore()) as server:
+    async with await create_server(agent, MemoryStore(), allow_unauthenticated=True) as server:
         results = await run_conformance(server.address, input_json=input_json, timeout_s=60)
     assert_all_pass(results)
     assert {r.name: r for r in results}["stream.resume_mid_run"].passed
@@ -92,12 +92,14 @@ async def test_python_services_conform(agent: Agent, input_json: str) -> None:
 @pytest.mark.usefixtures("slow_scripted_model")
 async def test_orchestrator_with_its_children_conforms(monkeypatch: pytest.MonkeyPatch) -> None:
     async with (
-        await create_server(researcher, MemoryStore()) as research,
-        await create_server(summarizer, MemoryStore()) as summary,
+        await create_server(researcher, MemoryStore(), allow_unauthenticated=True) as research,
+        await create_server(summarizer, MemoryStore(), allow_unauthenticated=True) as summary,
     ):
         monkeypatch.setenv(address_env_var("researcher"), research.address)
         monkeypatch.setenv(address_env_var("summarizer"), summary.address)
-        async with await create_server(orchestrator, MemoryStore()) as server:
+        async with await create_server(
+            orchestrator, MemoryStore(), allow_unauthenticated=True
+        ) as server:
             results = await run_conformance(
                 server.address, input_json=QUESTION, bad_input_json='{"question": ""}'
             )
@@ -224,7 +226,7 @@ async def test_kit_fails_a_broken_server(
 ) -> None:
     monkeypatch.setattr(server_app, "AgentServicer", servicer)
     monkeypatch.setattr(conformance, "END_GRACE_S", 0.5)  # KeepsStreamsOpen: fail fast
-    async with await create_server(summarizer, MemoryStore()) as server:
+    async with await create_server(summarizer, MemoryStore(), allow_unauthenticated=True) as server:
         results = await run_conformance(server.address, input_json=SUMMARY, timeout_s=20)
     failed = {r.name for r in results if not r.passed}
     assert failing <= failed, format_results(results)

@@ -71,7 +71,7 @@ async def test_node_client_drops_and_resumes_against_a_python_service(
 ) -> None:
     require_node()
     monkeypatch.setenv("HELIX_SCRIPTED_DELAY_MS", "10")
-    async with await create_server(researcher, MemoryStore()) as server:
+    async with await create_server(researcher, MemoryStore(), allow_unauthenticated=True) as server:
         code, out = await run_client_example(
             server.address, RESEARCH, "--drop-after", "4", "--session-id", "from-node"
         )
@@ -102,7 +102,7 @@ class RepeatsASequence(AgentServicer):
 async def test_node_client_reports_a_duplicate(monkeypatch: pytest.MonkeyPatch) -> None:
     require_node()
     monkeypatch.setattr(server_app, "AgentServicer", RepeatsASequence)
-    async with await create_server(researcher, MemoryStore()) as server:
+    async with await create_server(researcher, MemoryStore(), allow_unauthenticated=True) as server:
         code, out = await run_client_example(server.address, RESEARCH, "--drop-after", "2")
     assert code == 1, out
     assert "client_example: FAILED" in out and "duplicate: sequence 6 after 6" in out
@@ -117,7 +117,7 @@ async def test_python_parent_delegates_to_the_node_service(
     async with start_node(delay_ms=2) as node:
         monkeypatch.setenv(address_env_var(NODE_AGENT_TYPE), node.address)
         async with (
-            await create_server(polyglot, MemoryStore()) as parent,
+            await create_server(polyglot, MemoryStore(), allow_unauthenticated=True) as parent,
             await AgentClient.connect(parent.address) as client,
         ):
             await client.start(json.dumps({"text": TEXT, "target": "de"}), session_id="root")
@@ -166,7 +166,7 @@ async def test_node_service_killed_mid_stream_parent_log_holds_each_child_event_
     async with start_node(delay_ms=15, name="killed") as node:
         monkeypatch.setenv(address_env_var(NODE_AGENT_TYPE), node.address)
         async with (
-            await create_server(polyglot, MemoryStore()) as parent,
+            await create_server(polyglot, MemoryStore(), allow_unauthenticated=True) as parent,
             await AgentClient.connect(parent.address) as client,
         ):
             await client.start(request, session_id="root")

@@ -20,7 +20,7 @@ async def test_run_stops_when_another_writer_appends(
 ) -> None:
     monkeypatch.setenv("HELIX_SCRIPTED_DELAY_MS", "10")
     store = MemoryStore()
-    async with await create_server(counter, store) as server:
+    async with await create_server(counter, store, allow_unauthenticated=True) as server:
         await server.servicer.Start(
             pb.StartRequest(session_id="s1", input_json=json.dumps({"steps": 20, "words": 5})),
             None,  # type: ignore[arg-type]

@@ -43,7 +43,7 @@ TIMEOUT_S = 30.0
 @asynccontextmanager
 async def serving(agent: Agent) -> AsyncIterator[pb_grpc.AgentServiceAsyncStub]:
     """``agent`` served on a fresh memory store; a raw stub dialing it."""
-    server = await create_server(agent, MemoryStore())
+    server = await create_server(agent, MemoryStore(), allow_unauthenticated=True)
     async with server, grpc.aio.insecure_channel(server.address) as channel:
         yield pb_grpc.AgentServiceStub(channel)
 
@@ -283,8 +283,8 @@ async def test_orchestrator_delegates_research_and_summary_over_grpc(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     question = "What is gRPC and why does the mesh keep an event log?"
-    research = await create_server(researcher, MemoryStore())
-    summarize = await create_server(summarizer, MemoryStore())
+    research = await create_server(researcher, MemoryStore(), allow_unauthenticated=True)
+    summarize = await create_server(summarizer, MemoryStore(), allow_unauthenticated=True)
     async with research, summarize:
         monkeypatch.setenv("HELIX_AGENT_ADDRESS_RESEARCHER", research.address)
         monkeypatch.setenv("HELIX_AGENT_ADDRESS_SUMMARIZER", summarize.address)

@@ -114,7 +114,9 @@ async def _run_counter(hooks: RunHooks | None, steps: int = 2) -> tuple[str, int
         assert hooks is not None
         return hooks
 
-    server = await create_server(counter, MemoryStore(), hooks=factory if hooks else None)
+    server = await create_server(
+        counter, MemoryStore(), hooks=factory if hooks else None, allow_unauthenticated=True
+    )
     async with server, await AgentClient.connect(server.address) as client:
         await client.start(json.dumps({"steps": steps, "words": 2}), session_id="s1")
         events = [e async for e in client.stream("s1")]
@@ -170,7 +172,7 @@ def test_no_configuration_means_no_tracer() -> None:
 
 
 async def test_the_runner_uses_the_free_no_op_hooks_without_tracing() -> None:
-    server = await create_server(counter, MemoryStore())
+    server = await create_server(counter, MemoryStore(), allow_unauthenticated=True)
     record = SessionRecord(session_id="x", agent_type="counter", input_json="{}", input_hash="")
     assert server.runner._hooks_for(record) is NO_HOOKS
 
