@@ -81,7 +81,7 @@ class ServerConfig:
 class AgentServer:
     """One agent type served over gRPC on one store.
 
-    Use ``await create_server(agent, store)`` then ``async with server:`` (or
+    Use ``await create_server(agent, store, auth=...)`` then ``async with server:`` (or
     ``await server.start()`` / ``await server.shutdown()``).
     """
 
