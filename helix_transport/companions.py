@@ -1,0 +1,587 @@
+"""Persistent children: long-lived remote agents a parent spawns, re-consults and reaps.
+
+A parent declares the child agent types it may keep (``PersistentChild``), each
+``blocking`` or ``non-blocking``, and ``with_companions`` gives its model six
+tools (the ``companion__`` prefix keeps them apart from the agent's own)::
+
+    companion__spawn_agent(agent, message, name?)   start a child, or re-consult it
+    companion__send_message(name, message)          a new turn for a finished child
+    companion__list_children()                      names, types, statuses
+    companion__get_child_status(name)               status and last output
+    companion__terminate_child(name)                stop a running child
+    companion__wait_for_result(name, timeout_s?)    only when a blocking type exists
+
+Malformed calls (an empty or over-long name, an empty message, a timeout that is
+not positive, an unknown type or child) are error tool results; nothing raises.
+
+**Identity.** A child lives in session ``{parent_session_id}-agent-{name}`` on its
+type's service (``HELIX_AGENT_ADDRESS_<TYPE>``). Unnamed children are named
+``{agent_type}-{n}``; names are taken synchronously, before a tool's first await,
+so concurrent spawns in one step never collide, and a resumed step re-running the
+same calls in the same order takes the same names.
+
+**Turns.** The first message starts the child with ``{input_field: message}`` as
+its input. Spawning an existing name, or ``send_message``, continues the same
+session with ``Continue`` (one new turn, fresh step budget): a completed child
+keeps its memory; a failed, interrupted or terminated one re-spawns fresh (same
+session, its log goes on, the conversation starts over). A child whose turn is
+still running is an ``already running`` error. Turns are numbered by the parent,
+so a parent that re-runs a spawn after a crash rejoins the turn it started.
+
+**Exactly-once delivery.** Each finished turn's outcome reaches the parent's
+model once: *pulled* as a tool result (a blocking spawn, ``wait_for_result``,
+``get_child_status`` or ``terminate_child`` showing the outcome), or *pushed* by
+a step hook as one message at the start of the parent's next fresh step, for
+every child that finished meanwhile. The delivery mark lives in the parent run's
+``ToolContext.state``, which is checkpointed in the same write as the
+conversation that holds the delivered outcome: a parent killed before that write
+delivers again from the earlier checkpoint (its model never saw the first try),
+one killed after it never delivers again. Terminated children are not pushed
+(the parent stopped them on purpose). The parent's *log* may show a
+``subagent_end`` twice across such a crash, like any event of a cut-off step.
+
+**Events.** The parent's log gets ``subagent_start`` when a turn starts and
+``subagent_end`` when its outcome is delivered; the child's own events stay in
+the child's log (stream the child's session on its service to watch it live).
+A running child is recorded as a sub-session ref, so interrupting the parent
+interrupts it too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, field_validator
+
+from helix_transport._exceptions import HelixError, SessionExists, SessionStateConflict
+from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
+from helix_transport._status import SessionStatus
+from helix_transport.agent.definition import Agent
+from helix_transport.agent.tools import Tool, ToolContext, ToolError
+from helix_transport.registry import resolve_address
+from helix_transport.remote import ROOT_SESSION_KEY
+from helix_transport.store import SubSessionRef
+
+PREFIX = "companion__"
+STATE_KEY = "helix.companions"
+"""Where the companions keep their children in the parent run's state."""
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$"
+"""Names become part of session ids, so they use the session-id alphabet."""
+TERMINATE_WAIT_S = 5.0
+"""How long ``terminate_child`` waits to see how an interrupted child ended."""
+
+Mode = Literal["blocking", "non-blocking"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class PersistentChild:
+    """A child agent type the parent may keep, by registry name."""
+
+    agent_type: str
+    """The child's agent type; its service is found in the mesh registry."""
+    mode: Mode = "blocking"
+    """``blocking``: a spawn waits for the child's result. ``non-blocking``: it returns
+    at once and the result arrives as a notification at the parent's next step."""
+    input_field: str | None = "message"
+    """The first message becomes the child's input ``{input_field: message}``; with
+    ``None`` the message must be the child's input JSON itself."""
+    address: str | None = None
+    """The child service's address; ``None`` looks it up at call time."""
+    description: str = ""
+    """What the type does, for the parent's model."""
+
+
+def child_session_id(parent_session_id: str, name: str) -> str:
+    """The stable session id of the persistent child ``name``."""
+    return f"{parent_session_id}-agent-{name}"
+
+
+# --- arguments ------------------------------------------------------------------------
+
+
+def _not_blank(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must not be empty")
+    return value
+
+
+class _Named(BaseModel):
+    name: str = Field(min_length=1, max_length=128, pattern=NAME_PATTERN)
+
+
+class SpawnArgs(BaseModel):
+    agent: str = Field(description="The persistent agent type to spawn.")
+    message: str = Field(description="The task or message for the child.")
+    name: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=128,
+        pattern=NAME_PATTERN,
+        description="A name to re-consult the child by; omit to get `{agent}-{n}`.",
+    )
+
+    _message = field_validator("message")(_not_blank)
+
+
+class SendArgs(_Named):
+    message: str
+
+    _message = field_validator("message")(_not_blank)
+
+
+class NameArgs(_Named):
+    pass
+
+
+class WaitArgs(_Named):
+    timeout_s: float | None = Field(
+        default=None, gt=0, description="Give up waiting after this many seconds."
+    )
+
+
+class NoArgs(BaseModel):
+    pass
+
+
+# --- the children, as the parent run keeps them ----------------------------------------
+
+
+@dataclass(kw_only=True)
+class _Child:
+    name: str
+    agent_type: str
+    session_id: str
+    address: str
+    tool_call_id: str
+    turn: int = 1
+    from_sequence: int = 0
+    """Where the current turn begins in the child's log."""
+    status: str = "running"
+    output_json: str = ""
+    error: str = ""
+    delivered: bool = False
+    """The current turn's outcome reached the parent's model."""
+
+    def view(self) -> dict[str, Any]:
+        """What the parent's model is shown about the child."""
+        shown: dict[str, Any] = {"name": self.name, "agent": self.agent_type, "status": self.status}
+        if self.output_json:
+            shown["last_output"] = json.loads(self.output_json)
+        if self.error:
+            shown["error"] = self.error
+        return shown
+
+
+class _Children:
+    """The ``STATE_KEY`` entry of a run's state, with typed access."""
+
+    def __init__(self, state: dict[str, Any]) -> None:
+        self.raw = state.setdefault(STATE_KEY, {"counters": {}, "children": {}})
+
+    def get(self, name: str) -> _Child | None:
+        entry = self.raw["children"].get(name)
+        return _Child(**entry) if entry is not None else None
+
+    def put(self, child: _Child) -> None:
+        self.raw["children"][child.name] = dataclasses.asdict(child)
+
+    def all(self) -> list[_Child]:
+        # A None entry is a name reserved by a spawn still starting its child.
+        return [_Child(**entry) for entry in self.raw["children"].values() if entry is not None]
+
+    def auto_name(self, agent_type: str) -> str:
+        """``{agent_type}-{n}``: the next free n. Synchronous, so never shared."""
+        counters = self.raw["counters"]
+        while True:
+            counters[agent_type] = counters.get(agent_type, 0) + 1
+            name = f"{agent_type}-{counters[agent_type]}"
+            if name not in self.raw["children"]:
+                # Reserve it at once: a concurrent spawn must not pick it too.
+                self.raw["children"][name] = None
+                return name
+
+
+_STATUS = {
+    pb.SESSION_STATUS_RUNNING: "running",
+    pb.SESSION_STATUS_COMPLETED: "completed",
+    pb.SESSION_STATUS_FAILED: "failed",
+    pb.SESSION_STATUS_INTERRUPTED: "interrupted",
+    pb.SESSION_STATUS_TERMINATED: "terminated",
+}
+_TERMINAL_KIND = {
+    "completed": "completed",
+    "failed": "failed",
+    "interrupted": "interrupted",
+    "terminated": "terminated",
+}
+
+
+class Companions:
+    """The companion tools and the delivery hook for a set of persistent child types."""
+
+    def __init__(self, children: Sequence[PersistentChild]) -> None:
+        types = [c.agent_type for c in children]
+        if not types or len(set(types)) != len(types):
+            raise ValueError("declare each persistent child type once, and at least one")
+        self.types = {c.agent_type: c for c in children}
+
+    # --- wiring ---------------------------------------------------------------------
+
+    def tools(self) -> list[Tool]:
+        """The tools the parent's model gets (``wait_for_result`` only with a blocking type)."""
+        kinds = ", ".join(f"{t} ({c.mode})" for t, c in self.types.items())
+        tools = [
+            Tool(
+                name=f"{PREFIX}spawn_agent",
+                description=(
+                    f"Start a persistent child agent ({kinds}), or re-consult an existing one "
+                    "by name: a completed child remembers earlier rounds. A blocking child's "
+                    "result comes back here; a non-blocking child's arrives later as a message."
+                ),
+                args_model=SpawnArgs,
+                fn=self._spawn,
+            ),
+            Tool(
+                name=f"{PREFIX}send_message",
+                description="Send a finished child a new message (it starts a new turn).",
+                args_model=SendArgs,
+                fn=self._send,
+            ),
+            Tool(
+                name=f"{PREFIX}list_children",
+                description="List the persistent children with their statuses.",
+                args_model=NoArgs,
+                fn=self._list,
+            ),
+            Tool(
+                name=f"{PREFIX}get_child_status",
+                description="One child's status and last output.",
+                args_model=NameArgs,
+                fn=self._status,
+            ),
+            Tool(
+                name=f"{PREFIX}terminate_child",
+                description="Stop a running child. A finished child is left as it is.",
+                args_model=NameArgs,
+                fn=self._terminate,
+            ),
+        ]
+        if any(c.mode == "blocking" for c in self.types.values()):
+            tools.append(
+                Tool(
+                    name=f"{PREFIX}wait_for_result",
+                    description="Wait until a child's current turn ends; return its result.",
+                    args_model=WaitArgs,
+                    fn=self._wait_tool,
+                )
+            )
+        return tools
+
+    def attach(self, agent: Agent) -> Agent:
+        """``agent`` with the companion tools and the delivery hook added."""
+        return dataclasses.replace(
+            agent,
+            tools=[*agent.tools, *self.tools()],
+            step_hooks=[*agent.step_hooks, self.deliver_finished],
+        )
+
+    # --- tools -----------------------------------------------------------------------
+
+    async def _spawn(self, ctx: ToolContext, args: SpawnArgs) -> dict[str, Any]:
+        config = self.types.get(args.agent)
+        if config is None:
+            known = ", ".join(self.types)
+            raise ToolError(f"unknown persistent agent type {args.agent!r} (known: {known})")
+        children = _Children(ctx.state)
+        # The name is taken before the first await: concurrent spawns never share one.
+        name = args.name or children.auto_name(args.agent)
+        existing = children.get(name)
+        if existing is not None and existing.agent_type != args.agent:
+            raise ToolError(f"name {name!r} is taken by a {existing.agent_type} child")
+        if existing is None:
+            child = await self._start(ctx, config, name, args.message)
+        else:
+            child = await self._continue(ctx, existing, args.message)
+        if config.mode == "non-blocking":
+            return {"name": name, "status": "running", "session_id": child.session_id}
+        return await self._await_turn(ctx, child, timeout_s=None)
+
+    async def _send(self, ctx: ToolContext, args: SendArgs) -> dict[str, Any]:
+        child = self._known(ctx, args.name)
+        await self._refresh(ctx, child)
+        if child.status not in ("running", "completed"):
+            raise ToolError(
+                f"child {child.name!r} {child.status}; use {PREFIX}spawn_agent to re-spawn it"
+            )
+        child = await self._continue(ctx, child, args.message)
+        return {"name": child.name, "delivered": True, "status": "running", "turn": child.turn}
+
+    async def _list(self, ctx: ToolContext, args: NoArgs) -> list[dict[str, Any]]:
+        children = _Children(ctx.state).all()
+        await asyncio.gather(*(self._refresh(ctx, c) for c in children))
+        return [{"name": c.name, "agent": c.agent_type, "status": c.status} for c in children]
+
+    async def _status(self, ctx: ToolContext, args: NameArgs) -> dict[str, Any]:
+        child = self._known(ctx, args.name)
+        await self._refresh(ctx, child)
+        if child.status != "running":
+            self._delivered(ctx, child)  # the model sees the outcome here
+        return child.view()
+
+    async def _terminate(self, ctx: ToolContext, args: NameArgs) -> dict[str, Any]:
+        child = self._known(ctx, args.name)
+        await self._refresh(ctx, child)
+        if child.status == "running":
+            client = await ctx.clients.get(child.address)
+            reply = await client.interrupt(child.session_id, reason="terminated by its parent")
+            if reply.accepted:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(TERMINATE_WAIT_S):
+                        await self._follow(ctx, child)
+                if child.status in ("interrupted", "running"):
+                    child.status = "terminated"
+            else:
+                await self._refresh(ctx, child)
+        terminated = child.status == "terminated"
+        _Children(ctx.state).put(child)
+        self._delivered(ctx, child)
+        return {**child.view(), "terminated": terminated}
+
+    async def _wait_tool(self, ctx: ToolContext, args: WaitArgs) -> dict[str, Any]:
+        child = self._known(ctx, args.name)
+        return await self._await_turn(ctx, child, timeout_s=args.timeout_s)
+
+    # --- delivery ---------------------------------------------------------------------
+
+    async def deliver_finished(self, ctx: ToolContext) -> list[dict[str, Any]]:
+        """The step hook: one message about every child that finished undelivered."""
+        pending = [c for c in _Children(ctx.state).all() if not c.delivered]
+        if not pending:
+            return []
+        await asyncio.gather(*(self._refresh(ctx, c) for c in pending))
+        lines = []
+        for child in pending:
+            if child.status == "running":
+                continue
+            self._delivered(ctx, child)
+            if child.status == "completed":
+                lines.append(
+                    f"Sub-agent {child.name!r} ({child.agent_type}) completed with result: "
+                    f"{child.output_json}"
+                )
+            else:
+                lines.append(
+                    f"Sub-agent {child.name!r} ({child.agent_type}) {child.status}: "
+                    f"{child.error or 'no output'}"
+                )
+        if not lines:
+            return []
+        return [{"role": "user", "content": "[sub-agent notifications]\n" + "\n".join(lines)}]
+
+    def _delivered(self, ctx: ToolContext, child: _Child) -> None:
+        """Mark the turn's outcome delivered (durable with the next checkpoint)."""
+        if child.delivered:
+            return
+        child.delivered = True
+        _Children(ctx.state).put(child)
+        status = SessionStatus(child.status)
+        ctx.emit(
+            pb.StreamEvent(
+                subagent_end=pb.SubagentEnd(
+                    tool_call_id=child.tool_call_id,
+                    child_session_id=child.session_id,
+                    child_agent_type=child.agent_type,
+                    status=status.to_proto(),
+                    output_json=child.output_json if status is SessionStatus.COMPLETED else "",
+                    error=child.error,
+                )
+            )
+        )
+
+    # --- the child's lifecycle ---------------------------------------------------------
+
+    async def _start(
+        self, ctx: ToolContext, config: PersistentChild, name: str, message: str
+    ) -> _Child:
+        address = self._address(config)
+        child = _Child(
+            name=name,
+            agent_type=config.agent_type,
+            session_id=child_session_id(ctx.session_id, name),
+            address=address,
+            tool_call_id=ctx.tool_call_id,
+        )
+        client = await ctx.clients.get(address)
+        metadata = {
+            **ctx.metadata,
+            ROOT_SESSION_KEY: ctx.metadata.get(ROOT_SESSION_KEY, ctx.session_id),
+        }
+        try:
+            await client.start(
+                _as_input(config, message),
+                session_id=child.session_id,
+                parent_session_id=ctx.session_id,
+                metadata=metadata,
+            )
+        except SessionExists:
+            raise ToolError(
+                f"child {name!r}: its session exists with another first message"
+            ) from None
+        except HelixError as exc:
+            _Children(ctx.state).raw["children"].pop(name, None)  # free a reserved name
+            raise ToolError(f"could not spawn {name!r}: {exc.message}") from exc
+        await self._began(ctx, child)
+        return child
+
+    async def _continue(self, ctx: ToolContext, child: _Child, message: str) -> _Child:
+        """The child's next turn: remembered when it completed, else fresh.
+
+        Tried as a continuation first; the service says which it is. A parent
+        re-running this call after a crash names the same turn and rejoins it.
+        """
+        config = self.types[child.agent_type]
+        client = await ctx.clients.get(child.address)
+        turn = child.turn + 1
+        try:
+            try:
+                reply = await client.continue_session(child.session_id, message, turn=turn)
+            except (SessionStateConflict, SessionExists) as exc:
+                if isinstance(exc, SessionStateConflict) and "fresh" not in exc.problem:
+                    raise
+                # A fresh turn starts like a first one: from an input.
+                reply = await client.continue_session(
+                    child.session_id, _as_input(config, message), turn=turn, fresh=True
+                )
+        except SessionStateConflict as exc:
+            if "still running" in exc.problem:
+                raise ToolError(f"child {child.name!r} is already running") from None
+            raise ToolError(f"child {child.name!r}: {exc.problem}") from None
+        except HelixError as exc:
+            raise ToolError(f"could not continue {child.name!r}: {exc.message}") from exc
+        child = dataclasses.replace(
+            child,
+            turn=turn,
+            from_sequence=reply.from_sequence,
+            tool_call_id=ctx.tool_call_id,
+            status="running",
+            error="",
+            delivered=False,
+        )
+        await self._began(ctx, child)
+        return child
+
+    async def _began(self, ctx: ToolContext, child: _Child) -> None:
+        _Children(ctx.state).put(child)
+        ctx.emit(
+            pb.StreamEvent(
+                subagent_start=pb.SubagentStart(
+                    tool_call_id=ctx.tool_call_id,
+                    child_session_id=child.session_id,
+                    child_agent_type=child.agent_type,
+                    address=child.address,
+                )
+            )
+        )
+        await self._save_ref(ctx, child)
+
+    async def _await_turn(
+        self, ctx: ToolContext, child: _Child, *, timeout_s: float | None
+    ) -> dict[str, Any]:
+        """Wait for the child's current turn to end; its outcome is delivered here."""
+        if child.status == "running":
+            try:
+                async with asyncio.timeout(timeout_s):
+                    await self._follow(ctx, child)
+            except TimeoutError:
+                return {"name": child.name, "status": "timeout", "detail": "still running"}
+        self._delivered(ctx, child)
+        result: dict[str, Any] = {"name": child.name, "status": child.status}
+        if child.status == "completed":
+            result["output"] = json.loads(child.output_json)
+        elif child.error:
+            result["error"] = child.error
+        return result
+
+    async def _follow(self, ctx: ToolContext, child: _Child) -> None:
+        """Stream the current turn to its terminal event and record how it ended."""
+        client = await ctx.clients.get(child.address)
+        async for event in client.stream(child.session_id, from_sequence=child.from_sequence):
+            kind = event.WhichOneof("payload") or ""
+            if kind in _TERMINAL_KIND:
+                self._ended(ctx, child, kind, event)
+                await self._save_ref(ctx, child)
+                return
+
+    async def _refresh(self, ctx: ToolContext, child: _Child) -> None:
+        """Bring a running child's status up to date (one ``GetStatus``)."""
+        if child.status != "running":
+            return
+        client = await ctx.clients.get(child.address)
+        try:
+            status = await client.get_status(child.session_id)
+        except HelixError:
+            return  # unreachable for now: still "running" as far as we know
+        # Terminal, past the start of our turn: the turn we started has ended.
+        if (
+            status.status != pb.SESSION_STATUS_RUNNING
+            and status.last_sequence > child.from_sequence
+        ):
+            child.status = _STATUS.get(status.status, "failed")
+            child.output_json = status.output_json if child.status == "completed" else ""
+            child.error = status.error
+            _Children(ctx.state).put(child)
+            await self._save_ref(ctx, child)
+
+    def _ended(self, ctx: ToolContext, child: _Child, kind: str, event: pb.StreamEvent) -> None:
+        child.status = _TERMINAL_KIND[kind]
+        child.output_json = event.completed.output_json if kind == "completed" else ""
+        child.error = event.failed.error if kind == "failed" else ""
+        _Children(ctx.state).put(child)
+
+    async def _save_ref(self, ctx: ToolContext, child: _Child) -> None:
+        # The ref makes the parent's Interrupt cascade to a running child.
+        status = SessionStatus(child.status)
+        await ctx.store.put_subsession_ref(
+            SubSessionRef(
+                parent_session_id=ctx.session_id,
+                child_session_id=child.session_id,
+                agent_type=child.agent_type,
+                tool_call_id=child.tool_call_id,
+                status=status,
+                address=child.address,
+                completed_at=None if status is SessionStatus.RUNNING else time.time(),
+                output_json=child.output_json,
+                error=child.error,
+            )
+        )
+
+    # --- helpers ----------------------------------------------------------------------
+
+    def _known(self, ctx: ToolContext, name: str) -> _Child:
+        child = _Children(ctx.state).get(name)
+        if child is None:
+            known = ", ".join(c.name for c in _Children(ctx.state).all()) or "none"
+            raise ToolError(f"no child agent named {name!r} (children: {known})")
+        return child
+
+    def _address(self, config: PersistentChild) -> str:
+        try:
+            return config.address or resolve_address(config.agent_type)
+        except HelixError as exc:
+            raise ToolError(f"{config.agent_type}: {exc.message}") from exc
+
+
+def _as_input(config: PersistentChild, message: str) -> str:
+    return message if config.input_field is None else json.dumps({config.input_field: message})
+
+
+def with_companions(agent: Agent, children: Sequence[PersistentChild]) -> Agent:
+    """``agent`` with persistent children of the given types (see the module docstring)."""
+    return Companions(children).attach(agent)

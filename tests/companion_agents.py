@@ -1,0 +1,212 @@
+"""Parents with persistent children, importable by server subprocesses.
+
+Children are found through the mesh registry (HELIX_AGENT_ADDRESS_CRITIC,
+_RESEARCHER, _COUNTER), so the same definitions serve in-process tests and
+service processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from helix_transport import Agent, ToolContext, tool
+from helix_transport.agent.scripted import (
+    ScriptedToolCall,
+    ScriptedTurn,
+    call,
+    finish,
+    register_script,
+    step_results,
+    steps_taken,
+    user_input,
+)
+from helix_transport.companions import PersistentChild, with_companions
+
+NOTICE = "[sub-agent notifications]"
+
+
+def notices(messages: list[dict[str, Any]]) -> list[str]:
+    """Every notification line the parent's model has been shown."""
+    return [
+        line
+        for m in messages
+        if m.get("role") == "user" and str(m.get("content", "")).startswith(NOTICE)
+        for line in str(m["content"]).splitlines()[1:]
+    ]
+
+
+# --- maker / critic -------------------------------------------------------------------
+
+
+class MakerInput(BaseModel):
+    drafts: list[str] = Field(min_length=1)
+
+
+class MakerOutput(BaseModel):
+    verdicts: list[dict[str, Any]]
+
+
+def _maker(messages: list[dict[str, Any]]) -> ScriptedTurn:
+    drafts = MakerInput.model_validate(user_input(messages)).drafts
+    verdicts = [
+        value for m in messages if m.get("role") == "tool"
+        for value in [json.loads(str(m["content"]))]
+        if isinstance(value, dict) and "output" in value
+    ]  # fmt: skip
+    done = len(verdicts)
+    passed = bool(verdicts) and verdicts[-1]["output"]["verdict"] == "pass"
+    if done < len(drafts) and not passed:
+        spawn = ScriptedToolCall(
+            name="companion__spawn_agent",
+            arguments={"agent": "critic", "name": "reviewer", "message": drafts[done]},
+        )
+        return ScriptedTurn(text=f"Round {done + 1}. ", tool_calls=(spawn,))
+    return finish(verdicts=[v["output"] for v in verdicts])
+
+
+maker = with_companions(
+    Agent(
+        name="maker",
+        description="Writes drafts and re-consults the same critic until it passes.",
+        input_model=MakerInput,
+        output_model=MakerOutput,
+        model=register_script("maker", _maker),
+        max_steps=8,
+    ),
+    [PersistentChild(agent_type="critic", mode="blocking", input_field="artifact")],
+)
+
+
+# --- a parent that plays a plan of companion calls, one step per entry ------------------
+
+
+class Call(BaseModel):
+    tool: str
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
+class Plan(BaseModel):
+    steps: list[list[Call]]
+
+
+class PlanOutput(BaseModel):
+    results: list[list[Any]]
+    notices: list[str]
+
+
+def _planner(messages: list[dict[str, Any]]) -> ScriptedTurn:
+    plan = Plan.model_validate(user_input(messages))
+    done = steps_taken(messages)
+    if done < len(plan.steps):
+        return ScriptedTurn(
+            tool_calls=tuple(
+                ScriptedToolCall(name=c.tool, arguments=c.args) for c in plan.steps[done]
+            )
+        )
+    results: list[list[Any]] = []
+    for index, message in enumerate(messages):
+        if message.get("role") == "assistant":
+            results.append(step_results(messages[: _step_end(messages, index)]))
+    return finish(results=[[v for _, v in r] for r in results], notices=notices(messages))
+
+
+def _step_end(messages: list[dict[str, Any]], assistant: int) -> int:
+    end = assistant + 1
+    while end < len(messages) and messages[end].get("role") == "tool":
+        end += 1
+    return end
+
+
+planner = with_companions(
+    Agent(
+        name="planner",
+        description="Plays a plan of companion tool calls, one step per entry.",
+        input_model=Plan,
+        output_model=PlanOutput,
+        model=register_script("planner", _planner),
+        max_steps=12,
+    ),
+    [
+        PersistentChild(agent_type="critic", mode="blocking", input_field="artifact"),
+        PersistentChild(agent_type="counter", mode="non-blocking", input_field=None),
+    ],
+)
+
+
+# --- non-blocking researchers, results pushed at the next step -------------------------
+
+
+class PauseArgs(BaseModel):
+    seconds: float = Field(gt=0, le=5)
+
+
+@tool
+async def pause(ctx: ToolContext, args: PauseArgs) -> dict[str, float]:
+    """Do other work for a while."""
+    await asyncio.sleep(args.seconds)
+    return {"paused": args.seconds}
+
+
+class HoldArgs(BaseModel):
+    path: str
+
+
+@tool
+async def hold(ctx: ToolContext, args: HoldArgs) -> dict[str, str]:
+    """Wait until the file ``path`` exists (a test's go-ahead)."""
+    while not await asyncio.to_thread(os.path.exists, args.path):  # noqa: ASYNC110 (a file)
+        await asyncio.sleep(0.05)
+    return {"held": args.path}
+
+
+class LeadInput(BaseModel):
+    topics: list[str] = Field(min_length=1)
+    hold: list[str] = Field(default_factory=list)
+    """Files to wait for: once right after spawning, once after the notices arrived."""
+
+
+class LeadOutput(BaseModel):
+    notices: list[str]
+    spawned: list[Any]
+
+
+def _lead(messages: list[dict[str, Any]]) -> ScriptedTurn:
+    wanted = LeadInput.model_validate(user_input(messages))
+    if steps_taken(messages) == 0:
+        spawns = tuple(
+            call("companion__spawn_agent", agent="researcher", message=topic)
+            for topic in wanted.topics
+        )
+        return ScriptedTurn(text="Spawning researchers. ", tool_calls=spawns)
+    seen = notices(messages)
+    holds = sum(1 for m in messages if m.get("role") == "tool" and m.get("name") == "hold")
+    if wanted.hold and holds == 0:
+        return ScriptedTurn(tool_calls=(call("hold", path=wanted.hold[0]),))
+    if len(seen) < len(wanted.topics):
+        return ScriptedTurn(text="Still waiting. ", tool_calls=(call("pause", seconds=0.1),))
+    if holds < len(wanted.hold):
+        return ScriptedTurn(tool_calls=(call("hold", path=wanted.hold[holds]),))
+    spawned = [
+        json.loads(str(m["content"])) for m in messages
+        if m.get("role") == "tool" and m.get("name") == "companion__spawn_agent"
+    ]  # fmt: skip
+    return finish(notices=seen, spawned=spawned)
+
+
+lead = with_companions(
+    Agent(
+        name="lead",
+        description="Spawns researchers in the background and reports what they found.",
+        input_model=LeadInput,
+        output_model=LeadOutput,
+        tools=[pause, hold],
+        model=register_script("lead", _lead),
+        max_steps=60,
+    ),
+    [PersistentChild(agent_type="researcher", mode="non-blocking", input_field="topic")],
+)
