@@ -40,7 +40,9 @@ async def mesh(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[dict[str, Agent
     async with AsyncExitStack() as stack:
         clients = {}
         for agent in (critic, counter, planner):
-            server = await stack.enter_async_context(await create_server(agent, MemoryStore()))
+            server = await stack.enter_async_context(
+                await create_server(agent, MemoryStore(), allow_unauthenticated=True)
+            )
             monkeypatch.setenv(address_env_var(agent.name), server.address)
             clients[agent.name] = await stack.enter_async_context(
                 await AgentClient.connect(server.address)
