@@ -121,7 +121,7 @@ demo: venv
 	$(PY) -m services.demo
 
 bench: venv
-	$(PY) tests/bench/run.py
+	$(PY) -m helix_transport.cli bench $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache

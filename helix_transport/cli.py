@@ -334,6 +334,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     conformance.add_argument("--timeout", type=float, default=60.0, help="seconds for the run")
     _client_options(conformance)
+
+    # Listed for --help only: main() hands `bench ...` to helix_transport.bench whole.
+    sub.add_parser("bench", help="run the benchmark suite (helix-mesh bench --help)")
     return parser
 
 
@@ -408,6 +411,11 @@ _COMMANDS = {
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``helix-mesh`` command."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["bench"]:
+        from helix_transport.bench import main as bench_main  # heavy: imported on demand
+
+        return bench_main(argv[1:])
     args = _parser().parse_args(argv)
     try:
         if args.command == "serve":

@@ -41,7 +41,7 @@ REF_SAVE_SECONDS = 0.25
 """The sub-session ref's ``last_sequence`` is written at most this often, not per event.
 
 Time-based only: a count trigger made the forwarder wait for the parent's log on
-every batch, which halved two-hop throughput (tests/bench/delegation.py)."""
+every batch, which halved two-hop throughput (`helix-mesh bench`, scenario 4)."""
 
 
 def child_session_id(parent_session_id: str, tool_call_id: str) -> str:

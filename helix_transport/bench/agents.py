@@ -1,10 +1,10 @@
-"""Agents for ``tests/bench/delegation.py``, importable by server subprocesses
-(``tests.bench.agents:leaf``, ``tests.bench.agents:parent``).
+"""The benchmark's agents, importable by service subprocesses
+(``helix_transport.bench.agents:leaf``, ``helix_transport.bench.agents:parent``).
 
-``leaf`` (agent type ``bench-leaf``) is the child: in mode ``once`` its scripted
-model finishes on its first turn (one step, no tool); in mode ``emit`` it first
-calls ``emit_events``, which emits ``n`` text deltas as fast as the runtime takes
-them, then finishes.
+``leaf`` (agent type ``bench-leaf``) is the child and the streaming agent: in mode
+``once`` its scripted model finishes on its first turn (one step, no tool); in
+mode ``emit`` it first calls ``emit_events``, which emits ``n`` text deltas (as fast
+as the runtime takes them, or one every ``pace_ms``), then finishes.
 
 ``parent`` (agent type ``bench-parent``) makes ``count`` calls of one tool in ONE
 step, concurrently, then finishes with how many succeeded:
@@ -43,26 +43,37 @@ from helix_transport.remote import remote_agent_tool
 
 
 class LeafInput(BaseModel):
+    """What the leaf does."""
+
     mode: str = "once"
     """``once`` (finish on the first turn) or ``emit`` (emit ``n`` events, then finish)."""
     n: int = Field(default=0, ge=0, le=1_000_000)
+    pace_ms: float = Field(default=0, ge=0, le=10_000)
+    """Pause between two emitted events; 0 emits as fast as the runtime takes them."""
 
 
 class LeafOutput(BaseModel):
+    """How many events the leaf was asked to emit."""
+
     events: int
 
 
 class EmitArgs(BaseModel):
+    """Arguments of ``emit_events``."""
+
     n: int
+    pace_ms: float = 0
 
 
 @tool
 async def emit_events(ctx: ToolContext, args: EmitArgs) -> dict[str, int]:
-    """Emit ``n`` one-character text deltas as fast as the runtime takes them."""
+    """Emit ``n`` one-character text deltas, one every ``pace_ms`` or back to back."""
     for i in range(args.n):
         ctx.emit(pb.StreamEvent(text_delta=pb.TextDelta(text="x")))
-        if i % 100 == 99:
-            await asyncio.sleep(0)
+        if args.pace_ms:
+            await asyncio.sleep(args.pace_ms / 1000)
+        elif i % 100 == 99:
+            await asyncio.sleep(0)  # let readers and the writer in
     return {"emitted": args.n}
 
 
@@ -70,7 +81,7 @@ def _leaf(messages: list[dict[str, Any]]) -> ScriptedTurn:
     request = LeafInput.model_validate(user_input(messages))
     if steps_taken(messages) > 0 or request.mode == "once":
         return finish(events=request.n)
-    return ScriptedTurn(tool_calls=(call("emit_events", n=request.n),))
+    return ScriptedTurn(tool_calls=(call("emit_events", n=request.n, pace_ms=request.pace_ms),))
 
 
 leaf = Agent(
@@ -123,6 +134,8 @@ async def local(ctx: ToolContext, args: LeafInput) -> Any:
 
 
 class ParentInput(BaseModel):
+    """What the parent delegates."""
+
     tool: str = "child"
     """``child`` (remote) or ``local``."""
     count: int = Field(default=1, ge=1, le=10_000)
@@ -130,6 +143,8 @@ class ParentInput(BaseModel):
 
 
 class ParentOutput(BaseModel):
+    """How many of the parent's calls succeeded, and the first errors."""
+
     ok: int
     errors: list[str]
 
@@ -164,6 +179,51 @@ parent = Agent(
 )
 
 
-def parent_input(tool_name: str, *, count: int = 1, mode: str = "once", n: int = 0) -> str:
+def parent_input(
+    tool_name: str, *, count: int = 1, mode: str = "once", n: int = 0, pace_ms: float = 0
+) -> str:
     """The parent's input JSON."""
-    return json.dumps({"tool": tool_name, "count": count, "args": {"mode": mode, "n": n}})
+    args = {"mode": mode, "n": n, "pace_ms": pace_ms}
+    return json.dumps({"tool": tool_name, "count": count, "args": args})
+
+
+def leaf_input(*, mode: str = "once", n: int = 0, pace_ms: float = 0) -> str:
+    """The leaf's input JSON."""
+    return LeafInput(mode=mode, n=n, pace_ms=pace_ms).model_dump_json()
+
+
+# ---------------------------------------------------------------- the root (three levels)
+
+
+class RootInput(BaseModel):
+    """What the root delegates to ``bench-parent``."""
+
+    args: ParentInput = Field(default_factory=ParentInput)
+
+
+def _root(messages: list[dict[str, Any]]) -> ScriptedTurn:
+    if steps_taken(messages) == 0:
+        request = RootInput.model_validate(user_input(messages))
+        return ScriptedTurn(tool_calls=(call("parent", **request.args.model_dump()),))
+    ok = sum(1 for _, value in step_results(messages) if not _is_error(value))
+    return finish(ok=ok, errors=[])
+
+
+def _is_error(value: Any) -> bool:
+    return isinstance(value, dict) and "error" in value
+
+
+root = Agent(
+    name="bench-root",
+    description="Delegates to bench-parent, which delegates to bench-leaf: three levels.",
+    input_model=RootInput,
+    output_model=ParentOutput,
+    tools=[remote_agent_tool("parent", agent_type="bench-parent", input_model=ParentInput)],
+    model=register_script("bench-root", _root),
+    max_steps=3,
+)
+
+
+def root_input(*, mode: str = "emit", n: int = 0, pace_ms: float = 0) -> str:
+    """The root's input JSON: one parent call of one leaf call."""
+    return json.dumps({"args": json.loads(parent_input("child", mode=mode, n=n, pace_ms=pace_ms))})

@@ -1,0 +1,207 @@
+"""``helix-mesh bench``: argument parsing and the order scenarios run in."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import logging
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from helix_transport.bench._report import Report, format_table, to_document
+
+SCENARIOS = ("1", "2", "3", "4", "5", "6", "7", "8")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Params:
+    """Sizes of one run (the issue's by default, tiny with ``--quick``)."""
+
+    events: int = 10_000
+    """1, 2 and 4: events per stream."""
+    sessions: int = 500
+    """3: sequential round trips."""
+    repeat: int = 3
+    """1, 2, 4, 5: timed runs per figure (median)."""
+    delegations: int = 100
+    """4: sequential delegations beside as many local tool calls."""
+    children: int = 1_000
+    """5: fan-out width."""
+    concurrent: int = 500
+    """6: sessions streaming at once."""
+    concurrent_events: int = 50
+    """6: events per session."""
+    concurrent_pace_ms: float = 20.0
+    """6: pause between two events of one session."""
+    interrupts: int = 20
+    """7: timed interrupts."""
+    recoveries: int = 3
+    """8: kills per variant."""
+
+
+QUICK = Params(
+    events=300,
+    sessions=10,
+    repeat=1,
+    delegations=3,
+    children=10,
+    concurrent=10,
+    concurrent_events=5,
+    concurrent_pace_ms=10,
+    interrupts=2,
+    recoveries=1,
+)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="helix-mesh bench",
+        description=(__import__("helix_transport.bench").bench.__doc__ or "").split("\n\n")[0],
+    )
+    parser.add_argument(
+        "--scenarios",
+        default=",".join(SCENARIOS),
+        help="comma-separated scenario numbers, 1-8 (default all; 1-3 run together)",
+    )
+    parser.add_argument(
+        "--stores",
+        default="memory,sqlite",
+        help="backends for 1-3: memory, sqlite, redis, postgres (default memory,sqlite)",
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON document")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run")
+    for name, default in Params().__dict__.items():
+        flag = "--" + name.replace("_", "-")
+        parser.add_argument(flag, type=type(default), default=None, help=f"(default {default})")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the selected scenarios and print the table (or JSON); 0 unless one crashed."""
+    args = _parser().parse_args(argv)
+    base = QUICK if args.quick else Params()
+    overrides = {k: getattr(args, k) for k in base.__dict__ if getattr(args, k) is not None}
+    params = Params(**{**base.__dict__, **overrides})
+    scenarios = {s.strip() for s in args.scenarios.split(",") if s.strip()}
+    stores = [s.strip() for s in args.stores.split(",") if s.strip()]
+    from helix_transport.bench.streams import STORES
+
+    if unknown := (scenarios - set(SCENARIOS)) | (set(stores) - set(STORES)):
+        print(f"helix-mesh bench: unknown scenario or store {sorted(unknown)}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.WARNING)
+    logging.getLogger("LiteLLM").setLevel(logging.WARNING)
+    started = time.perf_counter()
+    report = Report()
+    failed = asyncio.run(_run(report, params, scenarios, stores))
+    elapsed = time.perf_counter() - started
+    shown: dict[str, Any] = {
+        **params.__dict__,
+        "scenarios": ",".join(sorted(scenarios)),
+        "stores": ",".join(stores),
+    }
+    if args.json:
+        json.dump(to_document(report, params=shown, elapsed_s=elapsed), sys.stdout, indent=2)
+        print()
+    else:
+        print(format_table(report, params=shown, elapsed_s=elapsed))
+    return 1 if failed else 0
+
+
+async def _run(report: Report, params: Params, scenarios: set[str], stores: list[str]) -> bool:
+    """Run each selected scenario; one that crashes is noted and the rest still run."""
+    from helix_transport.bench import delegation, recovery, streams
+    from helix_transport.bench._measure import Ids
+
+    ids = Ids()
+    failed = False
+
+    async def attempt(name: str, scenario: Any) -> None:
+        nonlocal failed
+        try:
+            await scenario
+        except Exception as exc:
+            failed = True
+            report.notes.append(f"scenario {name} failed: {type(exc).__name__}: {exc}")
+
+    # Service processes inherit gc.freeze from `serve`; this process freezes its own
+    # long-lived imports too, so a full collection does not walk them mid-measurement.
+    gc.collect()
+    gc.freeze()
+    with tempfile.TemporaryDirectory(prefix="helix-bench-") as tmp:
+        workdir = Path(tmp)
+        if scenarios & {"1", "2", "3"}:
+            for store in stores:
+                await attempt(
+                    f"1-3 ({store})",
+                    streams.single_stream(
+                        report,
+                        store,
+                        workdir,
+                        ids,
+                        events=params.events,
+                        sessions=params.sessions,
+                        repeat=params.repeat,
+                    ),
+                )
+        if scenarios & {"4", "5", "7"}:
+            services = delegation.Services(workdir / "chain")
+            (workdir / "chain").mkdir()
+            delegation.chain(services)
+            try:
+                await services.start(*services.procs)
+                if "5" in scenarios:  # first, so the services' memory growth is its own
+                    await attempt(
+                        "5",
+                        delegation.fan_out(
+                            report, services, ids, children=params.children, repeat=params.repeat
+                        ),
+                    )
+                if "4" in scenarios:
+                    await attempt(
+                        "4",
+                        delegation.two_hops(
+                            report,
+                            services,
+                            ids,
+                            events=params.events,
+                            sessions=params.delegations,
+                            repeat=params.repeat,
+                        ),
+                    )
+                if "7" in scenarios:
+                    await attempt(
+                        "7",
+                        delegation.interrupt_latency(report, services, ids, runs=params.interrupts),
+                    )
+            finally:
+                await services.stop()
+                report.notes += services.logged_problems()[:10]
+        if "6" in scenarios:
+            await attempt(
+                "6",
+                streams.concurrency(
+                    report,
+                    workdir,
+                    ids,
+                    sessions=params.concurrent,
+                    events=params.concurrent_events,
+                    pace_ms=params.concurrent_pace_ms,
+                ),
+            )
+        if "8" in scenarios:
+            await attempt(
+                "8 restart", recovery.restart(report, workdir, ids, runs=params.recoveries)
+            )
+            await attempt(
+                "8 takeover", recovery.takeover(report, workdir, ids, runs=params.recoveries)
+            )
+    report.rows.sort(key=lambda r: r.scenario.split(" ")[0])  # stable: setups keep order
+    return failed

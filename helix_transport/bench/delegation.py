@@ -1,0 +1,371 @@
+"""Scenarios 4, 5 and 7: delegation across real service processes.
+
+Every agent is a ``helix-mesh serve`` process on its own SQLite file; the client
+is this process (on a small machine it shares the CPUs with the services).
+
+- 4: a leaf's ``events`` text deltas streamed by the client straight from the leaf
+  (one hop) and through a parent delegating to it (leaf -> parent -> client). Also
+  the delegation overhead: the parent delegating to a one-step leaf, beside the
+  same parent doing the leaf's work in a local tool (same litellm turn, no child).
+- 5: one parent delegating to ``children`` one-step leaves in one step. Wall time
+  beside the client starting as many leaf sessions directly; peak RSS/PSS/USS of
+  each service (polled every 20 ms).
+- 7: ``Interrupt`` on a root (root -> parent -> leaf, the leaf emitting paced
+  events) until GetStatus says ``interrupted`` for all three, beside one level.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import statistics
+import time
+from pathlib import Path
+
+from helix_transport._exceptions import HelixError
+from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
+from helix_transport.bench._measure import (
+    CpuMeter,
+    Ids,
+    MemoryPoller,
+    check_completed,
+    kind,
+    memory_kib,
+    run_session,
+)
+from helix_transport.bench._report import (
+    Report,
+    percentile,
+    ratio_at_least,
+    summary,
+    value_at_most,
+)
+from helix_transport.bench.agents import leaf, leaf_input, parent, parent_input, root_input
+from helix_transport.registry import address_env_var
+from helix_transport.remote import child_session_id
+from helix_transport.testing.processes import ServiceProcess, free_port
+from helix_transport.transport.grpc import AgentClient
+
+SETUP = "sqlite, processes"
+AGENTS = "helix_transport.bench.agents"
+
+
+class Services:
+    """``helix-mesh serve`` processes, each on its own SQLite file in ``workdir``."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.procs: dict[str, ServiceProcess] = {}
+
+    def add(
+        self,
+        name: str,
+        agent: str,
+        *,
+        env: dict[str, str] | None = None,
+        store_url: str = "",
+        extra_args: list[str] | None = None,
+    ) -> ServiceProcess:
+        """Declare a service (``start`` runs it)."""
+        proc = ServiceProcess(
+            f"{AGENTS}:{agent}",
+            port=free_port(),
+            store_url=store_url or f"sqlite:///{self.workdir / (name + '.db')}",
+            log_path=self.workdir / f"{name}.log",
+            env={"HELIX_LOG_LEVEL": "WARNING", **(env or {})},
+            extra_args=extra_args,
+        )
+        self.procs[name] = proc
+        return proc
+
+    def pid(self, name: str) -> int:
+        """The running service's pid."""
+        proc = self.procs[name].proc
+        if proc is None:
+            raise RuntimeError(f"{name} is not running")
+        return proc.pid
+
+    async def start(self, *names: str) -> None:
+        """Start services and wait until they serve."""
+        await asyncio.gather(*(self.procs[n].start(timeout_s=120) for n in names))
+
+    async def stop(self) -> None:
+        """Kill every service."""
+        await asyncio.gather(*(p.stop() for p in self.procs.values()))
+
+    def logged_problems(self) -> list[str]:
+        """WARNING/ERROR lines the services logged (they run at WARNING)."""
+        lines = []
+        for name, proc in self.procs.items():
+            if proc.log_path.exists():
+                for line in proc.log_path.read_text(errors="replace").splitlines():
+                    if " WARNING " in line or " ERROR " in line or "Traceback" in line:
+                        lines.append(f"service log {name}: {line}")
+        return lines
+
+
+def chain(services: Services) -> None:
+    """Declare leaf <- parent <- root, each finding the next through its env var."""
+    leaf_proc = services.add("leaf", "leaf")
+    parent_proc = services.add(
+        "parent", "parent", env={address_env_var(leaf.name): leaf_proc.address}
+    )
+    services.add("root", "root", env={address_env_var(parent.name): parent_proc.address})
+
+
+# ---------------------------------------------------------------- 4
+
+
+async def two_hops(
+    report: Report, services: Services, ids: Ids, *, events: int, sessions: int, repeat: int
+) -> None:
+    """Scenario 4: two hops beside one hop; delegation beside a local tool."""
+    async with (
+        await AgentClient.connect(services.procs["parent"].address) as parent_client,
+        await AgentClient.connect(services.procs["leaf"].address) as leaf_client,
+    ):
+
+        async def one_hop() -> float:
+            elapsed, count, final = await run_session(
+                leaf_client, leaf_input(mode="emit", n=events), ids("hop1")
+            )
+            check_completed(final)
+            return count / elapsed
+
+        async def two_hop() -> float:
+            session_id = ids("hop2")
+            started = time.perf_counter()
+            await parent_client.start(
+                parent_input("child", mode="emit", n=events), session_id=session_id
+            )
+            count = deltas = 0
+            final: pb.StreamEvent | None = None
+            async for event in parent_client.stream(session_id):
+                count += 1
+                if kind(event) == "child_event" and kind(event.child_event.event) == "text_delta":
+                    deltas += 1
+                final = event
+            elapsed = time.perf_counter() - started
+            assert final is not None
+            check_completed(final, expect_ok=1)
+            if deltas != events:
+                raise RuntimeError(f"two hops: {deltas} of {events} deltas arrived")
+            return count / elapsed
+
+        await one_hop()
+        await two_hop()
+        rates1: list[float] = []
+        rates2: list[float] = []
+        pids: dict[str, int | str] = {
+            "parent": services.pid("parent"),
+            "leaf": services.pid("leaf"),
+            "client": "self",
+        }
+        meters = {"one hop": CpuMeter(pids), "two hops": CpuMeter(pids)}
+        for _ in range(repeat):
+            with meters["one hop"].measure():
+                rates1.append(await one_hop())
+            with meters["two hops"].measure():
+                rates2.append(await two_hop())
+        report.add(
+            f"4 two hops, {events:,} events",
+            SETUP,
+            "events/s",
+            statistics.median(rates2),
+            statistics.median(rates1),
+            "one hop (leaf -> client)",
+            ratio_at_least(0.7),
+        )
+        report.details["4 two hops events/s"] = {"one_hop": rates1, "two_hops": rates2}
+        report.details["4 CPU busy %"] = {name: m.busy() for name, m in meters.items()}
+
+        remote: list[float] = []
+        local: list[float] = []
+
+        async def once(tool_name: str) -> float:
+            elapsed, _, final = await run_session(
+                parent_client, parent_input(tool_name), ids(tool_name)
+            )
+            check_completed(final, expect_ok=1)
+            return elapsed * 1000
+
+        for tool_name in ("local", "child"):  # warm-up
+            await once(tool_name)
+        for _ in range(sessions):  # alternate, so drift hits both sides alike
+            local.append(await once("local"))
+            remote.append(await once("child"))
+        report.add(
+            f"4 delegate to a 1-step child p50, {sessions} sessions",
+            SETUP,
+            "ms",
+            percentile(remote, 50),
+            percentile(local, 50),
+            "same work in a local tool",
+        )
+        report.details["4 delegation ms"] = {"remote": summary(remote), "local": summary(local)}
+
+
+# ---------------------------------------------------------------- 5
+
+
+async def fan_out(
+    report: Report, services: Services, ids: Ids, *, children: int, repeat: int
+) -> None:
+    """Scenario 5: one parent delegating to ``children`` leaves at once."""
+    async with (
+        await AgentClient.connect(services.procs["parent"].address) as parent_client,
+        await AgentClient.connect(services.procs["leaf"].address) as leaf_client,
+    ):
+
+        async def via_parent(n: int) -> float:
+            elapsed, _, final = await run_session(
+                parent_client, parent_input("child", count=n), ids("fan")
+            )
+            check_completed(final, expect_ok=n)
+            return elapsed
+
+        async def direct(n: int) -> float:
+            started = time.perf_counter()
+            finals = await asyncio.gather(
+                *(run_session(leaf_client, leaf_input(), ids("direct")) for _ in range(n))
+            )
+            elapsed = time.perf_counter() - started
+            for _, _, final in finals:
+                check_completed(final)
+            return elapsed
+
+        await via_parent(2)  # warm-up: channels, first litellm call, sqlite pages
+        await direct(2)
+        gc.collect()
+        pids: dict[str, int | str] = {
+            "parent service": services.pid("parent"),
+            "leaf service": services.pid("leaf"),
+        }
+        idle = {name: memory_kib(pid) for name, pid in pids.items()}
+        walls: list[float] = []
+        with MemoryPoller(pids) as poller:
+            for _ in range(repeat):
+                walls.append(await via_parent(children))
+        direct_walls = [await direct(children) for _ in range(repeat)]
+    report.add(
+        f"5 fan-out to {children:,} children: wall",
+        SETUP,
+        "ms",
+        statistics.median(walls) * 1000,
+        statistics.median(direct_walls) * 1000,
+        "client -> as many leaves directly",
+        value_at_most(10_000),
+    )
+    peak_rss = sum(p["rss"] for p in poller.peaks.values()) / 1024
+    idle_rss = sum(m["rss"] for m in idle.values()) / 1024
+    report.add(
+        f"5 fan-out to {children:,}: peak RSS, both services",
+        SETUP,
+        "MiB",
+        peak_rss,
+        idle_rss,
+        "their idle RSS just before",
+        value_at_most(400),
+    )
+    report.add(
+        f"5 fan-out to {children:,}: peak PSS, both services",
+        SETUP,
+        "MiB",
+        poller.peak_total_pss / 1024,
+        sum(m["pss"] for m in idle.values()) / 1024,
+        "their idle PSS just before",
+        value_at_most(400),
+    )
+    report.details[f"5 fan-out {children}"] = {
+        "wall_s": walls,
+        "direct_wall_s": direct_walls,
+        "idle_kib": idle,
+        "peak_kib": poller.peaks,
+    }
+
+
+# ---------------------------------------------------------------- 7
+
+
+async def interrupt_latency(report: Report, services: Services, ids: Ids, *, runs: int) -> None:
+    """Scenario 7: Interrupt on a root until all three levels report ``interrupted``."""
+    names = ("root", "parent", "leaf")
+    clients = {name: await AgentClient.connect(services.procs[name].address) for name in names}
+    busy = leaf_input(mode="emit", n=100_000, pace_ms=5)
+
+    async def wait_emitting(client: AgentClient, session_id: str) -> None:
+        async with asyncio.timeout(60):
+            while True:
+                with contextlib.suppress(HelixError):
+                    async for event in client.stream(session_id):
+                        if kind(event) == "text_delta":
+                            return
+                await asyncio.sleep(0.01)  # the child session is not there yet
+
+    async def until_interrupted(client: AgentClient, session_id: str, t0: float) -> float:
+        async with asyncio.timeout(30):
+            while True:
+                status = await client.get_status(session_id)
+                if status.status == pb.SESSION_STATUS_INTERRUPTED:
+                    return (time.perf_counter() - t0) * 1000
+                if status.status != pb.SESSION_STATUS_RUNNING:
+                    raise RuntimeError(f"{session_id} ended {status.status}, not interrupted")
+                await asyncio.sleep(0.002)
+
+    async def three_levels() -> dict[str, float]:
+        root_id = ids("root")
+        parent_id = child_session_id(root_id, "call_1_0")
+        leaf_id = child_session_id(parent_id, "call_1_0")
+        await clients["root"].start(
+            root_input(mode="emit", n=100_000, pace_ms=5), session_id=root_id
+        )
+        await wait_emitting(clients["leaf"], leaf_id)
+        t0 = time.perf_counter()
+        _, t_root, t_parent, t_leaf = await asyncio.gather(
+            clients["root"].interrupt(root_id, reason="bench"),
+            until_interrupted(clients["root"], root_id, t0),
+            until_interrupted(clients["parent"], parent_id, t0),
+            until_interrupted(clients["leaf"], leaf_id, t0),
+        )
+        return {"all": max(t_root, t_parent, t_leaf), "root": t_root, "leaf": t_leaf}
+
+    async def one_level() -> float:
+        session_id = ids("leaf")
+        await clients["leaf"].start(busy, session_id=session_id)
+        await wait_emitting(clients["leaf"], session_id)
+        t0 = time.perf_counter()
+        _, done = await asyncio.gather(
+            clients["leaf"].interrupt(session_id, reason="bench"),
+            until_interrupted(clients["leaf"], session_id, t0),
+        )
+        return done
+
+    try:
+        await three_levels()  # warm-up
+        await one_level()
+        samples: list[dict[str, float]] = []
+        baseline: list[float] = []
+        for _ in range(runs):
+            samples.append(await three_levels())
+            baseline.append(await one_level())
+    finally:
+        for client in clients.values():
+            await client.aclose()
+    everything = [s["all"] for s in samples]
+    for p, target in ((50, value_at_most(50)), (99, None)):
+        report.add(
+            f"7 interrupt 3 levels -> all interrupted p{p}, {runs} runs",
+            SETUP,
+            "ms",
+            percentile(everything, p),
+            percentile(baseline, p),
+            "1 level (leaf directly)",
+            target,
+        )
+    report.details["7 interrupt ms"] = {
+        "all": summary(everything),
+        "root": summary([s["root"] for s in samples]),
+        "leaf": summary([s["leaf"] for s in samples]),
+        "one_level": summary(baseline),
+    }

@@ -1,0 +1,326 @@
+"""Scenarios 1-3 (per store: 9) and 6: one stream, replay, round trip, 500 at once.
+
+1-3 run in this process on one asyncio loop over 127.0.0.1: the helix server, the
+raw ``grpc.aio`` baseline server and both clients, so both sides pay the same
+in-process cost and the ratio compares like with like. 6 runs the helix service
+and the raw baseline server each in its own process, the clients here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
+from helix_transport.bench._measure import (
+    CpuMeter,
+    Ids,
+    check_completed,
+    events_per_second,
+    kind,
+    latencies_ms,
+)
+from helix_transport.bench._raw import RawCall, raw_baseline, raw_process, raw_receive
+from helix_transport.bench._report import (
+    Report,
+    percentile,
+    ratio_at_least,
+    ratio_at_most,
+    summary,
+    value_at_most,
+)
+from helix_transport.bench.agents import leaf, leaf_input
+from helix_transport.server.app import create_server
+from helix_transport.store import Store, open_store
+from helix_transport.testing.processes import ServiceProcess, free_port
+from helix_transport.transport.grpc import AgentClient
+
+STORES = ("memory", "sqlite", "redis", "postgres")
+
+
+def store_url(name: str, tmp: Path) -> str:
+    """A fresh store of backend ``name``: Redis and PostgreSQL get a throwaway namespace
+    (``drop_store_data`` removes it)."""
+    tag = f"helix_bench_{int(time.time())}_{os.getpid()}"
+    redis = os.environ.get("HELIX_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
+    postgres = os.environ.get("HELIX_BENCH_POSTGRES_DSN", "postgresql://postgres@127.0.0.1/test")
+    urls = {
+        "memory": "memory://",
+        "sqlite": f"sqlite:///{tmp / f'{tag}.db'}",
+        "redis": f"{redis}?prefix={tag}",
+        "postgres": f"{postgres}?schema={tag}",
+    }
+    return urls[name]
+
+
+async def drop_store_data(name: str, url: str) -> None:
+    """Remove what the benchmark wrote to a shared Redis or PostgreSQL."""
+    base, _, query = url.partition("?")
+    namespace = query.partition("=")[2]
+    if name == "redis":
+        import redis.asyncio as aioredis
+
+        client = aioredis.Redis.from_url(base)
+        async for key in client.scan_iter(match=f"{namespace}:*", count=1000):
+            await client.delete(key)
+        await client.aclose()
+    elif name == "postgres":
+        import asyncpg  # type: ignore[import-untyped]
+
+        conn = await asyncpg.connect(base)
+        await conn.execute(f'DROP SCHEMA IF EXISTS "{namespace}" CASCADE')
+        await conn.close()
+
+
+@asynccontextmanager
+async def bench_store(name: str, tmp: Path) -> AsyncIterator[Store]:
+    """A fresh store of backend ``name``, its data dropped afterwards."""
+    url = store_url(name, tmp)
+    store = await open_store(url)
+    try:
+        yield store
+    finally:
+        await store.aclose()
+        await drop_store_data(name, url)
+
+
+# ---------------------------------------------------------------- 1-3 (and 9)
+
+
+async def single_stream(
+    report: Report,
+    store_name: str,
+    tmp: Path,
+    ids: Ids,
+    *,
+    events: int,
+    sessions: int,
+    repeat: int,
+) -> None:
+    """Scenarios 1, 2 and 3 on one store, each beside the raw baseline."""
+    setup = f"{store_name}, in-process"
+    async with (
+        raw_baseline() as raw,
+        bench_store(store_name, tmp) as store,
+        await create_server(leaf, store, allow_unauthenticated=True) as server,
+        await AgentClient.connect(server.address) as client,
+    ):
+        last: list[str] = []
+
+        async def replay(session_id: str) -> int:
+            return sum([1 async for _ in client.stream(session_id, from_sequence=0)])
+
+        async def live() -> int:
+            session_id = ids(f"{store_name}-live")
+            await client.start(leaf_input(mode="emit", n=events), session_id=session_id)
+            last.append(session_id)
+            return await replay(session_id)
+
+        async def once() -> None:
+            session_id = ids(f"{store_name}-once")
+            await client.start(leaf_input(), session_id=session_id)
+            final: pb.StreamEvent | None = None
+            async for event in client.stream(session_id):
+                final = event
+            assert final is not None
+            check_completed(final)
+
+        async def raw_events() -> int:
+            return await raw_receive(raw, events)
+
+        # Baseline measured just before each figure, so drift hits both alike.
+        base = await events_per_second(raw_events, repeat)
+        helix = await events_per_second(live, repeat)
+        report.add(
+            f"1 live stream, {events:,} events",
+            setup,
+            "events/s",
+            helix,
+            base,
+            "raw grpc.aio, 1 event/message",
+            ratio_at_least(0.9),
+        )
+        finished = last[-1]
+        base = await events_per_second(raw_events, repeat)
+        helix = await events_per_second(lambda: replay(finished), repeat)
+        report.add(
+            f"2 replay {events:,}-event log",
+            setup,
+            "events/s",
+            helix,
+            base,
+            "raw grpc.aio, 1 event/message",
+            ratio_at_least(5),
+        )
+        raw_ms = await latencies_ms(lambda: raw_receive(raw, 3), sessions)
+        helix_ms = await latencies_ms(once, sessions)
+        for p, target in ((50, ratio_at_most(1.5)), (99, None)):
+            report.add(
+                f"3 Start->completed p{p}, {sessions} sessions",
+                setup,
+                "ms",
+                percentile(helix_ms, p),
+                percentile(raw_ms, p),
+                "raw grpc.aio 3-message stream",
+                target,
+            )
+        report.details[f"3 round trip ms, {store_name}"] = {
+            "helix": summary(helix_ms),
+            "raw": summary(raw_ms),
+        }
+
+
+# ---------------------------------------------------------------- 6
+
+
+@dataclass
+class _Concurrent:
+    rate: float
+    latencies: list[float]
+    wall: float
+    busy: int
+    errors: list[str] = field(default_factory=list)
+
+
+async def concurrency(
+    report: Report,
+    tmp: Path,
+    ids: Ids,
+    *,
+    sessions: int,
+    events: int,
+    pace_ms: float,
+) -> None:
+    """Scenario 6: ``sessions`` sessions streaming at once through one service process.
+
+    Each session's tool emits ``events`` text deltas, one every ``pace_ms``; event
+    latency is receive time minus the event's own timestamp (set when it was
+    emitted). Baseline: as many raw streams at once from a raw server process,
+    with the same count and pacing.
+    """
+    proc = ServiceProcess(
+        "helix_transport.bench.agents:leaf",
+        port=free_port(),
+        store_url=f"sqlite:///{tmp / 'concurrency.db'}",
+        log_path=tmp / "concurrency.log",
+        env={"HELIX_LOG_LEVEL": "WARNING"},
+    )
+    await proc.start(timeout_s=60)
+    try:
+        assert proc.proc is not None
+        pid = proc.proc.pid
+        async with await AgentClient.connect(proc.address) as client:
+            helix = await _helix_concurrent(
+                client, ids, pid, sessions=sessions, events=events, pace_ms=pace_ms
+            )
+    finally:
+        await proc.stop()
+    async with raw_process(free_port()) as (stub, raw_pid):
+        raw = await _raw_concurrent(
+            stub, raw_pid, sessions=sessions, events=events, pace_ms=pace_ms
+        )
+    setup = "sqlite, service process"
+    label = f"{sessions} raw streams at once"
+    report.add(
+        f"6 {sessions} sessions at once: aggregate",
+        setup,
+        "events/s",
+        helix.rate,
+        raw.rate,
+        label,
+    )
+    report.add(
+        f"6 {sessions} sessions at once: p99 event latency",
+        setup,
+        "ms",
+        percentile(helix.latencies, 99),
+        percentile(raw.latencies, 99),
+        label,
+        value_at_most(50),
+    )
+    report.details["6 concurrency"] = {
+        "sessions": sessions,
+        "events_per_session": events,
+        "pace_ms": pace_ms,
+        "errors": helix.errors,
+        "helix_latency_ms": summary(helix.latencies),
+        "raw_latency_ms": summary(raw.latencies),
+        "helix_wall_s": round(helix.wall, 2),
+        "raw_wall_s": round(raw.wall, 2),
+        "server_cpu_busy_pct": {"helix": helix.busy, "raw": raw.busy},
+    }
+    if helix.errors:
+        report.notes.append(f"6: {len(helix.errors)} sessions failed: {helix.errors[:3]}")
+
+
+async def _helix_concurrent(
+    client: AgentClient, ids: Ids, pid: int, *, sessions: int, events: int, pace_ms: float
+) -> _Concurrent:
+    latencies: list[float] = []
+    errors: list[str] = []
+    received = 0
+
+    async def one() -> None:
+        nonlocal received
+        session_id = ids("conc")
+        try:
+            await client.start(
+                leaf_input(mode="emit", n=events, pace_ms=pace_ms), session_id=session_id
+            )
+            final: pb.StreamEvent | None = None
+            async for event in client.stream(session_id):
+                if kind(event) == "text_delta":
+                    received += 1
+                    latencies.append((time.time_ns() - event.time.ToNanoseconds()) / 1e6)
+                final = event
+            assert final is not None
+            check_completed(final)
+        except Exception as exc:  # counted and reported, not fatal to the bench
+            errors.append(f"{session_id}: {type(exc).__name__}: {exc}")
+
+    await one()  # warm-up
+    latencies.clear()
+    received = 0
+    meter = CpuMeter({"server": pid})
+    started = time.perf_counter()
+    with meter.measure():
+        await asyncio.gather(*(one() for _ in range(sessions)))
+    wall = time.perf_counter() - started
+    if received < sessions * events and not errors:
+        errors.append(f"received {received} of {sessions * events} events")
+    return _Concurrent(
+        rate=received / wall,
+        latencies=latencies or [float("nan")],
+        errors=errors,
+        wall=wall,
+        busy=meter.busy()["server"],
+    )
+
+
+async def _raw_concurrent(
+    stub: RawCall, pid: int, *, sessions: int, events: int, pace_ms: float
+) -> _Concurrent:
+    latencies: list[float] = []
+
+    def on_event(event: pb.StreamEvent) -> None:
+        latencies.append((time.time_ns() - event.time.ToNanoseconds()) / 1e6)
+
+    await raw_receive(stub, 3)
+    meter = CpuMeter({"server": pid})
+    started = time.perf_counter()
+    with meter.measure():
+        counts = await asyncio.gather(
+            *(
+                raw_receive(stub, events, pace_ms=pace_ms, on_event=on_event)
+                for _ in range(sessions)
+            )
+        )
+    wall = time.perf_counter() - started
+    return _Concurrent(
+        rate=sum(counts) / wall, latencies=latencies, wall=wall, busy=meter.busy()["server"]
+    )

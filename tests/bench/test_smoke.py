@@ -1,0 +1,60 @@
+"""`helix-mesh bench --quick --json` as a real process: the suite runs end to end and
+its JSON has the documented shape. Figures are not checked (timing is the bench's job,
+never a test's); only that each is a finite, positive measurement beside its baseline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import sys
+
+import pytest
+
+from tests.helpers import ROOT
+
+ROW_KEYS = {
+    "scenario", "setup", "unit", "value", "baseline", "baseline_is", "ratio", "target", "met",
+}  # fmt: skip
+
+
+@pytest.mark.timeout(240)
+async def test_quick_bench_json() -> None:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "helix_transport.cli", "bench", "--quick", "--json",
+        "--stores", "memory", "--scenarios", "1,2,3,4,5,7",
+        cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await proc.communicate()
+    assert proc.returncode == 0, err.decode()[-3000:]
+    document = json.loads(out)
+
+    assert document["machine"]["nproc"] >= 1
+    assert document["params"]["events"] == 300 and document["params"]["stores"] == "memory"
+    assert not [n for n in document["notes"] if "failed" in n], document["notes"]
+    rows = document["rows"]
+    assert all(set(row) == ROW_KEYS for row in rows)
+    numbers = sorted({row["scenario"].split()[0] for row in rows})
+    assert numbers == ["1", "2", "3", "4", "5", "7"]
+    for row in rows:
+        assert row["unit"] in ("events/s", "ms", "MiB")
+        assert math.isfinite(row["value"]) and row["value"] > 0, row
+        assert math.isfinite(row["baseline"]) and row["baseline"] > 0, row
+        assert row["ratio"] == pytest.approx(row["value"] / row["baseline"])
+        # A row with a target says whether it is met; one without says nothing.
+        assert (row["met"] is None) == (row["target"] == ""), row
+    targeted = {row["scenario"].split()[0] for row in rows if row["target"]}
+    assert targeted == {"1", "2", "3", "4", "5", "7"}
+    # The fan-out's memory rows measure real processes.
+    memory = [row for row in rows if row["unit"] == "MiB"]
+    assert len(memory) == 2 and all(row["value"] > 50 for row in memory)
+
+
+async def test_bench_rejects_unknown_scenario() -> None:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "helix_transport.cli", "bench", "--scenarios", "42",
+        cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    _, err = await proc.communicate()
+    assert proc.returncode == 2 and "unknown scenario or store ['42']" in err.decode()
