@@ -260,6 +260,7 @@ def _serve(args: argparse.Namespace) -> int:
         replica_id=args.replica_id or os.environ.get("HELIX_REPLICA_ID", ""),
         lease_ttl_s=args.lease_ttl,
         graceful_shutdown_timeout_s=args.drain_timeout,
+        heartbeat_interval_s=args.heartbeat_interval,
         reflection=reflection,
         health_port=int(health_port) if health_port else None,
     )
@@ -361,6 +362,9 @@ def _serve_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--replica-id", default="", help="lease owner id (default hostname:port)")
     parser.add_argument("--lease-ttl", type=float, default=5.0, help="session lease seconds")
     parser.add_argument("--drain-timeout", type=float, default=10.0, help="shutdown drain seconds")
+    parser.add_argument(
+        "--heartbeat-interval", type=float, default=5.0, help="seconds before a quiet stream beats"
+    )
     parser.add_argument(
         "--no-reflection",
         action="store_true",

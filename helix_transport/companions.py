@@ -360,7 +360,9 @@ class Companions:
 
     # --- delivery ---------------------------------------------------------------------
 
-    async def deliver_finished(self, ctx: ToolContext) -> list[dict[str, Any]]:
+    async def deliver_finished(
+        self, ctx: ToolContext, messages: list[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
         """The step hook: one message about every child that finished undelivered."""
         pending = [c for c in _Children(ctx.state).all() if not c.delivered]
         if not pending:

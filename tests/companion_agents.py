@@ -26,6 +26,7 @@ from helix_transport.agent.scripted import (
     user_input,
 )
 from helix_transport.companions import PersistentChild, with_companions
+from helix_transport.dispatch import SubagentType, with_dispatch
 
 NOTICE = "[sub-agent notifications]"
 
@@ -210,3 +211,64 @@ lead = with_companions(
     ),
     [PersistentChild(agent_type="researcher", mode="non-blocking", input_field="topic")],
 )
+
+
+# --- run_subagent: non-blocking dispatch, batched results, a run deadline -------------
+
+RESULTS = "[sub-agent results"
+
+
+class CoordinatorInput(BaseModel):
+    topics: list[str] = Field(min_length=1)
+
+
+class CoordinatorOutput(BaseModel):
+    results: list[Any]
+    batches: int
+    heading: str
+
+
+def _coordinator(messages: list[dict[str, Any]]) -> ScriptedTurn:
+    wanted = CoordinatorInput.model_validate(user_input(messages))
+    batches = [
+        str(m["content"]) for m in messages
+        if m.get("role") == "user" and str(m.get("content", "")).startswith(RESULTS)
+    ]  # fmt: skip
+    done = steps_taken(messages)
+    if done == 0:
+        tasks = [{"agent": "researcher", "message": topic} for topic in wanted.topics]
+        return ScriptedTurn(
+            text="Dispatching. ",
+            tool_calls=(ScriptedToolCall(name="run_subagent", arguments={"tasks": tasks}),),
+        )
+    if batches:
+        heading, _, body = batches[-1].partition("\n")
+        return finish(
+            results=json.loads(body.split("\n")[0]), batches=len(batches), heading=heading
+        )
+    if done == 1:  # the pass goes on while the researchers work
+        return ScriptedTurn(
+            text="Meanwhile, other work. ", tool_calls=(call("pause", seconds=0.05),)
+        )
+    return ScriptedTurn(text="Waiting for the researchers.")  # the pass ends: the run parks
+
+
+def _coordinating_agent(name: str, deadline_s: float | None) -> Agent:
+    return with_dispatch(
+        Agent(
+            name=name,
+            description="Dispatches research tasks and reports the batch of results.",
+            input_model=CoordinatorInput,
+            output_model=CoordinatorOutput,
+            tools=[pause],
+            model=register_script(name, _coordinator),
+            max_steps=8,
+        ),
+        [SubagentType(agent_type="researcher", input_field="topic")],
+        run_deadline_s=deadline_s,
+    )
+
+
+coordinator = _coordinating_agent("coordinator", None)
+hasty = _coordinating_agent("hasty", 2.0)
+"""The same with a 2-second run deadline."""

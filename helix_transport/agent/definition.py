@@ -15,8 +15,10 @@ from pydantic import BaseModel
 from helix_transport._exceptions import UsageError
 from helix_transport.agent.tools import FINISH_TOOL, Tool, ToolContext
 
-StepHook = Callable[[ToolContext], Awaitable[list[dict[str, Any]]]]
-"""Runs before each model call of a fresh step; returns messages to add first."""
+StepHook = Callable[[ToolContext, list[dict[str, Any]]], Awaitable[list[dict[str, Any]]]]
+"""Runs before each model call of a fresh step with the conversation so far (read-only);
+returns messages to add first. It may wait (the run is parked; an interrupt still stops
+it) and may raise ``AgentRunError`` to fail the run."""
 
 _NAME = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 

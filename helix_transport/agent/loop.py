@@ -216,7 +216,7 @@ class RunLoop:
         if calls is None:  # a fresh step (not one cut off after its model call)
             self.writer.emit(pb.StreamEvent(step_started=pb.StepStarted()))
             for hook in self.agent.step_hooks:  # e.g. notices of children that finished
-                state.messages.extend(await hook(self._tool_context(state, "")))
+                state.messages.extend(await hook(self._tool_context(state, ""), state.messages))
             response = await self._call_model(state)
             state.usage = state.usage + response.usage
             state.messages.append(response.to_message())

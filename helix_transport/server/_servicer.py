@@ -17,6 +17,7 @@ from helix_transport.agent.definition import Agent
 from helix_transport.remote import interrupt_children
 from helix_transport.server import _validation as check
 from helix_transport.server._continue import continue_session
+from helix_transport.server._heartbeat import with_heartbeats
 from helix_transport.server._runner import SessionRunner
 from helix_transport.server.interceptors import ServerUnavailable
 from helix_transport.store import SessionRecord, Store, Usage
@@ -46,6 +47,7 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
         *,
         clients: ClientPool,
         poll_interval_s: float = 0.5,
+        heartbeat_interval_s: float = 5.0,
     ) -> None:
         self.agent = agent
         self.store = store
@@ -53,6 +55,7 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
         self.runner = runner
         self.clients = clients
         self.poll_interval_s = poll_interval_s
+        self.heartbeat_interval_s = heartbeat_interval_s
         self.accepting = True
 
     async def Start(self, request: pb.StartRequest, context: Context) -> pb.StartResponse:
@@ -97,13 +100,19 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
         from_sequence = check.from_sequence(request.from_sequence)
         if await self.store.get_session(session_id) is None:
             raise SessionNotFound(session_id)
-        async for batch in follow(
+        batches = follow(
             self.store,
             self.hub,
             session_id,
             from_sequence=from_sequence,
             poll_interval_s=self.poll_interval_s,
+        )
+        async for batch in with_heartbeats(
+            batches, self.store, session_id, interval_s=self.heartbeat_interval_s
         ):
+            if isinstance(batch, pb.Heartbeat):
+                yield pb.StreamResponse(heartbeat=batch)
+                continue
             for chunk in _chunks(batch):
                 yield pb.StreamResponse(events=chunk)
 

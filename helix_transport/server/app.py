@@ -59,6 +59,9 @@ class ServerConfig:
     and left for the next process to resume."""
     poll_interval_s: float = 0.5
     """How often an idle stream re-checks the store for writers in other processes."""
+    heartbeat_interval_s: float = 5.0
+    """A ``Stream`` quiet this long sends a ``heartbeat`` (not logged) while the session
+    runs, e.g. while it waits for its sub-agents, so idle connections stay up."""
     max_message_bytes: int = 4 << 20
     """Largest gRPC message accepted or sent."""
     reflection: bool = True
@@ -136,6 +139,7 @@ class AgentServer:
             self.runner,
             clients=self.clients,
             poll_interval_s=config.poll_interval_s,
+            heartbeat_interval_s=config.heartbeat_interval_s,
         )
         pb_grpc.add_AgentServiceServicer_to_server(self.servicer, self._server)
         self.health = health.aio.HealthServicer()

@@ -243,6 +243,8 @@ class EventStream:
         self.last_sequence = from_sequence
         self.reconnects = 0
         """How many times the stream was resumed after a break."""
+        self.heartbeats = 0
+        """Heartbeats received (quiet-stream signs of life; not events)."""
 
     def __aiter__(self) -> AsyncIterator[pb.StreamEvent]:
         return self._events()
@@ -260,6 +262,8 @@ class EventStream:
             detail = "the stream ended before the session's terminal event"
             try:
                 async for response in call:
+                    if response.HasField("heartbeat"):
+                        self.heartbeats += 1
                     for event in response.events:
                         if event.sequence <= self.last_sequence:
                             continue  # already delivered before a reconnect

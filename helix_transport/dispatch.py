@@ -1,0 +1,370 @@
+"""Non-blocking dispatch: one tool call sends tasks to several remote children at once.
+
+``with_dispatch(agent, [SubagentType(...)])`` gives the parent's model a
+``run_subagent`` tool taking ``{"tasks": [{"agent": ..., "message": ...}, ...]}``.
+It starts every task's child (session ``{parent}-task-{tool_call_id}-{i}``, so a
+re-run after a crash rejoins the same children) and returns their task ids at
+once; the parent's model pass goes on. The results of one call's tasks — one
+*batch* — reach the model together, as a single message at the start of a
+parent step:
+
+- as soon as every task of the batch has ended, at the next step; or
+- when the parent's pass ends (a step without tool calls) while a batch is
+  still out: the run *parks* at the start of its next step until the batch is
+  done, then goes on in the same run and the same stream. While it waits, the
+  stream sends heartbeats (``StreamResponse.heartbeat``, not logged).
+
+**Deadline.** With ``run_deadline_s``, the run has a wall-clock deadline counted
+from its first step (kept in the checkpointed state, so a restarted parent keeps
+it). At the deadline, tasks still running are interrupted and reported as timed
+out, together with whatever already finished, and the parent gets one more pass
+to give a partial answer; a run still going after that pass fails with
+``failure_reason = "deadline"``.
+
+**Exactly once.** Which batches were delivered is in the parent run's state
+(``ToolContext.state``), checkpointed with the conversation that holds them,
+as for the companion tools (``helix_transport.companions``).
+
+A parent that finishes (``__finish__``) while tasks are out completes; those
+children keep running unobserved.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, Field, field_validator
+
+from helix_transport._exceptions import AgentRunError, HelixError
+from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
+from helix_transport._status import SessionStatus
+from helix_transport.agent.definition import Agent
+from helix_transport.agent.loop import NUDGE
+from helix_transport.agent.tools import Tool, ToolContext, ToolError
+from helix_transport.registry import resolve_address
+from helix_transport.remote import ROOT_SESSION_KEY
+from helix_transport.store import SubSessionRef
+
+STATE_KEY = "helix.dispatch"
+POLL_S = 0.25
+"""While parked, how often the running tasks' statuses are re-read."""
+MAX_TASKS = 64
+"""Tasks one call may dispatch."""
+
+
+class RunDeadlineExceeded(AgentRunError):
+    """The run went past its deadline and its one last pass."""
+
+    failure_reason = "deadline"
+
+    def __init__(self, deadline_s: float) -> None:
+        super().__init__(f"the run's deadline of {deadline_s:g}s passed")
+        self.deadline_s = deadline_s
+
+    def _fields(self) -> dict[str, Any]:
+        return {"deadline_s": self.deadline_s}
+
+
+@dataclass(frozen=True, kw_only=True)
+class SubagentType:
+    """An agent type ``run_subagent`` may dispatch to, by registry name."""
+
+    agent_type: str
+    input_field: str | None = "message"
+    """A task's message becomes the child's input ``{input_field: message}``; with
+    ``None`` the message must be the child's input JSON."""
+    address: str | None = None
+    """The child service's address; ``None`` looks it up at call time."""
+    description: str = ""
+
+
+class Task(BaseModel):
+    agent: str = Field(description="The agent type to run the task.")
+    message: str = Field(description="The task for that agent.")
+
+    @field_validator("message")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must not be empty")
+        return value
+
+
+class DispatchArgs(BaseModel):
+    tasks: list[Task] = Field(min_length=1, max_length=MAX_TASKS)
+
+
+@dataclass(kw_only=True)
+class _Task:
+    task_id: str
+    agent_type: str
+    session_id: str
+    address: str
+    status: str = "running"
+    output_json: str = ""
+    error: str = ""
+
+    def report(self) -> dict[str, Any]:
+        shown: dict[str, Any] = {
+            "task_id": self.task_id,
+            "agent": self.agent_type,
+            "status": self.status,
+        }
+        if self.output_json:
+            shown["output"] = json.loads(self.output_json)
+        if self.error:
+            shown["error"] = self.error
+        return shown
+
+
+class Dispatcher:
+    """The ``run_subagent`` tool and the step hook that delivers and parks."""
+
+    def __init__(
+        self,
+        types: Sequence[SubagentType],
+        *,
+        tool_name: str = "run_subagent",
+        run_deadline_s: float | None = None,
+    ) -> None:
+        if not types or len({t.agent_type for t in types}) != len(types):
+            raise ValueError("declare each sub-agent type once, and at least one")
+        if run_deadline_s is not None and run_deadline_s <= 0:
+            raise ValueError("run_deadline_s must be positive")
+        self.types = {t.agent_type: t for t in types}
+        self.tool_name = tool_name
+        self.run_deadline_s = run_deadline_s
+
+    def tool(self) -> Tool:
+        """The model-facing dispatch tool."""
+        kinds = ", ".join(self.types)
+        return Tool(
+            name=self.tool_name,
+            description=(
+                f"Run tasks on sub-agents ({kinds}) in the background; returns task ids at "
+                "once. Their results arrive together in one message when all are done; "
+                "finish your current work meanwhile, or stop calling tools to wait."
+            ),
+            args_model=DispatchArgs,
+            fn=self._dispatch,
+        )
+
+    def attach(self, agent: Agent) -> Agent:
+        """``agent`` with the dispatch tool and its step hook."""
+        return dataclasses.replace(
+            agent, tools=[*agent.tools, self.tool()], step_hooks=[*agent.step_hooks, self.step]
+        )
+
+    # --- the tool ---------------------------------------------------------------------
+
+    async def _dispatch(self, ctx: ToolContext, args: DispatchArgs) -> dict[str, Any]:
+        unknown = sorted({t.agent for t in args.tasks} - set(self.types))
+        if unknown:
+            raise ToolError(f"unknown sub-agent type(s) {unknown} (known: {', '.join(self.types)})")
+        tasks = []
+        for index, task in enumerate(args.tasks):
+            config = self.types[task.agent]
+            try:
+                address = config.address or resolve_address(config.agent_type)
+            except HelixError as exc:
+                raise ToolError(f"{config.agent_type}: {exc.message}") from exc
+            task_id = f"{ctx.tool_call_id}-{index}"
+            tasks.append(
+                _Task(
+                    task_id=task_id,
+                    agent_type=task.agent,
+                    session_id=f"{ctx.session_id}-task-{task_id}",
+                    address=address,
+                )
+            )
+        inputs = [
+            t.message if self.types[t.agent].input_field is None else json.dumps(
+                {self.types[t.agent].input_field: t.message}
+            )
+            for t in args.tasks
+        ]  # fmt: skip
+        await asyncio.gather(*(self._start(ctx, t, i) for t, i in zip(tasks, inputs, strict=True)))
+        batches = _state(ctx)["batches"]
+        # A re-run of this call (a resumed parent) replaces its own batch, never adds one.
+        batches[:] = [b for b in batches if b["tool_call_id"] != ctx.tool_call_id]
+        batches.append(
+            {
+                "tool_call_id": ctx.tool_call_id,
+                "tasks": [dataclasses.asdict(t) for t in tasks],
+                "delivered": False,
+            }
+        )
+        return {
+            "tasks": [
+                {"task_id": t.task_id, "agent": t.agent_type, "status": t.status} for t in tasks
+            ],
+            "note": "the results will arrive together in one message when every task is done",
+        }
+
+    async def _start(self, ctx: ToolContext, task: _Task, input_json: str) -> None:
+        client = await ctx.clients.get(task.address)
+        metadata = {
+            **ctx.metadata,
+            ROOT_SESSION_KEY: ctx.metadata.get(ROOT_SESSION_KEY, ctx.session_id),
+        }
+        try:
+            await client.start(
+                input_json,
+                session_id=task.session_id,
+                parent_session_id=ctx.session_id,
+                metadata=metadata,
+            )
+        except HelixError as exc:
+            task.status, task.error = "failed", f"could not start: {exc.message}"
+        ctx.emit(
+            pb.StreamEvent(
+                subagent_start=pb.SubagentStart(
+                    tool_call_id=ctx.tool_call_id,
+                    child_session_id=task.session_id,
+                    child_agent_type=task.agent_type,
+                    address=task.address,
+                )
+            )
+        )
+        await _save_ref(ctx, task)
+
+    # --- the step hook ------------------------------------------------------------------
+
+    async def step(self, ctx: ToolContext, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Deliver finished batches; park when the pass ended with a batch out; the deadline."""
+        state = _state(ctx)
+        started = state.setdefault("started_at", time.time())
+        deadline = None if self.run_deadline_s is None else started + self.run_deadline_s
+        if state.get("final_pass_step") is not None:
+            # The one pass after the deadline is over and the run did not finish.
+            assert self.run_deadline_s is not None
+            raise RunDeadlineExceeded(self.run_deadline_s)
+        out = [b for b in state["batches"] if not b["delivered"]]
+        pass_ended = bool(messages) and messages[-1].get("content") == NUDGE
+        if out and pass_ended:
+            await self._park(ctx, out, deadline)
+        else:
+            await self._refresh(ctx, out)
+        if deadline is not None and time.time() >= deadline:
+            return await self._deadline(ctx, out, state)
+        ready = [b for b in out if all(t["status"] != "running" for t in b["tasks"])]
+        return self._deliver(ctx, ready, heading="[sub-agent results]")
+
+    async def _park(
+        self, ctx: ToolContext, batches: list[dict[str, Any]], deadline: float | None
+    ) -> None:
+        """Wait until one outstanding batch is done (or the deadline passes)."""
+        while True:
+            await self._refresh(ctx, batches)
+            if any(all(t["status"] != "running" for t in b["tasks"]) for b in batches):
+                return
+            if deadline is not None and time.time() >= deadline:
+                return
+            pause = POLL_S if deadline is None else min(POLL_S, max(0.0, deadline - time.time()))
+            await asyncio.sleep(pause)
+
+    async def _deadline(
+        self, ctx: ToolContext, batches: list[dict[str, Any]], state: dict[str, Any]
+    ) -> list[dict[str, Any]]:
+        state["final_pass_step"] = ctx.step
+        late = [t for b in batches for t in b["tasks"] if t["status"] == "running"]
+
+        async def stop(task: dict[str, Any]) -> None:
+            with contextlib.suppress(HelixError):  # best effort; it is reported timed out
+                client = await ctx.clients.get(task["address"])
+                await client.interrupt(task["session_id"], reason="the parent's deadline passed")
+            task["status"], task["error"] = "timed_out", "the run's deadline passed"
+            await _save_ref(ctx, _Task(**task))
+
+        await asyncio.gather(*(stop(t) for t in late))
+        delivered = self._deliver(ctx, batches, heading="[sub-agent results at the deadline]")
+        note = "The run's deadline has passed: give your best answer now, in this step."
+        if delivered:
+            delivered[0]["content"] += "\n" + note
+            return delivered
+        return [{"role": "user", "content": note}]
+
+    def _deliver(
+        self, ctx: ToolContext, batches: list[dict[str, Any]], *, heading: str
+    ) -> list[dict[str, Any]]:
+        if not batches:
+            return []
+        reports = []
+        for batch in batches:
+            batch["delivered"] = True  # durable with the conversation that holds it
+            for task in batch["tasks"]:
+                reports.append(_Task(**task).report())
+                _end_event(ctx, batch["tool_call_id"], _Task(**task))
+        return [{"role": "user", "content": f"{heading}\n{json.dumps(reports)}"}]
+
+    async def _refresh(self, ctx: ToolContext, batches: list[dict[str, Any]]) -> None:
+        running = [t for b in batches for t in b["tasks"] if t["status"] == "running"]
+
+        async def one(task: dict[str, Any]) -> None:
+            try:
+                client = await ctx.clients.get(task["address"])
+                status = await client.get_status(task["session_id"])
+            except HelixError:
+                return  # unreachable for now; still running as far as we know
+            if status.status in (pb.SESSION_STATUS_RUNNING, pb.SESSION_STATUS_UNSPECIFIED):
+                return
+            task["status"] = SessionStatus.from_proto(status.status).value
+            task["output_json"] = status.output_json
+            task["error"] = status.error
+            await _save_ref(ctx, _Task(**task))
+
+        await asyncio.gather(*(one(t) for t in running))
+
+
+def _state(ctx: ToolContext) -> dict[str, Any]:
+    state: dict[str, Any] = ctx.state.setdefault(STATE_KEY, {"batches": []})
+    return state
+
+
+def _end_event(ctx: ToolContext, tool_call_id: str, task: _Task) -> None:
+    status = SessionStatus.FAILED if task.status == "timed_out" else SessionStatus(task.status)
+    ctx.emit(
+        pb.StreamEvent(
+            subagent_end=pb.SubagentEnd(
+                tool_call_id=tool_call_id,
+                child_session_id=task.session_id,
+                child_agent_type=task.agent_type,
+                status=status.to_proto(),
+                output_json=task.output_json,
+                error=task.error,
+            )
+        )
+    )
+
+
+async def _save_ref(ctx: ToolContext, task: _Task) -> None:
+    # A running task's ref makes the parent's Interrupt cascade to it and the
+    # stream's heartbeat count it.
+    status = SessionStatus.FAILED if task.status == "timed_out" else SessionStatus(task.status)
+    await ctx.store.put_subsession_ref(
+        SubSessionRef(
+            parent_session_id=ctx.session_id,
+            child_session_id=task.session_id,
+            agent_type=task.agent_type,
+            tool_call_id=task.task_id,
+            status=status,
+            address=task.address,
+            completed_at=None if status is SessionStatus.RUNNING else time.time(),
+            output_json=task.output_json,
+            error=task.error,
+        )
+    )
+
+
+def with_dispatch(
+    agent: Agent, types: Sequence[SubagentType], *, run_deadline_s: float | None = None
+) -> Agent:
+    """``agent`` with the ``run_subagent`` tool (see the module docstring)."""
+    return Dispatcher(types, run_deadline_s=run_deadline_s).attach(agent)

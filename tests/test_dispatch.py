@@ -1,0 +1,110 @@
+"""``run_subagent`` across real service processes: a parent dispatches three
+researchers in one tool call and goes on; their results arrive together in one
+message and the parent runs again, in the same run and the same stream, which
+carries heartbeats while the parent waits. With a run deadline, researchers still
+running are interrupted and reported timed out, and the parent gives a partial answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from helix_transport import AgentClient
+from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
+from helix_transport.registry import address_env_var
+from tests.helpers import ROOT, ServiceProcess, free_port
+
+TOPICS = ["event sourcing", "grpc streaming", "backoff"]
+
+
+@asynccontextmanager
+async def mesh(
+    parent: str, workdir: Path, *, child_delay_ms: int
+) -> AsyncIterator[tuple[ServiceProcess, ServiceProcess]]:
+    def service(agent: str, name: str, env: dict[str, str], args: list[str]) -> ServiceProcess:
+        return ServiceProcess(
+            agent,
+            port=free_port(),
+            store_url=f"sqlite:///{workdir / (name + '.db')}",
+            log_path=workdir / f"{name}.log",
+            env=env,
+            extra_args=["--lease-ttl", "1", "--drain-timeout", "0.5", *args],
+            cwd=ROOT,
+        )
+
+    researcher = service(
+        "services.researcher:agent",
+        "researcher",
+        {"HELIX_SCRIPTED_DELAY_MS": str(child_delay_ms)},
+        [],
+    )
+    coordinator = service(
+        f"tests.companion_agents:{parent}",
+        parent,
+        {address_env_var("researcher"): researcher.address},
+        ["--heartbeat-interval", "0.2"],
+    )
+    await asyncio.gather(researcher.start(), coordinator.start())
+    try:
+        yield researcher, coordinator
+    finally:
+        await asyncio.gather(coordinator.stop(), researcher.stop())
+
+
+def kinds(events: list[pb.StreamEvent]) -> list[str]:
+    return [e.WhichOneof("payload") or "" for e in events]
+
+
+async def test_results_arrive_in_one_batch_in_the_same_run_and_stream(tmp_path: Path) -> None:
+    async with (
+        mesh("coordinator", tmp_path, child_delay_ms=15) as (_, parent),
+        await AgentClient.connect(parent.address) as client,
+    ):
+        await client.start(json.dumps({"topics": TOPICS}), session_id="co")
+        stream = client.stream("co")
+        events = [e async for e in stream]
+
+    assert kinds(events)[-1] == "completed"
+    terminal = {"completed", "failed", "interrupted", "terminated"}
+    assert [k for k in kinds(events) if k in terminal] == ["completed"]  # one run
+    output = json.loads(events[-1].completed.output_json)
+    assert output["batches"] == 1 and output["heading"] == "[sub-agent results]"
+    assert sorted(r["task_id"] for r in output["results"]) == [
+        "call_1_0-0",
+        "call_1_0-1",
+        "call_1_0-2",
+    ]
+    assert {r["status"] for r in output["results"]} == {"completed"}
+    assert {r["output"]["topic"] for r in output["results"]} == set(TOPICS)
+    # The pass went on (pause), then ended (text only) and the run parked, beating.
+    text = "".join(e.text_delta.text for e in events if e.WhichOneof("payload") == "text_delta")
+    assert "Meanwhile, other work." in text and "Waiting for the researchers." in text
+    assert stream.heartbeats >= 1
+    ends = [e.subagent_end for e in events if e.WhichOneof("payload") == "subagent_end"]
+    assert len(ends) == 3 and {e.status for e in ends} == {pb.SESSION_STATUS_COMPLETED}
+    waiting = kinds(events).index("subagent_end")
+    assert kinds(events)[waiting - 1] == "step_started"  # delivered at a step's start
+
+
+async def test_a_run_deadline_times_children_out_and_gets_a_partial_answer(
+    tmp_path: Path,
+) -> None:
+    async with (
+        mesh("hasty", tmp_path, child_delay_ms=400) as (researcher, parent),
+        await AgentClient.connect(parent.address) as client,
+        await AgentClient.connect(researcher.address) as children,
+    ):
+        await client.start(json.dumps({"topics": TOPICS}), session_id="h1")
+        events = [e async for e in client.stream("h1")]
+        statuses = [(await children.get_status(f"h1-task-call_1_0-{i}")).status for i in range(3)]
+
+    assert kinds(events)[-1] == "completed"
+    output = json.loads(events[-1].completed.output_json)
+    assert output["heading"] == "[sub-agent results at the deadline]"
+    assert {r["status"] for r in output["results"]} == {"timed_out"}
+    # The late children were interrupted, not left running.
+    assert set(statuses) == {pb.SESSION_STATUS_INTERRUPTED}
