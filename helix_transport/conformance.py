@@ -18,6 +18,11 @@ promises:
   nothing and says so, and of a running one is reported truthfully;
 - ``NOT_FOUND`` for unknown sessions and ``INVALID_ARGUMENT`` (``field: problem``)
   for bad requests, with no session created by a rejected ``Start``.
+- ``Continue`` (optional: ``UNIMPLEMENTED`` makes it a skip) starts a fresh second
+  turn on the finished main session once, even when retried; the turn's stream
+  begins with ``turn_started`` right after the old terminal event and ends at its
+  own; another message for that turn is ``ALREADY_EXISTS``, a turn out of order
+  ``FAILED_PRECONDITION``. It runs last, since it adds to the main session.
 
 The caller gives a valid input; an input the schema rejects is derived from
 ``Describe`` when not given. Each session the kit starts uses that input, so a
@@ -405,6 +410,10 @@ class _Kit:
         await self.check("errors.negative_from_sequence", self.check_negative_from_sequence)
         await self.check("errors.malformed_input", self.check_malformed_input)
         await self.check("errors.schema_rejected_input", self.check_rejected_input)
+        if sessions is not None:  # last: it adds a turn to the main session
+            await self.check("continue.new_turn", self.check_continue)
+        else:
+            self.results.append(CheckResult("continue.new_turn", False, "not run: Start failed"))
         return self.results
 
     async def check_health(self) -> str:
@@ -781,6 +790,61 @@ class _Kit:
             f"status {_status_name(again.status)}",
         )
         return outcome
+
+    async def check_continue(self) -> str:
+        """``Continue`` (optional): a fresh turn on the finished main session, idempotent."""
+        session_id = self.main_session_id
+        before = await self.status(session_id)
+        request = pb.ContinueRequest(
+            session_id=session_id, message=self.input_json, turn=2, fresh=True
+        )
+        try:
+            reply = await self.stub.Continue(request, timeout=self.rpc_timeout_s)
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+                raise _Skipped("Continue is optional; the service answers UNIMPLEMENTED") from None
+            raise
+        _require(
+            reply.created and reply.turn == 2 and reply.from_sequence == before.last_sequence,
+            f"Continue of a finished session: created={reply.created}, turn={reply.turn}, "
+            f"from_sequence={reply.from_sequence} (the log ended at {before.last_sequence})",
+        )
+        again = await self.stub.Continue(request, timeout=self.rpc_timeout_s)
+        _require(
+            not again.created and again.from_sequence == reply.from_sequence,
+            f"a retried Continue: created={again.created}, from_sequence={again.from_sequence}",
+        )
+        read = await self.read(session_id, reply.from_sequence)
+        read.require_complete("the new turn's stream")
+        _require(not (gap := _gapless(read.events, first=reply.from_sequence + 1)), gap)
+        first = read.events[0]
+        _require(
+            _kind(first) == "turn_started" and first.turn_started.turn == 2,
+            f"the new turn begins with {_kind(first)}, not turn_started{{turn: 2}}",
+        )
+        after = await self.status(session_id)
+        final = _kind(read.events[-1])
+        _require(
+            after.status == TERMINAL_STATUS[final]
+            and after.last_sequence == read.events[-1].sequence,
+            f"after the turn GetStatus says {_status_name(after.status)} at "
+            f"{after.last_sequence}, but the log ends {final} at {read.events[-1].sequence}",
+        )
+        other = pb.ContinueRequest(
+            session_id=session_id, message=self.input_json + " ", turn=2, fresh=False
+        )
+        await self.expect_error(
+            grpc.StatusCode.ALREADY_EXISTS, self.stub.Continue(other, timeout=self.rpc_timeout_s)
+        )
+        skip = pb.ContinueRequest(session_id=session_id, message="next", turn=4, fresh=True)
+        await self.expect_error(
+            grpc.StatusCode.FAILED_PRECONDITION,
+            self.stub.Continue(skip, timeout=self.rpc_timeout_s),
+        )
+        return (
+            f"turn 2 ran after sequence {reply.from_sequence} and ended {final}; a retry "
+            "was created=false; another message ALREADY_EXISTS; turn 4 FAILED_PRECONDITION"
+        )
 
     async def check_not_found(self) -> str:
         missing = f"{self.prefix}-missing"

@@ -58,6 +58,7 @@ EXPECTED_CHECKS = {
     "errors.negative_from_sequence",
     "errors.malformed_input",
     "errors.schema_rejected_input",
+    "continue.new_turn",
 }
 
 
@@ -66,8 +67,9 @@ def assert_all_pass(results: list[CheckResult]) -> None:
     failed = [r for r in results if not r.passed]
     assert not failed, format_results(results)
     skipped = {r.name for r in results if r.skipped}
-    # Only a run that ends within three events may skip the mid-run reconnect.
-    assert skipped <= {"stream.resume_mid_run"}, format_results(results)
+    # Only a run that ends within three events may skip the mid-run reconnect, and
+    # Continue is optional (the Node.js service does not implement it).
+    assert skipped <= {"stream.resume_mid_run", "continue.new_turn"}, format_results(results)
 
 
 @pytest.fixture
@@ -87,6 +89,7 @@ async def test_python_services_conform(agent: Agent, input_json: str) -> None:
         results = await run_conformance(server.address, input_json=input_json, timeout_s=60)
     assert_all_pass(results)
     assert {r.name: r for r in results}["stream.resume_mid_run"].passed
+    assert not {r.name: r for r in results}["continue.new_turn"].skipped
 
 
 @pytest.mark.usefixtures("slow_scripted_model")
@@ -130,7 +133,7 @@ async def test_cli_prints_the_table_and_exits_zero(start_node: StartNode) -> Non
     assert proc.returncode == 0, text + err.decode()
     assert "PASS  stream.gapless" in text
     assert "input_json.text: Input should be a valid string" in text
-    assert text.rstrip().endswith("21 checks: 21 passed, 0 failed, 0 skipped")
+    assert text.rstrip().endswith("22 checks: 21 passed, 0 failed, 1 skipped")
 
 
 async def test_cli_exits_non_zero_when_nothing_listens() -> None:
@@ -195,6 +198,15 @@ class UnknownIsInternal(AgentServicer):
         return await super().GetStatus(request, context)
 
 
+class ContinueNotIdempotent(AgentServicer):
+    """Claims every Continue started a new turn."""
+
+    async def Continue(self, request: pb.ContinueRequest, context: Any) -> pb.ContinueResponse:
+        response = await super().Continue(request, context)
+        response.created = True
+        return response
+
+
 class CannotStart(AgentServicer):
     """Fails every Start."""
 
@@ -211,6 +223,7 @@ class CannotStart(AgentServicer):
         (KeepsStreamsOpen, {"stream.concurrent_readers"}),
         (UnknownIsInternal, {"errors.not_found"}),
         (CannotStart, {"start.generated_id", "stream.gapless", "interrupt.running"}),
+        (ContinueNotIdempotent, {"continue.new_turn"}),
     ],
     ids=[
         "gap",
@@ -219,6 +232,7 @@ class CannotStart(AgentServicer):
         "stream-stays-open",
         "internal-not-found",
         "cannot-start",
+        "continue-not-idempotent",
     ],
 )
 async def test_kit_fails_a_broken_server(
