@@ -23,6 +23,7 @@ from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._status import SessionStatus
 from helix_transport._turns import StartedTurn, read_turns
 from helix_transport.server import _validation as check
+from helix_transport.server._ownership import visible
 from helix_transport.server._runner import SessionRunner
 from helix_transport.server.interceptors import ServerUnavailable
 from helix_transport.store import SessionRecord, SessionUpdate, Store
@@ -47,7 +48,7 @@ async def continue_session(
         raise InvalidArgument("turn", "must be at least 2 (turn 1 is the run Start began)")
     for _ in range(3):  # a lost race with a concurrent Continue is re-examined
         record = await store.get_session(session_id)
-        if record is None or record.agent_type != runner.agent.name:
+        if record is None or record.agent_type != runner.agent.name or not visible(record):
             raise SessionNotFound(session_id)
         turns = await read_turns(store, session_id)
         current = 1 + len(turns)

@@ -18,6 +18,8 @@ from helix_transport.remote import interrupt_children
 from helix_transport.server import _validation as check
 from helix_transport.server._continue import continue_session
 from helix_transport.server._heartbeat import with_heartbeats
+from helix_transport.server._identity import current_principal
+from helix_transport.server._ownership import visible
 from helix_transport.server._runner import SessionRunner
 from helix_transport.server.interceptors import ServerUnavailable
 from helix_transport.store import SessionRecord, Store, Usage
@@ -65,6 +67,7 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
         parsed = check.agent_input(self.agent.input_model, request.input_json)
         metadata = check.metadata(dict(request.metadata))
         input_json = request.input_json or parsed.model_dump_json()
+        caller = current_principal()  # the new session's owner
         # Compare existing sessions on the raw input: an equal JSON value is the same call.
         record = SessionRecord(
             session_id=session_id,
@@ -73,6 +76,8 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
             input_hash=input_fingerprint(input_json),
             parent_session_id=request.parent_session_id,
             metadata=metadata,
+            principal=caller.name,
+            tenant=caller.tenant,
         )
         # One atomic round trip: create, or get the existing session back.
         if self.accepting:
@@ -82,7 +87,12 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
             if found is None:
                 raise ServerUnavailable("server is shutting down; not starting new sessions")
             existing, created = found, False
-        if existing.input_hash != record.input_hash or existing.agent_type != self.agent.name:
+        # Another principal's session: the same answer as a different input (see _ownership).
+        if (
+            not visible(existing)
+            or existing.input_hash != record.input_hash
+            or existing.agent_type != self.agent.name
+        ):
             raise SessionExists(session_id)
         if created:
             await self.runner.start(existing)
@@ -98,8 +108,7 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
     ) -> AsyncIterator[pb.StreamResponse]:
         session_id = check.session_id(request.session_id)
         from_sequence = check.from_sequence(request.from_sequence)
-        if await self.store.get_session(session_id) is None:
-            raise SessionNotFound(session_id)
+        await self._record(session_id)
         batches = follow(
             self.store,
             self.hub,
@@ -198,13 +207,13 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
                 )
             else:
                 child = await self.store.get_session(ref.child_session_id)
-                if child is not None:
+                if child is not None and visible(child):
                     total = total + await self._total_usage(child, seen=seen)
         return total
 
     async def _record(self, session_id: str) -> SessionRecord:
         record = await self.store.get_session(session_id)
-        if record is None:
+        if record is None or not visible(record):  # another's: as if it did not exist
             raise SessionNotFound(session_id)
         return record
 

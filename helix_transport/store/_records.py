@@ -73,6 +73,12 @@ class SessionRecord:
     """The process (replica id) holding the session's lease; empty when none."""
     lease_expires_at: float = 0.0
     """When the owner's lease lapses unless renewed."""
+    principal: str = ""
+    """Who started the session: the authenticated principal (``anonymous`` on a
+    service without authentication). Only this principal of this tenant sees it.
+    Empty on records written before sessions had owners: they count as anonymous's."""
+    tenant: str = ""
+    """The tenant of ``principal``."""
 
 
 @dataclass(frozen=True, kw_only=True)

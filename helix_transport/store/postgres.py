@@ -78,6 +78,11 @@ _MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (parent_session_id, child_session_id));
     CREATE INDEX subsession_refs_by_position ON {s}.subsession_refs (parent_session_id, position);
     """,
+    # 2: sessions belong to the principal (and tenant) that started them.
+    """
+    ALTER TABLE {s}.sessions ADD COLUMN principal text NOT NULL DEFAULT '',
+        ADD COLUMN tenant text NOT NULL DEFAULT '';
+    """,
 )
 
 SCHEMA_VERSION = len(_MIGRATIONS)

@@ -161,6 +161,8 @@ _DECODERS: dict[str, Callable[[str], Any]] = {
     "Usage": lambda s: Usage(**json.loads(s)),
 }
 _SESSION_DECODERS = {f.name: _DECODERS[str(f.type)] for f in dataclasses.fields(SessionRecord)}
+# Fields a hash written by an older helix-mesh lacks; the record's default applies.
+_ADDED_LATER = frozenset({"principal", "tenant"})
 
 
 @contextmanager
@@ -561,7 +563,11 @@ def _decode_session(raw: Any) -> SessionRecord:
         raw = dict(zip(raw[::2], raw[1::2], strict=True))
     fields = {name.decode(): value.decode() for name, value in raw.items()}
     return SessionRecord(
-        **{name: decode(fields[name]) for name, decode in _SESSION_DECODERS.items()}
+        **{
+            name: decode(fields[name])
+            for name, decode in _SESSION_DECODERS.items()
+            if name not in _ADDED_LATER or name in fields
+        }
     )
 
 

@@ -39,7 +39,7 @@ from helix_transport.store._records import (
     Usage,
 )
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """The schema this module writes; a file with a newer version is refused."""
 
 _T = TypeVar("_T")
@@ -90,6 +90,16 @@ CREATE TABLE IF NOT EXISTS subsession_refs (
     PRIMARY KEY (parent_session_id, child_session_id)
 );
 """
+
+# What takes a file of version N - 1 to N (the version 1 schema is _SCHEMA above).
+# Never edit a released upgrade: append one.
+_UPGRADES: dict[int, tuple[str, ...]] = {
+    # 2: sessions belong to the principal (and tenant) that started them.
+    2: (
+        "ALTER TABLE sessions ADD COLUMN principal TEXT NOT NULL DEFAULT ''",
+        "ALTER TABLE sessions ADD COLUMN tenant TEXT NOT NULL DEFAULT ''",
+    ),
+}
 
 # Derived from the records so a new field without a schema migration fails loudly
 # ("no column named ...") instead of being dropped silently.
@@ -390,13 +400,18 @@ def _ensure_schema(conn: sqlite3.Connection) -> None:
                 conn.execute(statement)
         row = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()
         version = row[0]
-        if version is None:
-            conn.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
-        elif version > SCHEMA_VERSION:
+        if version is not None and version > SCHEMA_VERSION:
             raise StoreError(
                 f"the database has schema version {version}; this helix-mesh "
                 f"understands up to {SCHEMA_VERSION}: upgrade helix-mesh"
             )
+        # A new file has just been given the version 1 schema: upgrade it like an old one.
+        for target in range((version or 1) + 1, SCHEMA_VERSION + 1):
+            for statement in _UPGRADES[target]:
+                conn.execute(statement)
+        if version != SCHEMA_VERSION:
+            conn.execute("DELETE FROM schema_version")
+            conn.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
 
 
 def _write(conn: sqlite3.Connection, sql: str, params: Any) -> None:

@@ -97,6 +97,8 @@ class StoreConformance:
             finished_at=1_700_000_124.75,
             owner="replica-1",
             lease_expires_at=1_700_000_200.125,
+            principal="alice",
+            tenant="acme",
         )
         stored, created = await store.create_session(record)
         assert created is True
@@ -140,6 +142,29 @@ class StoreConformance:
         assert updated.finished_at is not None and updated.finished_at >= before
         assert updated.created_at == 1.0
         assert await store.get_session("s-1") == updated
+
+    async def test_the_starting_principal_stays_with_the_session(self, store: Store) -> None:
+        # Ownership is set once, by create_session: a second creator (another principal
+        # racing for the same id) gets the first one's record back, and nothing that
+        # writes the session later (updates, appends, leases) changes its owner.
+        mine = make_record("s-owned", principal="alice", tenant="acme")
+        theirs = make_record("s-owned", principal="mallory", tenant="globex")
+        assert (await store.create_session(mine)) == (mine, True)
+        stored, created = await store.create_session(theirs)
+        assert created is False and (stored.principal, stored.tenant) == ("alice", "acme")
+        await store.update_session("s-owned", SessionUpdate(status=SessionStatus.COMPLETED))
+        await store.append(
+            "s-owned", [make_event("x", session_id="s-owned")], update=SessionUpdate(step_count=2)
+        )
+        assert await store.acquire_lease("s-owned", "replica-1", ttl_s=5)
+        got = await store.get_session("s-owned")
+        assert got is not None and (got.principal, got.tenant) == ("alice", "acme")
+        (listed,) = [
+            r
+            for r in await store.list_sessions(status=SessionStatus.COMPLETED)
+            if r.session_id == "s-owned"
+        ]
+        assert (listed.principal, listed.tenant) == ("alice", "acme")
 
     async def test_update_session_with_expected_status(self, store: Store) -> None:
         await store.create_session(make_record())

@@ -158,7 +158,9 @@ class AgentClient:
         attempt = 0
         while True:
             try:
-                return await self._stub.Continue(request, timeout=self._timeout)
+                return await self._stub.Continue(
+                    request, timeout=self._timeout, metadata=self._metadata()
+                )
             except grpc.aio.AioRpcError as exc:
                 spent = time.monotonic() - started
                 if (

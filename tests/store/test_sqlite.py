@@ -13,6 +13,7 @@ from helix_transport.store import (
     SqliteStore,
     Store,
 )
+from helix_transport.store import sqlite as sqlite_module
 from helix_transport.testing.store_suite import (
     DurableStoreConformance,
     Reopen,
@@ -39,9 +40,37 @@ async def test_open_creates_parent_dirs_and_uses_wal(tmp_path: Path) -> None:
     assert path.exists()
     with sqlite3.connect(path) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(1,)]
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(2,)]
         tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
     assert {"sessions", "events", "checkpoints", "interrupts", "subsession_refs"} <= tables
+
+
+async def test_a_version_1_file_is_upgraded_and_its_sessions_are_anonymous(
+    tmp_path: Path,
+) -> None:
+    """A file written before sessions had owners: opening it adds the columns, keeps
+    every session, and those sessions belong to nobody but ``anonymous`` ('')."""
+    path = tmp_path / "v1.db"
+    with sqlite3.connect(path) as conn:
+        for statement in sqlite_module._SCHEMA.split(";"):
+            if statement.strip():
+                conn.execute(statement)
+        conn.execute("INSERT INTO schema_version (version) VALUES (1)")
+        conn.execute(
+            "INSERT INTO sessions VALUES ('old', 'counter', '{}', 'h', 'completed', '', '{}', "
+            "'{\"total\": 1}', '', '', 1, '{}', 3, 1.0, 2.0, 2.0, '', 0.0)"
+        )
+    store = await SqliteStore.open(str(path))
+    try:
+        old = await store.get_session("old")
+        assert old is not None and old.output_json == '{"total": 1}'
+        assert (old.principal, old.tenant) == ("", "")
+        new, _ = await store.create_session(make_record("new", principal="bob", tenant="acme"))
+        assert await store.get_session("new") == new
+    finally:
+        await store.aclose()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(2,)]
 
 
 async def test_newer_schema_is_refused(tmp_path: Path) -> None:
