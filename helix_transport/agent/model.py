@@ -91,6 +91,10 @@ async def stream_completion(
             stream=True,
             stream_options={"include_usage": True},
             metadata=metadata or {},
+            # Our tools are plain functions, never litellm-proxy MCP tools: skip the
+            # MCP gateway check, which imports mcp/starlette/uvicorn (~20 MiB, 360
+            # modules) on the first tool-calling completion of every process.
+            _skip_mcp_handler=True,
             **(settings or {}),
         )
         async for chunk in _aiter(stream):
