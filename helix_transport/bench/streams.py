@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
+from helix_transport.agent.loop import FINISH_INSTRUCTIONS
+from helix_transport.agent.model import stream_completion
 from helix_transport.bench._measure import (
     CpuMeter,
     Ids,
@@ -173,6 +175,31 @@ async def single_stream(
             "helix": summary(helix_ms),
             "raw": summary(raw_ms),
         }
+        if "3 model call ms" not in report.details:  # once per run
+            # The floor under 3: the one-step agent's single litellm call on its own.
+            model_ms = await latencies_ms(_model_call, sessions)
+            report.add(
+                f"3 of which: the litellm call alone p50, {sessions} calls",
+                "no server, no store",
+                "ms",
+                percentile(model_ms, 50),
+                percentile(raw_ms, 50),
+                "raw grpc.aio 3-message stream",
+            )
+            report.details["3 model call ms"] = summary(model_ms)
+
+
+async def _model_call() -> None:
+    """One completion of the leaf's first (finishing) turn, as the run loop makes it."""
+    await stream_completion(
+        model=leaf.resolved_model(),
+        messages=[
+            {"role": "system", "content": FINISH_INSTRUCTIONS},
+            {"role": "user", "content": leaf_input()},
+        ],
+        tools=leaf.tool_schemas(),
+        on_text=lambda text: None,
+    )
 
 
 # ---------------------------------------------------------------- 6
