@@ -62,6 +62,8 @@ class SessionRunner:
         self.clients = clients
         self.hooks = hooks
         self._runs: dict[str, _Run] = {}
+        self._starting: set[str] = set()
+        """Sessions between ``start`` being called and their run being registered."""
         self._renewer: asyncio.Task[None] | None = None
 
     @property
@@ -71,12 +73,30 @@ class SessionRunner:
 
     async def start(self, record: SessionRecord, *, resume_reason: str = "") -> bool:
         """Run ``record`` here if its lease can be taken; False when another process owns it."""
-        if record.session_id in self._runs:
+        session_id = record.session_id
+        # Claimed before the first await: a Start and the orphan scan (or a retried
+        # Start) racing for one session must not both build a run of it here.
+        if session_id in self._runs or session_id in self._starting:
             return True
+        self._starting.add(session_id)
+        try:
+            return await self._start(record, resume_reason)
+        finally:
+            self._starting.discard(session_id)
+
+    async def _start(self, record: SessionRecord, resume_reason: str) -> bool:
         if not await self.store.acquire_lease(
             record.session_id, self.owner, ttl_s=self.lease_ttl_s
         ):
             return False
+        if resume_reason:
+            # A resume acts on the store's record now, not on the listing it came
+            # from: that run may have finished (or moved on) in the meantime.
+            fresh = await self.store.get_session(record.session_id)
+            if fresh is None or fresh.status is not SessionStatus.RUNNING:
+                await self.store.release_lease(record.session_id, self.owner)
+                return False
+            record = fresh
         writer = SessionWriter(
             self.store,
             self.hub,
