@@ -17,8 +17,9 @@ class RetryConfig:
 
     initial_backoff: timedelta = timedelta(milliseconds=50)
     """Delay before the first retry."""
-    max_backoff: timedelta = timedelta(seconds=2)
-    """Largest delay between two attempts."""
+    max_backoff: timedelta = timedelta(seconds=1)
+    """Largest delay between two attempts (also how late, at worst, a stream notices
+    that its restarted server is back)."""
     multiplier: float = 2.0
     """Growth of the delay per failed attempt."""
     deadline: timedelta = timedelta(seconds=30)
@@ -103,7 +104,7 @@ class ClientConfig:
             ("grpc.dns_min_time_between_resolutions_ms", 5000),
             # Reconnect quickly after a server restart instead of grpc's 1s+ default.
             ("grpc.initial_reconnect_backoff_ms", 100),
-            ("grpc.max_reconnect_backoff_ms", 2000),
+            ("grpc.max_reconnect_backoff_ms", 1000),
         ]
 
 
