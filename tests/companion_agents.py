@@ -272,3 +272,28 @@ def _coordinating_agent(name: str, deadline_s: float | None) -> Agent:
 coordinator = _coordinating_agent("coordinator", None)
 hasty = _coordinating_agent("hasty", 2.0)
 """The same with a 2-second run deadline."""
+
+
+def _stubborn(messages: list[dict[str, Any]]) -> ScriptedTurn:
+    if steps_taken(messages) == 0:
+        tasks = [{"agent": "researcher", "message": "event sourcing"}]
+        return ScriptedTurn(
+            tool_calls=(ScriptedToolCall(name="run_subagent", arguments={"tasks": tasks}),)
+        )
+    return ScriptedTurn(tool_calls=(call("pause", seconds=0.2),))  # never answers
+
+
+stubborn = with_dispatch(
+    Agent(
+        name="stubborn",
+        description="Dispatches, then ignores its deadline.",
+        input_model=CoordinatorInput,
+        output_model=CoordinatorOutput,
+        tools=[pause],
+        model=register_script("stubborn", _stubborn),
+        max_steps=50,
+    ),
+    [SubagentType(agent_type="researcher", input_field="topic")],
+    run_deadline_s=1.0,
+)
+"""Keeps working past its deadline's last pass: the run fails with ``deadline``."""

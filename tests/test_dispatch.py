@@ -13,9 +13,14 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from helix_transport import AgentClient
+import pytest
+
+from helix_transport import AgentClient, create_server
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.registry import address_env_var
+from helix_transport.store import MemoryStore
+from services.researcher import agent as researcher
+from tests.companion_agents import stubborn
 from tests.helpers import ROOT, ServiceProcess, free_port
 
 TOPICS = ["event sourcing", "grpc streaming", "backoff"]
@@ -108,3 +113,24 @@ async def test_a_run_deadline_times_children_out_and_gets_a_partial_answer(
     assert {r["status"] for r in output["results"]} == {"timed_out"}
     # The late children were interrupted, not left running.
     assert set(statuses) == {pb.SESSION_STATUS_INTERRUPTED}
+
+
+async def test_a_run_still_going_after_its_last_pass_fails_with_deadline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("HELIX_SCRIPTED_DELAY_MS", "100")  # the researcher outlives the deadline
+    async with (
+        await create_server(researcher, MemoryStore(), allow_unauthenticated=True) as child,
+    ):
+        monkeypatch.setenv(address_env_var("researcher"), child.address)
+        async with (
+            await create_server(stubborn, MemoryStore(), allow_unauthenticated=True) as parent,
+            await AgentClient.connect(parent.address) as client,
+        ):
+            await client.start(json.dumps({"topics": ["x"]}), session_id="s1")
+            events = [e async for e in client.stream("s1")]
+
+    assert kinds(events)[-1] == "failed"
+    assert events[-1].failed.failure_reason == "deadline"
+    ends = [e.subagent_end for e in events if e.WhichOneof("payload") == "subagent_end"]
+    assert [e.error for e in ends] == ["the run's deadline passed"]
