@@ -30,6 +30,7 @@ if TYPE_CHECKING:
         MaxStepsExceeded,
         ModelAPIError,
         RemoteError,
+        ResourceExhausted,
         RunInterrupted,
         SequenceConflict,
         SequenceGap,
@@ -50,6 +51,7 @@ if TYPE_CHECKING:
     from helix_transport.agent.tools import Tool, ToolContext, tool
     from helix_transport.server.app import AgentServer, ServerConfig, create_server
     from helix_transport.server.auth import AuthConfig
+    from helix_transport.server.limits import Limits
     from helix_transport.store import Store, open_store
     from helix_transport.transport import AgentClient, EventStream
     from helix_transport.transport._auth import ClientAuth
@@ -68,9 +70,11 @@ _LAZY = {
     "HelixError": "helix_transport._exceptions",
     "InvalidArgument": "helix_transport._exceptions",
     "LeaseLost": "helix_transport._exceptions",
+    "Limits": "helix_transport.server.limits",
     "MaxStepsExceeded": "helix_transport._exceptions",
     "ModelAPIError": "helix_transport._exceptions",
     "RemoteError": "helix_transport._exceptions",
+    "ResourceExhausted": "helix_transport._exceptions",
     "RetryConfig": "helix_transport._config",
     "RunInterrupted": "helix_transport._exceptions",
     "SequenceConflict": "helix_transport._exceptions",
@@ -111,9 +115,11 @@ __all__ = [
     "HelixError",
     "InvalidArgument",
     "LeaseLost",
+    "Limits",
     "MaxStepsExceeded",
     "ModelAPIError",
     "RemoteError",
+    "ResourceExhausted",
     "RetryConfig",
     "RunInterrupted",
     "SequenceConflict",

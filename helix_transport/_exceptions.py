@@ -6,6 +6,7 @@ Every error the library raises on purpose is a ``HelixError``::
     ├── UsageError                 a developer mistake (bad config, bad agent definition)
     ├── InvalidArgument            a request field is malformed   -> INVALID_ARGUMENT
     ├── Unauthenticated            no credential, or a bad one     -> UNAUTHENTICATED
+    ├── ResourceExhausted          a limit was hit (rate, capacity, size) -> RESOURCE_EXHAUSTED
     ├── StoreError                 the state store failed or refused
     │   ├── SessionNotFound        no such session                -> NOT_FOUND
     │   ├── SessionExists          same id, different input       -> ALREADY_EXISTS
@@ -31,6 +32,7 @@ fields, say whether retrying can help (``retryable``) and pickle cleanly.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 
@@ -60,15 +62,42 @@ class UsageError(HelixError):
 
 
 class InvalidArgument(HelixError):
-    """A request field is malformed. ``field`` names it (``input_json.topic``)."""
+    """A request field is malformed. ``field`` names it (``input_json.topic``).
 
-    def __init__(self, field: str, problem: str) -> None:
-        super().__init__(f"{field}: {problem}")
+    ``violations`` lists every ``(field, problem)`` found, the first one included;
+    on the wire they travel as google.rpc ``BadRequest`` field violations.
+    """
+
+    def __init__(
+        self, field: str, problem: str, *, violations: Sequence[tuple[str, str]] = ()
+    ) -> None:
+        more = len(violations) - 1
+        super().__init__(f"{field}: {problem}" + (f" (and {more} more)" if more > 0 else ""))
         self.field = field
         self.problem = problem
+        self.violations: tuple[tuple[str, str], ...] = tuple(violations) or ((field, problem),)
 
     def _fields(self) -> dict[str, Any]:
-        return {"field": self.field, "problem": self.problem}
+        return {"field": self.field, "problem": self.problem, "violations": self.violations}
+
+
+class ResourceExhausted(HelixError):
+    """A limit was hit: the caller's rate, the replica's capacity, a size.
+
+    ``retry_after_s`` is the server's hint (google.rpc ``RetryInfo``) of when a retry
+    can succeed; without one, retrying the same request will not help.
+    """
+
+    def __init__(self, limit: str, detail: str, *, retry_after_s: float | None = None) -> None:
+        hint = f"; retry after {retry_after_s:.3g}s" if retry_after_s is not None else ""
+        super().__init__(f"{detail}{hint}")
+        self.limit = limit
+        self.detail = detail
+        self.retry_after_s = retry_after_s
+        self.retryable = retry_after_s is not None
+
+    def _fields(self) -> dict[str, Any]:
+        return {"limit": self.limit, "detail": self.detail, "retry_after_s": self.retry_after_s}
 
 
 class Unauthenticated(HelixError):

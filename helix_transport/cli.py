@@ -241,6 +241,7 @@ async def _conformance(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     from helix_transport.server.app import ServerConfig, configure_logging, load_agent, serve
     from helix_transport.server.auth import AuthConfig
+    from helix_transport.server.limits import Limits
 
     configure_logging()
     agent = load_agent(args.agent)
@@ -263,6 +264,14 @@ def _serve(args: argparse.Namespace) -> int:
         heartbeat_interval_s=args.heartbeat_interval,
         reflection=reflection,
         health_port=int(health_port) if health_port else None,
+        limits=Limits.from_env(
+            max_message_bytes=args.max_message_bytes,
+            max_input_bytes=args.max_input_bytes,
+            max_json_depth=args.max_json_depth,
+            max_running_sessions=args.max_running_sessions,
+            rate_per_s=args.rate_limit,
+            rate_burst=args.rate_burst,
+        ),
     )
     auth = AuthConfig.from_env(
         tokens_file=args.auth_tokens,
@@ -402,6 +411,17 @@ def _serve_options(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="present this service's own identity to children, or forward the caller's",
     )
+    # Defaults live in Limits (imported only by `serve`: the client commands stay light).
+    limits = parser.add_argument_group("limits (unset: $HELIX_* or the default; 0 turns one off)")
+    for flag, kind, env, what in (
+        ("--max-message-bytes", int, "HELIX_MAX_MESSAGE_BYTES", "largest gRPC message (4 MiB)"),
+        ("--max-input-bytes", int, "HELIX_MAX_INPUT_BYTES", "largest input_json (1 MiB)"),
+        ("--max-json-depth", int, "HELIX_MAX_JSON_DEPTH", "deepest input_json nesting (64)"),
+        ("--max-running-sessions", int, "HELIX_MAX_RUNNING_SESSIONS", "per replica (1000)"),
+        ("--rate-limit", float, "HELIX_RATE_LIMIT", "calls/s per principal (500)"),
+        ("--rate-burst", int, "HELIX_RATE_BURST", "calls at once per principal (1000)"),
+    ):
+        limits.add_argument(flag, type=kind, help=f"{what}; ${env}")
 
 
 _COMMANDS = {

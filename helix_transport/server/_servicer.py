@@ -22,6 +22,7 @@ from helix_transport.server._identity import current_principal
 from helix_transport.server._ownership import visible
 from helix_transport.server._runner import SessionRunner
 from helix_transport.server.interceptors import ServerUnavailable
+from helix_transport.server.limits import Limits, check_capacity
 from helix_transport.store import SessionRecord, Store, Usage
 from helix_transport.store._records import input_fingerprint
 from helix_transport.transport._pool import ClientPool
@@ -50,6 +51,7 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
         clients: ClientPool,
         poll_interval_s: float = 0.5,
         heartbeat_interval_s: float = 5.0,
+        limits: Limits = Limits.default,
     ) -> None:
         self.agent = agent
         self.store = store
@@ -58,13 +60,15 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
         self.clients = clients
         self.poll_interval_s = poll_interval_s
         self.heartbeat_interval_s = heartbeat_interval_s
+        self.limits = limits
         self.accepting = True
+        self._starting = 0  # Starts between the capacity check and their run starting
 
     async def Start(self, request: pb.StartRequest, context: Context) -> pb.StartResponse:
         session_id = check.session_id(request.session_id, generate=True)
         if request.parent_session_id:
             check.session_id(request.parent_session_id, field="parent_session_id")
-        parsed = check.agent_input(self.agent.input_model, request.input_json)
+        parsed = check.agent_input(self.agent.input_model, request.input_json, limits=self.limits)
         metadata = check.metadata(dict(request.metadata))
         input_json = request.input_json or parsed.model_dump_json()
         caller = current_principal()  # the new session's owner
@@ -79,14 +83,42 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
             principal=caller.name,
             tenant=caller.tenant,
         )
-        # One atomic round trip: create, or get the existing session back.
-        if self.accepting:
-            existing, created = await self.store.create_session(record)
-        else:  # draining: replay an existing Start, refuse a new one
+        existing, created = await self._create(record)
+        return pb.StartResponse(
+            session_id=session_id,
+            created=created,
+            status=existing.status.to_proto(),
+            agent_type=existing.agent_type,
+        )
+
+    async def _create(self, record: SessionRecord) -> tuple[SessionRecord, bool]:
+        """Create and start ``record``'s session, or get the existing one back.
+
+        Refused while draining or at capacity, except as the replay of an existing
+        session. Once the store has the session its run starts, even when the
+        caller's deadline passes meanwhile: a created session never waits unrun.
+        """
+        session_id = record.session_id
+        refusal: Exception | None = None
+        if not self.accepting:
+            refusal = ServerUnavailable("server is shutting down; not starting new sessions")
+        else:
+            try:
+                check_capacity(self.runner.running + self._starting, self.limits)
+            except Exception as exc:
+                refusal = exc
+        if refusal is not None:
             found = await self.store.get_session(session_id)
             if found is None:
-                raise ServerUnavailable("server is shutting down; not starting new sessions")
+                raise refusal
             existing, created = found, False
+        else:
+            self._starting += 1
+            try:
+                # One atomic round trip: create, or get the existing session back.
+                existing, created = await asyncio.shield(self._create_and_run(record))
+            finally:
+                self._starting -= 1
         # Another principal's session: the same answer as a different input (see _ownership).
         if (
             not visible(existing)
@@ -94,14 +126,13 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
             or existing.agent_type != self.agent.name
         ):
             raise SessionExists(session_id)
+        return existing, created
+
+    async def _create_and_run(self, record: SessionRecord) -> tuple[SessionRecord, bool]:
+        existing, created = await self.store.create_session(record)
         if created:
             await self.runner.start(existing)
-        return pb.StartResponse(
-            session_id=session_id,
-            created=created,
-            status=existing.status.to_proto(),
-            agent_type=existing.agent_type,
-        )
+        return existing, created
 
     async def Stream(
         self, request: pb.StreamRequest, context: Context
@@ -163,8 +194,11 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
         # (each child's service cascades to its own), so the whole tree stops.
         await self.store.set_interrupt(session_id, reason)
         self.runner.signal_interrupt(session_id)
+        # Within the caller's deadline: the interrupt itself is already durable.
+        remaining = context.time_remaining()
+        budget = CASCADE_TIMEOUT_S if remaining is None else min(CASCADE_TIMEOUT_S, remaining)
         try:
-            async with asyncio.timeout(CASCADE_TIMEOUT_S):
+            async with asyncio.timeout(max(budget - 0.05, 0.0)):
                 await interrupt_children(self.store, self.clients, session_id, reason=reason)
         except TimeoutError:
             logger.warning("session %s: interrupting its children timed out", session_id)

@@ -1,4 +1,9 @@
-"""Checks on incoming requests; each failure names the field it is about."""
+"""Checks on incoming requests; each failure names the field it is about.
+
+Failures are ``InvalidArgument`` with every violation found (sent as google.rpc
+``BadRequest`` field violations). Sizes are checked before anything is parsed, and
+JSON nesting before the JSON parser sees the text.
+"""
 
 from __future__ import annotations
 
@@ -8,13 +13,25 @@ import uuid
 from pydantic import BaseModel, ValidationError
 
 from helix_transport._exceptions import InvalidArgument
+from helix_transport.server.limits import Limits
 
-SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,511}$")
-MAX_INPUT_BYTES = 1 << 20
+SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]*$")
+MAX_SESSION_ID = 512
+MAX_INPUT_BYTES = Limits.default.max_input_bytes
 MAX_METADATA_ENTRIES = 64
 MAX_METADATA_KEY = 128
 MAX_METADATA_VALUE = 4096
 MAX_REASON = 4096
+MAX_SEQUENCE = (1 << 53) - 1
+"""No log gets this long; a larger ``from_sequence`` is a broken or hostile client
+(and past what JSON-based clients can even represent exactly)."""
+MAX_VIOLATIONS = 20
+"""Field violations reported per request; the rest are counted, not listed."""
+
+# A JSON string literal (escapes included), and an innermost empty array or object.
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_INNERMOST = re.compile(r"\[\]|\{\}")
+_NOT_BRACKET = str.maketrans("", "", "".join(chr(c) for c in range(128) if chr(c) not in "[]{}"))
 
 
 def session_id(value: str, *, field: str = "session_id", generate: bool = False) -> str:
@@ -23,6 +40,8 @@ def session_id(value: str, *, field: str = "session_id", generate: bool = False)
         if generate:
             return uuid.uuid4().hex
         raise InvalidArgument(field, "must not be empty")
+    if len(value) > MAX_SESSION_ID:
+        raise InvalidArgument(field, f"longer than {MAX_SESSION_ID} characters")
     if not SESSION_ID.match(value):
         raise InvalidArgument(
             field, "must be 1-512 characters from [A-Za-z0-9_.:-], starting with a letter or digit"
@@ -30,49 +49,93 @@ def session_id(value: str, *, field: str = "session_id", generate: bool = False)
     return value
 
 
-def agent_input(model: type[BaseModel], input_json: str) -> BaseModel:
+def json_depth_exceeds(text: str, max_depth: int) -> bool:
+    """True when ``text`` nests arrays/objects deeper than ``max_depth``.
+
+    Linear and in C (regex, translate), without building anything: string literals
+    are dropped, then each pass removes the innermost ``[]``/``{}`` pairs, one level.
+    Unbalanced text is left for the parser to reject.
+    """
+    if text.count("[") + text.count("{") <= max_depth:
+        return False
+    brackets = _JSON_STRING.sub("", text).translate(_NOT_BRACKET)
+    for _ in range(max_depth):
+        brackets, removed = _INNERMOST.subn("", brackets)
+        if not removed or not brackets:
+            return False
+    return _INNERMOST.search(brackets) is not None
+
+
+def agent_input(
+    model: type[BaseModel], input_json: str, *, limits: Limits = Limits.default
+) -> BaseModel:
     """``input_json`` parsed and validated against the agent's input model."""
-    if len(input_json.encode()) > MAX_INPUT_BYTES:
-        raise InvalidArgument("input_json", f"larger than {MAX_INPUT_BYTES} bytes")
+    size = len(input_json.encode("utf-8", "surrogatepass"))
+    if size > limits.max_input_bytes:
+        raise InvalidArgument("input_json", f"larger than {limits.max_input_bytes} bytes ({size})")
+    if json_depth_exceeds(input_json, limits.max_json_depth):
+        raise InvalidArgument("input_json", f"nested deeper than {limits.max_json_depth} levels")
     try:
         return model.model_validate_json(input_json or "{}")
     except ValidationError as exc:
-        first = exc.errors()[0]
+        errors = exc.errors(include_url=False)
+        first = errors[0]
         if first["type"] == "json_invalid":
             raise InvalidArgument("input_json", f"not valid JSON ({first['msg']})") from None
-        where = ".".join(str(p) for p in first["loc"])
-        field = f"input_json.{where}" if where else "input_json"
-        others = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
-        raise InvalidArgument(field, f"{first['msg']}{others}") from None
-    except (ValueError, RecursionError) as exc:
-        raise InvalidArgument("input_json", f"cannot be parsed: {type(exc).__name__}") from None
+        violations = [(_path(e["loc"]), e["msg"]) for e in errors[:MAX_VIOLATIONS]]
+        if len(errors) > MAX_VIOLATIONS:
+            violations.append(("input_json", f"{len(errors) - MAX_VIOLATIONS} more problems"))
+        raise InvalidArgument(*violations[0], violations=violations) from None
+    except (ValueError, RecursionError):
+        raise InvalidArgument("input_json", "cannot be parsed as JSON") from None
+
+
+def _path(loc: tuple[int | str, ...]) -> str:
+    """``input_json.items[2].name`` for pydantic's ``("items", 2, "name")``."""
+    path = "input_json"
+    for part in loc:
+        path += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return path
 
 
 def metadata(values: dict[str, str]) -> dict[str, str]:
-    """The request metadata, within its limits."""
+    """The request metadata, within its limits, free of NUL (PostgreSQL refuses it)."""
     if len(values) > MAX_METADATA_ENTRIES:
         raise InvalidArgument("metadata", f"more than {MAX_METADATA_ENTRIES} entries")
     for key, value in values.items():
         if not key or len(key) > MAX_METADATA_KEY:
             raise InvalidArgument("metadata", f"keys must be 1-{MAX_METADATA_KEY} characters")
+        if "\x00" in key:
+            raise InvalidArgument("metadata", "keys must not contain NUL characters")
+        shown = key if key.isprintable() else repr(key)
         if len(value) > MAX_METADATA_VALUE:
             raise InvalidArgument(
-                f"metadata[{key}]", f"longer than {MAX_METADATA_VALUE} characters"
+                f"metadata[{shown}]", f"longer than {MAX_METADATA_VALUE} characters"
             )
+        if "\x00" in value:
+            raise InvalidArgument(f"metadata[{shown}]", "must not contain NUL characters")
     return dict(values)
 
 
 def from_sequence(value: int) -> int:
-    """A replay position: 0 or a positive sequence."""
+    """A replay position: 0 or a positive sequence, below ``MAX_SEQUENCE``.
+
+    A position past the end of the log is not an error (the contract: a finished
+    session's stream ends with no event; a running one waits for new events).
+    """
     if value < 0:
         raise InvalidArgument("from_sequence", "must not be negative")
+    if value > MAX_SEQUENCE:
+        raise InvalidArgument("from_sequence", f"larger than {MAX_SEQUENCE}, past any log")
     return value
 
 
 def reason(value: str) -> str:
-    """An interrupt reason of bounded length."""
+    """An interrupt reason of bounded length, free of NUL."""
     if len(value) > MAX_REASON:
         raise InvalidArgument("reason", f"longer than {MAX_REASON} characters")
+    if "\x00" in value:
+        raise InvalidArgument("reason", "must not contain NUL characters")
     return value
 
 

@@ -30,6 +30,7 @@ from helix_transport.server._runner import SessionRunner
 from helix_transport.server._servicer import AgentServicer
 from helix_transport.server.auth import AuthConfig, AuthInterceptor, ServerAuth
 from helix_transport.server.interceptors import ErrorMappingInterceptor
+from helix_transport.server.limits import Limits, LimitsInterceptor
 from helix_transport.store import Store, open_store
 from helix_transport.tracing import HooksFactory, setup_tracing
 from helix_transport.transport._auth import ClientAuth
@@ -62,8 +63,8 @@ class ServerConfig:
     heartbeat_interval_s: float = 5.0
     """A ``Stream`` quiet this long sends a ``heartbeat`` (not logged) while the session
     runs, e.g. while it waits for its sub-agents, so idle connections stay up."""
-    max_message_bytes: int = 4 << 20
-    """Largest gRPC message accepted or sent."""
+    limits: Limits = Limits.default
+    """Message and input sizes, running sessions, per-principal rate (``Limits.from_env()``)."""
     reflection: bool = True
     """Serve gRPC server reflection (it needs credentials like every RPC but health)."""
     health_port: int | None = None
@@ -102,16 +103,14 @@ class AgentServer:
         self.store = store
         self.config = config
         self.auth = auth
-        options = [
-            ("grpc.max_send_message_length", config.max_message_bytes),
-            ("grpc.max_receive_message_length", config.max_message_bytes),
-            ("grpc.so_reuseport", 0),
-        ]
-        # Authentication first (outermost): the principal is set before anything else runs.
+        options = [*config.limits.grpc_options(), ("grpc.so_reuseport", 0)]
+        # Authentication first (outermost): the principal is set before anything else runs;
+        # then error mapping, so a limit's refusal leaves with its details; then the limits,
+        # which charge the authenticated principal.
         interceptors: list[grpc.aio.ServerInterceptor] = []
         if auth.authenticator is not None:
             interceptors.append(AuthInterceptor(auth.authenticator))
-        interceptors.append(ErrorMappingInterceptor())
+        interceptors += [ErrorMappingInterceptor(), LimitsInterceptor(config.limits)]
         self._server = grpc.aio.server(interceptors=interceptors, options=options)
         bind = f"{config.host}:{config.port}"
         if auth.server_credentials is not None:
@@ -140,6 +139,7 @@ class AgentServer:
             clients=self.clients,
             poll_interval_s=config.poll_interval_s,
             heartbeat_interval_s=config.heartbeat_interval_s,
+            limits=config.limits,
         )
         pb_grpc.add_AgentServiceServicer_to_server(self.servicer, self._server)
         self.health = health.aio.HealthServicer()

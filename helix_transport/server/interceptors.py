@@ -9,9 +9,11 @@ from typing import Any
 
 import grpc
 
+from helix_transport import _rich_status
 from helix_transport._exceptions import (
     HelixError,
     InvalidArgument,
+    ResourceExhausted,
     SessionExists,
     SessionNotFound,
     SessionStateConflict,
@@ -19,6 +21,7 @@ from helix_transport._exceptions import (
     Unauthenticated,
     UsageError,
 )
+from helix_transport.server._wire import undecodable
 
 logger = logging.getLogger("helix.server")
 
@@ -32,6 +35,7 @@ class ServerUnavailable(HelixError):
 _CODES: list[tuple[type[HelixError], grpc.StatusCode]] = [
     (InvalidArgument, grpc.StatusCode.INVALID_ARGUMENT),
     (Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
+    (ResourceExhausted, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (SessionNotFound, grpc.StatusCode.NOT_FOUND),
     (SessionExists, grpc.StatusCode.ALREADY_EXISTS),
     (SessionStateConflict, grpc.StatusCode.FAILED_PRECONDITION),
@@ -51,11 +55,23 @@ def status_for(exc: HelixError) -> grpc.StatusCode:
 
 async def _abort(context: grpc.aio.ServicerContext[Any, Any], method: str, exc: Exception) -> None:
     if isinstance(exc, HelixError):
-        await context.abort(status_for(exc), exc.message)
+        code = status_for(exc)
+        await context.abort(code, exc.message, trailing_metadata=rich_trailer(code, exc))
     # Never send internals across the wire: log them with a reference the caller can quote.
     ref = uuid.uuid4().hex[:12]
     logger.error("unhandled error in %s (ref %s)", method, ref, exc_info=exc)
     await context.abort(grpc.StatusCode.INTERNAL, f"internal error (ref {ref}); see the server log")
+
+
+def rich_trailer(code: grpc.StatusCode, exc: HelixError) -> _rich_status.Metadata:
+    """google.rpc details for ``exc``: field violations, a retry hint."""
+    if isinstance(exc, InvalidArgument):
+        return _rich_status.trailing_metadata(code, exc.message, violations=exc.violations)
+    if isinstance(exc, ResourceExhausted):
+        return _rich_status.trailing_metadata(
+            code, exc.message, retry_after_s=exc.retry_after_s, reason=exc.limit
+        )
+    return ()
 
 
 class ErrorMappingInterceptor(grpc.aio.ServerInterceptor):
@@ -72,6 +88,7 @@ class ErrorMappingInterceptor(grpc.aio.ServerInterceptor):
         if handler is None:
             return handler
         method = handler_call_details.method
+        deserializer = _safe_deserializer(handler.request_deserializer)
         # grpc's stubs type handler behaviours as sync; under grpc.aio they are async.
         inner_unary: Any = handler.unary_unary
         inner_stream: Any = handler.unary_stream
@@ -79,7 +96,7 @@ class ErrorMappingInterceptor(grpc.aio.ServerInterceptor):
 
             async def unary(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
                 try:
-                    return await inner_unary(request, context)
+                    return await inner_unary(_decoded(request), context)
                 except Exception as exc:
                     if _is_abort(exc):
                         raise
@@ -87,7 +104,7 @@ class ErrorMappingInterceptor(grpc.aio.ServerInterceptor):
 
             return grpc.unary_unary_rpc_method_handler(
                 unary,
-                request_deserializer=handler.request_deserializer,
+                request_deserializer=deserializer,
                 response_serializer=handler.response_serializer,
             )
         if inner_stream is not None:
@@ -96,7 +113,7 @@ class ErrorMappingInterceptor(grpc.aio.ServerInterceptor):
                 request: Any, context: grpc.aio.ServicerContext[Any, Any]
             ) -> AsyncIterator[Any]:
                 try:
-                    async for response in inner_stream(request, context):
+                    async for response in inner_stream(_decoded(request), context):
                         yield response
                 except Exception as exc:
                     if _is_abort(exc):
@@ -105,10 +122,38 @@ class ErrorMappingInterceptor(grpc.aio.ServerInterceptor):
 
             return grpc.unary_stream_rpc_method_handler(
                 stream,
-                request_deserializer=handler.request_deserializer,
+                request_deserializer=deserializer,
                 response_serializer=handler.response_serializer,
             )
         return handler
+
+
+class _Undecodable:
+    """Stands in for a request whose bytes did not parse; the handler wrapper raises
+    ``error`` so it becomes INVALID_ARGUMENT, not grpc's own UNKNOWN with internals."""
+
+    def __init__(self, error: InvalidArgument) -> None:
+        self.error = error
+
+
+def _safe_deserializer(deserialize: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
+    if deserialize is None:
+        return None
+    message_type = getattr(deserialize, "__self__", None)
+
+    def safe(raw: bytes) -> Any:
+        try:
+            return deserialize(raw)
+        except Exception:
+            return _Undecodable(undecodable(message_type, raw))
+
+    return safe
+
+
+def _decoded(request: Any) -> Any:
+    if isinstance(request, _Undecodable):
+        raise request.error
+    return request
 
 
 def _is_abort(exc: Exception) -> bool:

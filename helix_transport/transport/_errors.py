@@ -13,11 +13,13 @@ from helix_transport._exceptions import (
     HelixError,
     InvalidArgument,
     RemoteError,
+    ResourceExhausted,
     SessionExists,
     SessionNotFound,
     SessionStateConflict,
     Unauthenticated,
 )
+from helix_transport._rich_status import read_details
 
 RESUMABLE = frozenset(
     {
@@ -41,10 +43,20 @@ def to_helix_error(exc: grpc.aio.AioRpcError, *, address: str, session_id: str =
         # The server's message is "session 'id': problem"; keep only the problem.
         return SessionStateConflict(session_id, detail.partition(": ")[2] or detail)
     if code == grpc.StatusCode.INVALID_ARGUMENT:
+        violations = read_details(code, exc.trailing_metadata()).violations
+        if violations:  # google.rpc BadRequest: every field, not just the first
+            return InvalidArgument(*violations[0], violations=violations)
         field, _, problem = detail.partition(": ")
         return InvalidArgument(field, problem) if problem else InvalidArgument("request", detail)
     if code == grpc.StatusCode.UNAUTHENTICATED:
         return Unauthenticated(f"UNAUTHENTICATED by {address}: {detail}")
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        rich = read_details(code, exc.trailing_metadata())
+        return ResourceExhausted(
+            rich.reason or "resource",
+            detail.partition("; retry after ")[0],  # the hint is rebuilt from RetryInfo
+            retry_after_s=rich.retry_after_s,
+        )
     if code == grpc.StatusCode.UNAVAILABLE:
         return ConnectError(address, detail)
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:

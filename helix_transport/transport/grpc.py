@@ -14,7 +14,12 @@ import grpc
 
 from helix_transport._config import ClientConfig
 from helix_transport._eventlog import is_terminal
-from helix_transport._exceptions import SequenceGap, StreamInterrupted, UsageError
+from helix_transport._exceptions import (
+    ResourceExhausted,
+    SequenceGap,
+    StreamInterrupted,
+    UsageError,
+)
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._proto.helix.agent.v1 import agent_pb2_grpc as pb_grpc
 from helix_transport.transport._auth import ClientAuth
@@ -257,6 +262,7 @@ class EventStream:
         broken_since: float | None = None
         attempt = 0
         while True:
+            told_to_wait = 0.0
             call = client._stub.Stream(
                 pb.StreamRequest(session_id=self.session_id, from_sequence=self.last_sequence),
                 metadata=client._metadata(),
@@ -282,9 +288,11 @@ class EventStream:
                     return
             except grpc.aio.AioRpcError as exc:
                 if exc.code() not in RESUMABLE:
-                    raise to_helix_error(
-                        exc, address=client.address, session_id=self.session_id
-                    ) from exc
+                    error = to_helix_error(exc, address=client.address, session_id=self.session_id)
+                    # Rate-limited or a full replica, with a hint: wait as told, then resume.
+                    if not (isinstance(error, ResourceExhausted) and error.retryable):
+                        raise error from exc
+                    told_to_wait = error.retry_after_s or 0.0
                 detail = f"{exc.code().name}: {exc.details()}"
             finally:
                 call.cancel()
@@ -294,7 +302,7 @@ class EventStream:
             broken_since = broken_since or now
             if now - broken_since >= retry.deadline.total_seconds():
                 raise StreamInterrupted(self.session_id, self.last_sequence, detail)
-            await asyncio.sleep(retry.backoff_s(attempt))
+            await asyncio.sleep(max(retry.backoff_s(attempt), told_to_wait))
             attempt += 1
             self.reconnects += 1
 

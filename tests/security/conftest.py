@@ -15,6 +15,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from helix_transport.testing.certs import TestCA
+from tests.security.servers import serve_sqlite  # noqa: F401  (a fixture)
 
 AUDIENCE = "helix-mesh-test"
 

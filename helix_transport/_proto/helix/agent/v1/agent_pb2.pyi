@@ -89,6 +89,16 @@ negative`):
                      clients retry with backoff.
   INTERNAL           an unexpected failure; the message is a reference to the
                      server's log, never its internals.
+  RESOURCE_EXHAUSTED a limit was hit: the caller's rate, the server's running
+                     sessions, or a message larger than the server accepts.
+
+Details travel as a `google.rpc.Status` in the `grpc-status-details-bin`
+trailer: INVALID_ARGUMENT carries a `google.rpc.BadRequest` with one field
+violation per problem (`field` as in the message, e.g. `input_json.items[2].name`),
+and RESOURCE_EXHAUSTED a `google.rpc.RetryInfo` (when a retry can succeed) and a
+`google.rpc.ErrorInfo` whose `reason` names the limit (`rate_limit`,
+`running_sessions`). A request whose bytes do not parse (e.g. a string field that
+is not UTF-8) is INVALID_ARGUMENT naming that field, or `request`.
 
 # Health
 
@@ -184,7 +194,8 @@ class StartRequest(_message.Message):
     """Caller-chosen id; the server generates one when empty. See "Sessions"."""
     input_json: _builtins.str
     """The agent's input as UTF-8 JSON, validated against `DescribeResponse.input_schema_json`.
-    An empty string stands for `{}`. At most 1 MiB.
+    An empty string stands for `{}`. At most 1 MiB and 64 levels of nesting by
+    default (a server may set other limits).
     """
     parent_session_id: _builtins.str
     """The parent's session id for a sub-agent; empty for a root session."""
@@ -261,8 +272,8 @@ class StreamRequest(_message.Message):
     """The session to read; required."""
     from_sequence: _builtins.int
     """Send events with `sequence > from_sequence`. 0 replays from the start.
-    Must not be negative; a value past the current end of a running session
-    simply waits for new events.
+    Must not be negative nor above 2^53 - 1; a value past the current end of a
+    running session simply waits for new events.
     """
     def __init__(
         self,

@@ -89,6 +89,16 @@ negative`):
                      clients retry with backoff.
   INTERNAL           an unexpected failure; the message is a reference to the
                      server's log, never its internals.
+  RESOURCE_EXHAUSTED a limit was hit: the caller's rate, the server's running
+                     sessions, or a message larger than the server accepts.
+
+Details travel as a `google.rpc.Status` in the `grpc-status-details-bin`
+trailer: INVALID_ARGUMENT carries a `google.rpc.BadRequest` with one field
+violation per problem (`field` as in the message, e.g. `input_json.items[2].name`),
+and RESOURCE_EXHAUSTED a `google.rpc.RetryInfo` (when a retry can succeed) and a
+`google.rpc.ErrorInfo` whose `reason` names the limit (`rate_limit`,
+`running_sessions`). A request whose bytes do not parse (e.g. a string field that
+is not UTF-8) is INVALID_ARGUMENT naming that field, or `request`.
 
 # Health
 

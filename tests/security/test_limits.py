@@ -1,0 +1,155 @@
+"""Per-replica limits over real gRPC on 127.0.0.1: RESOURCE_EXHAUSTED with a retry hint.
+
+A caller over its rate, or a Start beyond the replica's running sessions, gets
+RESOURCE_EXHAUSTED carrying google.rpc ``RetryInfo``; the client raises a retryable
+``ResourceExhausted`` with ``retry_after_s``, and the call succeeds after that wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import json
+import pickle
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from helix_transport import AgentClient, Limits, ResourceExhausted, UsageError
+from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
+from helix_transport._proto.helix.agent.v1 import agent_pb2_grpc as pb_grpc
+from helix_transport.cli import _parser
+from helix_transport.server._identity import Principal, set_principal
+from helix_transport.server.limits import LimitsInterceptor, RateLimiter
+from tests.agents import counter
+from tests.security.servers import ServeSqlite, details
+
+
+async def test_rate_limit_refuses_with_a_retry_hint_then_lets_the_call_through(
+    serve_sqlite: ServeSqlite,
+) -> None:
+    limits = Limits(rate_per_s=4, rate_burst=3)
+    async with serve_sqlite(counter, limits=limits) as server:
+        async with grpc.aio.insecure_channel(server.address) as channel:
+            stub = pb_grpc.AgentServiceStub(channel)
+            for _ in range(3):
+                await stub.Describe(pb.DescribeRequest(), timeout=5)
+            with pytest.raises(grpc.aio.AioRpcError) as raw:
+                await stub.Describe(pb.DescribeRequest(), timeout=5)
+            # Health checks are not AgentService calls: never rate limited.
+            health = health_pb2_grpc.HealthStub(channel)
+            for _ in range(5):
+                await health.Check(health_pb2.HealthCheckRequest(), timeout=5)
+        async with await AgentClient.connect(server.address) as client:
+            with pytest.raises(ResourceExhausted) as refused:
+                await client.describe()
+            await asyncio.sleep(refused.value.retry_after_s or 0)
+            described = await client.describe()
+    assert raw.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "rate limit of 4 calls/s for 'anonymous' exceeded" in (raw.value.details() or "")
+    hint = details(raw.value)
+    assert hint.reason == "rate_limit" and hint.retry_after_s is not None
+    assert 0 < hint.retry_after_s <= 0.25 + 0.01  # one token at 4/s
+    error = refused.value
+    assert error.retryable and error.limit == "rate_limit"
+    assert error.retry_after_s is not None and 0 < error.retry_after_s <= 0.26
+    assert pickle.loads(pickle.dumps(error)).retry_after_s == error.retry_after_s
+    assert described.agent_type == "counter"
+
+
+async def test_running_sessions_per_replica_are_bounded(
+    serve_sqlite: ServeSqlite, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HELIX_SCRIPTED_DELAY_MS", "20")
+    limits = Limits(max_running_sessions=2)
+    async with (
+        serve_sqlite(counter, limits=limits) as server,
+        await AgentClient.connect(server.address) as client,
+    ):
+        slow = json.dumps({"steps": 3, "words": 3})
+        await asyncio.gather(*(client.start(slow, session_id=f"s{i}") for i in range(2)))
+        with pytest.raises(ResourceExhausted) as full:
+            await client.start(slow, session_id="s2")
+        replay = await client.start(slow, session_id="s0")  # an existing session: still served
+        assert await server.store.get_session("s2") is None
+        for i in range(2):
+            assert [e async for e in client.stream(f"s{i}")][-1].WhichOneof(
+                "payload"
+            ) == "completed"
+        later = await client.start(slow, session_id="s2")
+    assert full.value.limit == "running_sessions" and full.value.retryable
+    assert full.value.retry_after_s == pytest.approx(1.0)
+    assert "maximum of 2 sessions" in str(full.value)
+    assert not replay.created and later.created
+
+
+async def test_concurrent_starts_never_exceed_the_running_limit(
+    serve_sqlite: ServeSqlite, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HELIX_SCRIPTED_DELAY_MS", "20")
+    async with (
+        serve_sqlite(counter, limits=Limits(max_running_sessions=5)) as server,
+        await AgentClient.connect(server.address) as client,
+    ):
+        results = await asyncio.gather(
+            *(client.start('{"steps": 2}', session_id=f"c{i}") for i in range(30)),
+            return_exceptions=True,
+        )
+        peak = server.runner.running
+    started = [r for r in results if isinstance(r, pb.StartResponse)]
+    refused = [r for r in results if isinstance(r, ResourceExhausted)]
+    assert len(started) == 5 and len(refused) == 25 and peak <= 5
+
+
+def test_rate_limiter_keeps_one_bucket_per_principal() -> None:
+    now = [0.0]
+    limiter = RateLimiter(2.0, 2, max_keys=2, clock=lambda: now[0])
+    assert limiter.acquire("a") is None and limiter.acquire("a") is None
+    assert limiter.acquire("a") == pytest.approx(0.5)
+    assert limiter.acquire("b") is None  # another principal has its own burst
+    now[0] = 0.5
+    assert limiter.acquire("a") is None  # refilled one token
+    assert limiter.acquire("a") == pytest.approx(0.5)
+    limiter.acquire("c")  # a third key evicts the least recently used one ("b")
+    assert set(limiter._buckets) == {"a", "c"}
+    assert RateLimiter(0, 0).acquire("x") is None  # off
+
+
+def test_the_interceptor_charges_the_current_principal() -> None:
+    interceptor = LimitsInterceptor(Limits(rate_per_s=1, rate_burst=1))
+
+    def charge_as(name: str) -> None:
+        set_principal(Principal(name=name, tenant="t1"))  # as the auth interceptor does
+        interceptor._charge()
+
+    contextvars.copy_context().run(charge_as, "alice")
+    with pytest.raises(ResourceExhausted) as refused:
+        contextvars.copy_context().run(charge_as, "alice")
+    contextvars.copy_context().run(charge_as, "bob")  # untouched by alice's calls
+    assert "'alice'" in str(refused.value)
+    assert set(interceptor.limiter._buckets) == {"t1/alice", "t1/bob"}
+
+
+def test_limits_come_from_flags_then_environment_then_defaults() -> None:
+    env = {"HELIX_RATE_LIMIT": "7.5", "HELIX_MAX_RUNNING_SESSIONS": "9"}
+    limits = Limits.from_env(env, max_running_sessions=3, rate_burst=None)
+    assert limits.rate_per_s == 7.5 and limits.max_running_sessions == 3
+    assert limits.rate_burst == Limits.default.rate_burst
+    with pytest.raises(UsageError, match="HELIX_RATE_BURST"):
+        Limits.from_env({"HELIX_RATE_BURST": "lots"})
+    with pytest.raises(UsageError):
+        Limits(max_input_bytes=8 << 20)  # larger than a message can carry
+    args = _parser().parse_args(["serve", "m:a", "--rate-limit", "2", "--max-input-bytes", "10"])
+    assert (args.rate_limit, args.max_input_bytes, args.rate_burst) == (2.0, 10, None)
+
+
+def test_serve_help_states_the_real_defaults() -> None:
+    serve = _parser()._subparsers._group_actions[0].choices["serve"]  # type: ignore[union-attr]
+    text = serve.format_help().replace("\n", " ")
+    default = Limits.default
+    assert f"({default.max_message_bytes >> 20} MiB)" in text
+    assert f"({default.max_input_bytes >> 20} MiB)" in text
+    for value in (default.max_json_depth, default.max_running_sessions, default.rate_burst):
+        assert f"({value})" in text
+    assert f"({default.rate_per_s:g})" in text
