@@ -10,7 +10,7 @@ from typing import Any
 import grpc
 
 from helix_transport._eventlog import EventHub, follow
-from helix_transport._exceptions import SessionExists, SessionNotFound
+from helix_transport._exceptions import ResourceExhausted, SessionExists, SessionNotFound
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._proto.helix.agent.v1 import agent_pb2_grpc as pb_grpc
 from helix_transport.agent.definition import Agent
@@ -105,7 +105,7 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
         else:
             try:
                 check_capacity(self.runner.running + self._starting, self.limits)
-            except Exception as exc:
+            except ResourceExhausted as exc:
                 refusal = exc
         if refusal is not None:
             found = await self.store.get_session(session_id)
@@ -113,12 +113,8 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
                 raise refusal
             existing, created = found, False
         else:
-            self._starting += 1
-            try:
-                # One atomic round trip: create, or get the existing session back.
-                existing, created = await asyncio.shield(self._create_and_run(record))
-            finally:
-                self._starting -= 1
+            self._starting += 1  # released by _create_and_run once its run is counted
+            existing, created = await asyncio.shield(self._create_and_run(record))
         # Another principal's session: the same answer as a different input (see _ownership).
         if (
             not visible(existing)
@@ -129,10 +125,14 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
         return existing, created
 
     async def _create_and_run(self, record: SessionRecord) -> tuple[SessionRecord, bool]:
-        existing, created = await self.store.create_session(record)
-        if created:
-            await self.runner.start(existing)
-        return existing, created
+        try:
+            # One atomic round trip: create, or get the existing session back.
+            existing, created = await self.store.create_session(record)
+            if created:
+                await self.runner.start(existing)
+            return existing, created
+        finally:
+            self._starting -= 1  # in the same step the run joined runner.running
 
     async def Stream(
         self, request: pb.StreamRequest, context: Context
