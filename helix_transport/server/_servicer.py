@@ -205,6 +205,7 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
         return pb.InterruptResponse(status=record.status.to_proto(), accepted=True)
 
     async def Continue(self, request: pb.ContinueRequest, context: Context) -> pb.ContinueResponse:
+        check_capacity(self.runner.running + self._starting, self.limits)  # a turn is a run
         return await continue_session(
             request, store=self.store, runner=self.runner, accepting=self.accepting
         )

@@ -21,6 +21,7 @@ from helix_transport import (
     create_server,
     is_terminal,
 )
+from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._rich_status import RichDetails, read_details
 from helix_transport.store import Store, open_store
 
@@ -74,6 +75,21 @@ class BackgroundLoop:
         self.loop.close()
 
 
+def log_is_consistent(events: list[pb.StreamEvent]) -> bool:
+    """Gapless from 1, ``run_started`` first, a terminal event last, and any earlier
+    terminal event (the end of a turn) followed by the next turn's ``turn_started``."""
+    if not events or events[0].WhichOneof("payload") != "run_started":
+        return False
+    if [e.sequence for e in events] != list(range(1, len(events) + 1)):
+        return False
+    ends = [i for i, e in enumerate(events) if is_terminal(e)]
+    return (
+        bool(ends)
+        and ends[-1] == len(events) - 1
+        and all(events[i + 1].WhichOneof("payload") == "turn_started" for i in ends[:-1])
+    )
+
+
 async def assert_store_consistent(store: Store, *, settle_s: float = 30) -> int:
     """Every session's log is gapless from 1, starts with ``run_started``, and a finished
     session ends with exactly one terminal event at ``last_sequence``. Waits up to
@@ -91,8 +107,7 @@ async def assert_store_consistent(store: Store, *, settle_s: float = 30) -> int:
             where = f"session {record.session_id!r} ({status})"
             assert [e.sequence for e in events] == list(range(1, len(events) + 1)), where
             assert events and events[0].WhichOneof("payload") == "run_started", where
-            terminal = [e for e in events if is_terminal(e)]
-            assert terminal == [events[-1]], where
+            assert log_is_consistent(events), where
             assert record.last_sequence == events[-1].sequence, where
             assert json.loads(record.input_json) is not None or record.input_json == "null"
             checked += 1

@@ -1,7 +1,7 @@
 """Property-based fuzzing of every RPC of a live server with random and malformed requests.
 
 Hypothesis drives random ``StartRequest``/``StreamRequest``/``GetStatusRequest``/
-``InterruptRequest``/``DescribeRequest`` messages (near-valid and hostile inputs, odd
+``InterruptRequest``/``DescribeRequest``/``ContinueRequest`` messages (near-valid and hostile inputs, odd
 ids, NUL characters, huge and deeply nested JSON, absurd sequences) and raw random or
 mutated bytes at a server on 127.0.0.1 (in-process grpc.aio over SQLite, and a real
 ``helix-mesh serve`` process). The properties: the server stays up; no call ends in
@@ -36,7 +36,7 @@ from helix_transport.conformance import run_conformance
 from helix_transport.store import Store, open_store
 from tests.helpers import ROOT, ServiceProcess, free_port
 from tests.security.agents import echo
-from tests.security.conftest import BackgroundLoop, assert_store_consistent
+from tests.security.servers import BackgroundLoop, assert_store_consistent
 
 EXAMPLES = int(os.environ.get("HELIX_FUZZ_EXAMPLES", "60"))
 SERVICE = "/helix.agent.v1.AgentService/"
@@ -49,7 +49,11 @@ ALLOWED = {
     "GetStatus": {"OK", "INVALID_ARGUMENT", "NOT_FOUND", "RESOURCE_EXHAUSTED"},
     "Interrupt": {"OK", "INVALID_ARGUMENT", "NOT_FOUND", "RESOURCE_EXHAUSTED"},
     "Describe": {"OK", "INVALID_ARGUMENT", "RESOURCE_EXHAUSTED"},
-}
+    "Continue": {
+        "OK", "INVALID_ARGUMENT", "NOT_FOUND", "ALREADY_EXISTS", "FAILED_PRECONDITION",
+        "RESOURCE_EXHAUSTED",
+    },
+}  # fmt: skip
 LEAKS = re.compile(r"Traceback|File \"|<class |Error parsing message|Exception|at 0x[0-9a-f]{6,}")
 
 # --- strategies ---------------------------------------------------------------
@@ -91,6 +95,7 @@ metadatas = st.one_of(
     st.dictionaries(st.text(max_size=3), st.text(min_size=4090, max_size=4100), max_size=1),
 )
 sequences = st.one_of(st.integers(-2, 60), st.integers(-(1 << 63), (1 << 63) - 1))
+turns = st.one_of(st.integers(-2, 5), st.integers(-(1 << 31), (1 << 31) - 1))
 reasons = st.one_of(st.text(max_size=30), st.text(alphabet="x\x00", min_size=4090, max_size=4100))
 
 requests = st.one_of(
@@ -102,6 +107,10 @@ requests = st.one_of(
     st.builds(lambda s, c: ("GetStatus", pb.GetStatusRequest(session_id=s, include_children=c)), session_ids, st.booleans()),
     st.builds(lambda s, r: ("Interrupt", pb.InterruptRequest(session_id=s, reason=r)), session_ids, reasons),
     st.just(("Describe", pb.DescribeRequest())),
+    st.builds(
+        lambda s, m, t, f: ("Continue", pb.ContinueRequest(session_id=s, message=m, turn=t, fresh=f)),
+        session_ids, st.one_of(st.text(max_size=40), input_jsons), turns, st.booleans(),
+    ),
 )  # fmt: skip
 
 
@@ -121,6 +130,7 @@ raw_requests = st.tuples(
                     pb.StartRequest(session_id="known-1", input_json=VALID_INPUT, metadata={"k": "v"}).SerializeToString(),
                     pb.StreamRequest(session_id="known-2", from_sequence=3).SerializeToString(),
                     pb.InterruptRequest(session_id="known-1", reason="r").SerializeToString(),
+                    pb.ContinueRequest(session_id="known-2", message="more", turn=2).SerializeToString(),
                 ]
             ),
             st.integers(0, 200),
@@ -225,7 +235,7 @@ def test_fuzz_in_process_server(
 
     async def up() -> tuple[Store, AgentServer]:
         store = await open_store(f"sqlite:///{db}")
-        server = await create_server(echo, store, ServerConfig())
+        server = await create_server(echo, store, ServerConfig(), allow_unauthenticated=True)
         await server.start()
         await seed(server.address)
         return store, server

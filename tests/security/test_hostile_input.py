@@ -57,6 +57,10 @@ BAD_REQUESTS: list[tuple[str, object, str]] = [
     ("Interrupt", pb.InterruptRequest(session_id="x" * 10_000), "session_id"),
     ("Interrupt", pb.InterruptRequest(session_id="s", reason="x" * 5000), "reason"),
     ("Interrupt", pb.InterruptRequest(session_id="s", reason="stop\x00"), "reason"),
+    ("Continue", pb.ContinueRequest(session_id="", message="m", turn=2), "session_id"),
+    ("Continue", pb.ContinueRequest(session_id="s", message=" ", turn=2), "message"),
+    ("Continue", pb.ContinueRequest(session_id="s", message="m" * (2 << 20), turn=2), "message"),
+    ("Continue", pb.ContinueRequest(session_id="s", message="m", turn=-(1 << 31)), "turn"),
 ]  # fmt: skip
 
 
@@ -109,7 +113,7 @@ async def test_every_schema_violation_is_a_field_violation(serve_sqlite: ServeSq
     assert str(info.value).startswith("input_json.topic:") and "(and 3 more)" in str(info.value)
 
 
-@pytest.mark.parametrize("method", ["Start", "Stream", "GetStatus", "Interrupt"])
+@pytest.mark.parametrize("method", ["Start", "Stream", "GetStatus", "Interrupt", "Continue"])
 async def test_invalid_utf8_is_invalid_argument_not_unknown(
     serve_sqlite: ServeSqlite, method: str
 ) -> None:

@@ -212,7 +212,7 @@ async def check_store(url: str, figures: Figures) -> int:
                 while batch := await store.read(record.session_id, from_sequence=len(events)):
                     events += batch
                 sequences = [e.sequence for e in events]
-                terminal = [e for e in events if is_terminal(e)]
+                terminal = [e for e in events if is_terminal(e)]  # soak sessions have one turn
                 if sequences != list(range(1, len(events) + 1)) or terminal != events[-1:]:
                     figures.violations.append(f"store: {record.session_id}: inconsistent log")
                 if status is SessionStatus.RUNNING:
