@@ -16,13 +16,24 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from helix_transport import AgentClient, Limits, ResourceExhausted, UsageError
+from helix_transport import (
+    AgentClient,
+    Limits,
+    ResourceExhausted,
+    ServerConfig,
+    UsageError,
+    create_server,
+)
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._proto.helix.agent.v1 import agent_pb2_grpc as pb_grpc
 from helix_transport.cli import _parser
 from helix_transport.server._identity import Principal, set_principal
+from helix_transport.server.auth import AuthConfig
 from helix_transport.server.limits import LimitsInterceptor, RateLimiter
+from helix_transport.store import MemoryStore
+from helix_transport.transport._auth import ClientAuth
 from tests.agents import counter
+from tests.security.conftest import Tokens
 from tests.security.servers import ServeSqlite, details
 
 
@@ -153,3 +164,24 @@ def test_serve_help_states_the_real_defaults() -> None:
     for value in (default.max_json_depth, default.max_running_sessions, default.rate_burst):
         assert f"({value})" in text
     assert f"({default.rate_per_s:g})" in text
+
+
+async def test_each_authenticated_principal_has_its_own_rate(tokens: Tokens) -> None:
+    server = await create_server(
+        counter,
+        MemoryStore(),
+        ServerConfig(limits=Limits(rate_per_s=1, rate_burst=2)),
+        auth=AuthConfig(tokens_file=str(tokens.path)),
+    )
+    async with server:
+        connect = AgentClient.connect
+        async with (
+            await connect(server.address, auth=ClientAuth(token=tokens.alice)) as alice,
+            await connect(server.address, auth=ClientAuth(token=tokens.bob)) as bob,
+        ):
+            await alice.describe()
+            await alice.describe()
+            with pytest.raises(ResourceExhausted) as refused:
+                await alice.describe()
+            assert (await bob.describe()).agent_type == "counter"  # bob's bucket is his own
+    assert "'alice'" in str(refused.value) and refused.value.limit == "rate_limit"
