@@ -32,6 +32,7 @@ from helix_transport.agent.tools import Tool, ToolContext, ToolError
 from helix_transport.registry import resolve_address
 from helix_transport.store import READ_LIMIT, RemoteCursor, Store, SubSessionRef
 from helix_transport.transport import AgentClient
+from helix_transport.transport._auth import ClientAuth
 from helix_transport.transport._pool import ClientPool
 
 ROOT_SESSION_KEY = "helix.root_session_id"
@@ -87,11 +88,20 @@ def remote_agent_tool(
 
 
 async def remote_agent_tool_from_service(
-    name: str, *, address: str, client: AgentClient | None = None, timeout_s: float | None = None
+    name: str,
+    *,
+    address: str,
+    client: AgentClient | None = None,
+    timeout_s: float | None = None,
+    auth: ClientAuth | None = None,
 ) -> Tool:
-    """Build the tool from the child service's ``Describe`` answer alone."""
+    """Build the tool from the child service's ``Describe`` answer alone.
+
+    ``auth`` is what to present to ``Describe`` when no ``client`` is given; the
+    tool's calls go through the parent service's pool and its credentials.
+    """
     owned = client is None
-    client = client or await AgentClient.connect(address)
+    client = client or await AgentClient.connect(address, auth=auth)
     try:
         described = await client.describe()
     finally:

@@ -149,11 +149,14 @@ class AgentServer:
         if config.health_port is not None:
             self._health_server = grpc.aio.server(options=options)
             health_pb2_grpc.add_HealthServicer_to_server(self.health, self._health_server)
-            self.health_port = self._health_server.add_insecure_port(
-                f"{config.host}:{config.health_port}"
-            )
+            try:  # grpc raises RuntimeError or returns 0, depending on the version
+                self.health_port = self._health_server.add_insecure_port(
+                    f"{config.host}:{config.health_port}"
+                )
+            except RuntimeError:
+                self.health_port = 0
             if self.health_port == 0:
-                raise UsageError(f"cannot bind {config.host}:{config.health_port}")
+                raise UsageError(f"cannot bind {config.host}:{config.health_port} (health port)")
         if config.reflection:
             names = (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME)
             reflection.enable_server_reflection(names, self._server)
@@ -190,9 +193,9 @@ class AgentServer:
             self._orphan_watch.cancel()
         await self.runner.shutdown(grace_s=grace)
         # Runs are done or checkpointed; give open streams a moment to send the rest.
-        await self._server.stop(min(grace, 1.0))
-        if self._health_server is not None:
+        if self._health_server is not None:  # before the main server: wait_closed returns then
             await self._health_server.stop(0)
+        await self._server.stop(min(grace, 1.0))
         await self.clients.aclose()
 
     async def wait_closed(self) -> None:

@@ -20,7 +20,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from helix_transport import AgentClient, AgentServer, ServerConfig, UsageError, create_server
-from helix_transport._exceptions import Unauthenticated
+from helix_transport._exceptions import SessionNotFound, Unauthenticated
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._proto.helix.agent.v1 import agent_pb2_grpc as pb_grpc
 from helix_transport.server.auth import AuthConfig
@@ -342,3 +342,31 @@ def test_client_auth_never_shows_its_secrets(pki: Pki) -> None:
     auth = ClientAuth(token="s3cr3t-token-value-123", **_cert(pki, pki.client_a))  # type: ignore[arg-type]
     assert "s3cr3t" not in repr(auth) and "PRIVATE KEY" not in repr(auth)
     assert "s3cr3t" not in repr(AuthConfig(tokens_file="/etc/helix/auth/tokens"))
+
+
+async def test_two_client_certificates_are_two_principals(pki: Pki, tokens: Tokens) -> None:
+    """Each certificate's identity owns its sessions; a bearer token sent over a client
+    certificate names the caller instead (a parent forwarding its caller's token)."""
+    config = _mtls_config(pki, tokens_file=str(tokens.path))
+    async with served(config) as server:
+        address = f"localhost:{server.port}"
+        async with client(address, **_cert(pki, pki.client_a)) as a:
+            session_id = await run_once(a)
+        async with client(address, **_cert(pki, pki.client_b)) as b:
+            with pytest.raises(SessionNotFound):
+                await b.get_status(session_id)
+            mine = await run_once(b)
+        async with client(address, **_cert(pki, pki.client_a)) as a:
+            assert (await a.get_status(session_id)).session_id == session_id
+            with pytest.raises(SessionNotFound):
+                await a.get_status(mine)
+        # Certificate b, alice's token: alice calls, not b.
+        async with client(address, token=tokens.alice, **_cert(pki, pki.client_b)) as alice:
+            with pytest.raises(SessionNotFound):
+                await alice.get_status(mine)
+            alices = await run_once(alice)
+        async with client(address, token=tokens.alice, **_cert(pki, pki.client_a)) as alice:
+            assert (await alice.get_status(alices)).session_id == alices
+        async with client(address, token="forged-token-123456", **_cert(pki, pki.client_a)) as c:
+            with pytest.raises(Unauthenticated, match="invalid bearer token"):
+                await c.get_status(session_id)  # a bad token is never ignored

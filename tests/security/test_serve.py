@@ -11,7 +11,7 @@ from pathlib import Path
 
 from helix_transport.testing.processes import ServiceProcess, free_port
 from tests.helpers import ROOT
-from tests.security.conftest import Tokens
+from tests.security.conftest import Pki, Tokens
 
 
 async def _cli(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
@@ -77,3 +77,32 @@ async def test_serve_with_a_token_file_and_the_cli_with_a_token(
     assert "refused /helix.agent.v1.AgentService/Describe" in text  # refusals are logged...
     for token in (tokens.alice, tokens.bob, tokens.carol):
         assert token not in text  # ...never the credential
+
+
+async def test_serve_with_mutual_tls_and_a_health_port(tmp_path: Path, pki: Pki) -> None:
+    log = tmp_path / "serve.log"
+    service = ServiceProcess(
+        "tests.agents:counter",
+        port=free_port(),
+        store_url="memory://",
+        log_path=log,
+        cwd=ROOT,
+        auth_args=[
+            "--tls-cert", str(pki.server_cert), "--tls-key", str(pki.server_key),
+            "--tls-client-ca", str(pki.ca), "--no-reflection",
+        ],
+        health_port=free_port(),  # ServiceProcess polls health there: plaintext, no cert
+    )  # fmt: skip
+    await service.start()
+    try:
+        cert, key = pki.client_a
+        tls = ["--tls-ca", str(pki.ca), "--tls-cert", str(cert), "--tls-key", str(key)]
+        code, out, err = await _cli(
+            "call", f"localhost:{service.port}", "--input", '{"steps": 1, "words": 1}', *tls
+        )
+        assert code == 0, err
+        code, _, err = await _cli("describe", f"localhost:{service.port}", "--tls-ca", str(pki.ca))
+        assert code == 1 and "cannot reach" in err  # no client certificate: no handshake
+    finally:
+        await service.terminate()
+    assert "health on 127.0.0.1:" in log.read_text()
