@@ -101,6 +101,7 @@ async def test_serve_with_mutual_tls_and_a_health_port(tmp_path: Path, pki: Pki)
             "call", f"localhost:{service.port}", "--input", '{"steps": 1, "words": 1}', *tls
         )
         assert code == 0, err
+        assert json.loads(out[out.rindex("{\n") :]) == {"total": 1, "steps": 1}
         code, _, err = await _cli("describe", f"localhost:{service.port}", "--tls-ca", str(pki.ca))
         assert code == 1 and "cannot reach" in err  # no client certificate: no handshake
     finally:
