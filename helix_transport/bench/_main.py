@@ -36,10 +36,10 @@ class Params:
     """5: fan-out width."""
     concurrent: int = 500
     """6: sessions streaming at once."""
-    concurrent_events: int = 50
-    """6: events per session."""
-    concurrent_pace_ms: float = 20.0
-    """6: pause between two events of one session."""
+    concurrent_events: int = 200
+    """6: events per session (long enough that all sessions stream at once)."""
+    concurrent_pace_ms: float = 50.0
+    """6: pause between two events of one session (a 20-token/s model stream)."""
     interrupts: int = 20
     """7: timed interrupts."""
     recoveries: int = 3
