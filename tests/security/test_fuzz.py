@@ -3,8 +3,8 @@
 Hypothesis drives random ``StartRequest``/``StreamRequest``/``GetStatusRequest``/
 ``InterruptRequest``/``DescribeRequest``/``ContinueRequest`` messages (near-valid and hostile inputs, odd
 ids, NUL characters, huge and deeply nested JSON, absurd sequences) and raw random or
-mutated bytes at a server on 127.0.0.1 (in-process grpc.aio over SQLite, and a real
-``helix-mesh serve`` process). The properties: the server stays up; no call ends in
+mutated bytes at a server on 127.0.0.1 (in-process grpc.aio over SQLite, anonymous;
+and a real ``helix-mesh serve`` process with token authentication). The properties: the server stays up; no call ends in
 UNKNOWN or INTERNAL; no status message leaks internals (a traceback, a Python class
 name); and afterwards every session in the store has a consistent log and the
 service still passes the conformance kit.
@@ -19,6 +19,7 @@ import asyncio
 import json
 import os
 import re
+import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +35,7 @@ from helix_transport import AgentServer, ServerConfig, create_server
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.conformance import run_conformance
 from helix_transport.store import Store, open_store
+from helix_transport.transport._auth import ClientAuth
 from tests.helpers import ROOT, ServiceProcess, free_port
 from tests.security.agents import echo
 from tests.security.servers import BackgroundLoop, assert_store_consistent
@@ -149,24 +151,31 @@ class Outcome:
     details: str
 
 
-def invoke(channel: grpc.Channel, method: str, request: Message | bytes) -> Outcome:
+Metadata = tuple[tuple[str, str], ...]
+
+
+def invoke(
+    channel: grpc.Channel, method: str, request: Message | bytes, metadata: Metadata = ()
+) -> Outcome:
     """One call, sync; a stream is read to its end (or its 3 s deadline)."""
     serializer = None if isinstance(request, bytes) else type(request).SerializeToString
     try:
         if method == "Stream":
             stream = channel.unary_stream(SERVICE + method, request_serializer=serializer)
-            for _ in stream(request, timeout=3):
+            for _ in stream(request, timeout=3, metadata=metadata):
                 pass
         else:
             unary = channel.unary_unary(SERVICE + method, request_serializer=serializer)
-            unary(request, timeout=10)
+            unary(request, timeout=10, metadata=metadata)
     except grpc.RpcError as exc:
         return Outcome(exc.code().name, exc.details() or "")  # type: ignore[attr-defined]
     return Outcome("OK", "")
 
 
-def check(channel: grpc.Channel, method: str, request: Message | bytes) -> None:
-    outcome = invoke(channel, method, request)
+def check(
+    channel: grpc.Channel, method: str, request: Message | bytes, metadata: Metadata = ()
+) -> None:
+    outcome = invoke(channel, method, request, metadata)
     shown = f"{method} {request!r}"[:300]
     assert outcome.code in ALLOWED[method], (shown, outcome)
     assert not LEAKS.search(outcome.details), (shown, outcome)
@@ -182,24 +191,25 @@ FUZZ_SETTINGS = settings(
 )
 
 
-def fuzz(channel: grpc.Channel, *, examples: int = EXAMPLES) -> None:
-    """Both properties, ``examples`` each, against ``channel``'s server."""
+def fuzz(channel: grpc.Channel, *, examples: int = EXAMPLES, metadata: Metadata = ()) -> None:
+    """Both properties, ``examples`` each, against ``channel``'s server (``metadata``
+    carries the caller's credential when the server wants one)."""
 
     @settings(FUZZ_SETTINGS, max_examples=examples)
     @given(requests)
     def typed(case: tuple[str, Message]) -> None:
-        check(channel, *case)
+        check(channel, *case, metadata)
 
     @settings(FUZZ_SETTINGS, max_examples=examples)
     @given(raw_requests)
     def raw(case: tuple[str, bytes]) -> None:
-        check(channel, *case)
+        check(channel, *case, metadata)
 
     typed()
     raw()
 
 
-async def seed(address: str) -> None:
+async def seed(address: str, metadata: Metadata = ()) -> None:
     """Sessions the fuzzed ids can hit: finished ones, with logs to replay."""
     async with grpc.aio.insecure_channel(address) as channel:
         start = channel.unary_unary(
@@ -208,12 +218,13 @@ async def seed(address: str) -> None:
             response_deserializer=pb.StartResponse.FromString,
         )
         for session_id in KNOWN_IDS:
-            await start(pb.StartRequest(session_id=session_id, input_json=VALID_INPUT), timeout=10)
+            request = pb.StartRequest(session_id=session_id, input_json=VALID_INPUT)
+            await start(request, timeout=10, metadata=metadata)
 
 
-async def conformance(address: str) -> None:
+async def conformance(address: str, auth: ClientAuth | None = None) -> None:
     await asyncio.sleep(2.5)  # let the caller's rate-limit bucket refill after the fuzz
-    results = await run_conformance(address, input_json=VALID_INPUT, timeout_s=60)
+    results = await run_conformance(address, input_json=VALID_INPUT, timeout_s=60, auth=auth)
     failed = [f"{r.name}: {r.detail}" for r in results if not r.passed]
     assert not failed, failed
 
@@ -258,15 +269,26 @@ def test_fuzz_helix_mesh_serve_process(
     work = tmp_path_factory.mktemp("fuzz-process")
     store_url = f"sqlite:///{work / 'helix.db'}"
     log = work / "server.log"
+    # Authenticated: the limits charge a real principal, and garbage gets past auth to
+    # the request checks (an unauthenticated call is refused before, see test_auth.py).
+    token = secrets.token_urlsafe(24)
+    (work / "tokens").write_text(f"{token} fuzzer acme\n")
+    metadata = (("authorization", f"Bearer {token}"),)
     service = ServiceProcess(
-        "tests.security.agents:echo", port=free_port(), store_url=store_url, log_path=log, cwd=ROOT
+        "tests.security.agents:echo",
+        port=free_port(),
+        store_url=store_url,
+        log_path=log,
+        cwd=ROOT,
+        auth_args=["--auth-tokens", str(work / "tokens")],
     )
     background.run(service.start())
     try:
-        background.run(seed(service.address))
+        background.run(seed(service.address, metadata))
         with grpc.insecure_channel(service.address) as channel:
-            fuzz(channel, examples=max(EXAMPLES // 2, 10))
-        background.run(conformance(service.address))
+            assert invoke(channel, "Describe", pb.DescribeRequest()).code == "UNAUTHENTICATED"
+            fuzz(channel, examples=max(EXAMPLES // 2, 10), metadata=metadata)
+        background.run(conformance(service.address, ClientAuth(token=token)))
         alive = service.proc is not None and service.proc.returncode is None
     finally:
         background.run(service.stop())

@@ -139,7 +139,7 @@ class Worker:
         self.figures.sessions_started += 1
         last, final = 0, None
         while final is None:
-            leave_after = self.rng.randint(1, 60)  # events this connection reads before leaving
+            leave_after = self.rng.randint(1, 12)  # responses read before the client leaves
             call = self.stub.Stream(pb.StreamRequest(session_id=session_id, from_sequence=last))
             try:
                 async for response in call:
@@ -223,6 +223,26 @@ async def check_store(url: str, figures: Figures) -> int:
     return checked
 
 
+async def drop_store(url: str) -> None:
+    """Remove a Redis prefix's keys or a PostgreSQL schema this run made."""
+    name = url.rpartition("=")[2]
+    if not name.startswith("soak_"):
+        return
+    if url.startswith("redis"):
+        import redis.asyncio as aioredis
+
+        client = aioredis.Redis.from_url(url.partition("?")[0])
+        async for key in client.scan_iter(match=f"{name}:*", count=1000):
+            await client.delete(key)
+        await client.aclose()
+    elif url.startswith("postgres"):
+        import asyncpg  # type: ignore[import-untyped]
+
+        conn = await asyncpg.connect(url.partition("?")[0], timeout=5)
+        await conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+        await conn.close()
+
+
 async def run_soak(
     *,
     sessions: int,
@@ -282,6 +302,7 @@ async def run_soak(
             stop_sampling.set()
             await server.terminate()
         checked = await check_store(url, figures)
+        await drop_store(url)
     warmup = min(5, len(figures.rss_mib) // 4)
     summary = {k: v for k, v in asdict(figures).items() if k not in ("rss_mib", "violations")}
     summary |= figures.memory(warmup)
