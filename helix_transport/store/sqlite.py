@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import json
 import sqlite3
 import time
@@ -186,6 +187,9 @@ class SqliteStore:
         self._conn = conn
         self._executor = executor
         self._closed = False
+        self._appends: list[_Append] = []
+        """Appends waiting for the worker's next transaction."""
+        self._append_task: asyncio.Task[None] | None = None
 
     @classmethod
     async def open(cls, path: str, *, busy_timeout_s: float = 5.0) -> SqliteStore:
@@ -263,9 +267,39 @@ class SqliteStore:
             SessionNotFound: no such session.
             SequenceConflict: the log does not end at ``expected_sequence``.
         """
-        return await self._run(
-            lambda conn: _append(conn, session_id, events, expected_sequence, update)
-        )
+        if self._closed:
+            raise UsageError("SqliteStore is closed")
+        # Group commit across sessions: appends queued while the worker runs a batch
+        # go together into its next transaction (each in a savepoint of its own, so
+        # one append's conflict fails only that append).
+        done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._appends.append(_Append(session_id, events, expected_sequence, update, done))
+        if self._append_task is None:
+            self._append_task = asyncio.create_task(self._drain_appends())
+        return await done
+
+    async def _drain_appends(self) -> None:
+        try:
+            while self._appends:
+                batch, self._appends = self._appends, []
+                try:
+                    results = await self._run(functools.partial(_append_batch, batch=batch))
+                except BaseException as exc:
+                    for item in batch:
+                        if not item.done.done():
+                            item.done.set_exception(exc)
+                    if not isinstance(exc, Exception):
+                        raise
+                    continue
+                for item, result in zip(batch, results, strict=True):
+                    if item.done.done():  # its caller gave up waiting
+                        continue
+                    if isinstance(result, BaseException):
+                        item.done.set_exception(result)
+                    else:
+                        item.done.set_result(result)
+        finally:
+            self._append_task = None
 
     async def read(
         self, session_id: str, *, from_sequence: int = 0, limit: int = READ_LIMIT
@@ -452,39 +486,70 @@ def _update_session(
         return record
 
 
-def _append(
+@dataclasses.dataclass(frozen=True)
+class _Append:
+    session_id: str
+    events: Sequence[StreamEvent]
+    expected_sequence: int | None
+    update: SessionUpdate | None
+    done: asyncio.Future[int]
+
+
+def _append_batch(conn: sqlite3.Connection, *, batch: list[_Append]) -> list[int | Exception]:
+    """Several appends in one transaction, each in its own savepoint: the last
+    sequence of each, or the error that failed that one alone."""
+    previous = [[event.sequence for event in item.events] for item in batch]
+    results: list[int | Exception] = []
+    try:
+        with _transaction(conn):
+            for item, sequences in zip(batch, previous, strict=True):
+                conn.execute("SAVEPOINT helix_append")
+                try:
+                    results.append(
+                        _append_rows(
+                            conn, item.session_id, item.events, item.expected_sequence, item.update
+                        )
+                    )
+                except (SequenceConflict, SessionNotFound) as exc:
+                    conn.execute("ROLLBACK TO helix_append")
+                    _restore(item.events, sequences)
+                    results.append(exc)
+                conn.execute("RELEASE helix_append")
+    except BaseException:
+        # Nothing was stored, so no caller's events may claim sequences either.
+        for item, sequences in zip(batch, previous, strict=True):
+            _restore(item.events, sequences)
+        raise
+    return results
+
+
+def _restore(events: Sequence[StreamEvent], sequences: list[int]) -> None:
+    for event, sequence in zip(events, sequences, strict=True):
+        event.sequence = sequence
+
+
+def _append_rows(
     conn: sqlite3.Connection,
     session_id: str,
     events: Sequence[StreamEvent],
     expected_sequence: int | None,
     update: SessionUpdate | None,
 ) -> int:
-    previous = [event.sequence for event in events]
-    try:
-        with _transaction(conn):
-            record = _require_session(conn, session_id)
-            last = record.last_sequence
-            if expected_sequence is not None and expected_sequence != last:
-                raise SequenceConflict(session_id, expected_sequence, last)
-            rows = []
-            for event in events:
-                last += 1
-                event.sequence = last
-                rows.append((session_id, last, event.SerializeToString()))
-            conn.executemany(
-                "INSERT INTO events (session_id, sequence, data) VALUES (?, ?, ?)", rows
-            )
-            if update is not None:
-                record = update.apply(record, now=time.time())
-            conn.execute(
-                _WRITE_STATE, _session_params(dataclasses.replace(record, last_sequence=last))
-            )
-            return last
-    except BaseException:
-        # Nothing was stored, so the caller's events must not claim sequences either.
-        for event, sequence in zip(events, previous, strict=True):
-            event.sequence = sequence
-        raise
+    """One append inside the caller's transaction."""
+    record = _require_session(conn, session_id)
+    last = record.last_sequence
+    if expected_sequence is not None and expected_sequence != last:
+        raise SequenceConflict(session_id, expected_sequence, last)
+    rows = []
+    for event in events:
+        last += 1
+        event.sequence = last
+        rows.append((session_id, last, event.SerializeToString()))
+    conn.executemany("INSERT INTO events (session_id, sequence, data) VALUES (?, ?, ?)", rows)
+    if update is not None:
+        record = update.apply(record, now=time.time())
+    conn.execute(_WRITE_STATE, _session_params(dataclasses.replace(record, last_sequence=last)))
+    return last
 
 
 def _save_checkpoint(conn: sqlite3.Connection, checkpoint: Checkpoint) -> None:
