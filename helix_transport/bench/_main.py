@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from helix_transport.bench._report import Report, format_table, to_document
+from helix_transport.bench._report import Report, format_markdown, format_table, to_document
 
 SCENARIOS = ("1", "2", "3", "4", "5", "6", "7", "8")
 
@@ -76,6 +76,8 @@ def _parser() -> argparse.ArgumentParser:
         help="backends for 1-3: memory, sqlite, redis, postgres (default memory,sqlite)",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON document")
+    parser.add_argument("--markdown", action="store_true", help="print a Markdown table")
+    parser.add_argument("--save", default="", help="also write the JSON document to this file")
     parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run")
     for name, default in Params().__dict__.items():
         flag = "--" + name.replace("_", "-")
@@ -107,9 +109,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "scenarios": ",".join(sorted(scenarios)),
         "stores": ",".join(stores),
     }
+    if args.save:
+        with open(args.save, "w") as f:
+            json.dump(to_document(report, params=shown, elapsed_s=elapsed), f, indent=2)
     if args.json:
         json.dump(to_document(report, params=shown, elapsed_s=elapsed), sys.stdout, indent=2)
         print()
+    elif args.markdown:
+        print(format_markdown(report, params=shown, elapsed_s=elapsed))
     else:
         print(format_table(report, params=shown, elapsed_s=elapsed))
     return 1 if failed else 0

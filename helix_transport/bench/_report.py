@@ -192,6 +192,27 @@ def format_table(report: Report, *, params: dict[str, Any], elapsed_s: float) ->
     return "\n".join(lines)
 
 
+def format_markdown(report: Report, *, params: dict[str, Any], elapsed_s: float) -> str:
+    """The report as a Markdown table (for the README), with the machine and params."""
+    info = machine()
+    lines = [
+        f"nproc {info['nproc']}, {info['python']}, grpcio {info['grpcio']}, "
+        f"{info['platform']}, load average {info['loadavg_1m_at_end']} at the end, "
+        f"{elapsed_s:.0f} s; " + ", ".join(f"{k}={v}" for k, v in params.items()),
+        "",
+        "| scenario | setup | helix | baseline | ratio | target | met | baseline is |",
+        "|---|---|--:|--:|--:|---|---|---|",
+    ]
+    for r in report.rows:
+        ratio = "n/a" if math.isnan(r.ratio) else f"{r.ratio:.2f}x"
+        met = "" if r.met is None else ("yes" if r.met else "**no**")
+        lines.append(
+            f"| {r.scenario} | {r.setup} | {_fmt(r.value, r.unit)} | "
+            f"{_fmt(r.baseline, r.unit)} | {ratio} | {r.target} | {met} | {r.baseline_is} |"
+        )
+    return "\n".join(lines)
+
+
 def to_document(report: Report, *, params: dict[str, Any], elapsed_s: float) -> dict[str, Any]:
     """The report as a JSON-ready document."""
     return {
