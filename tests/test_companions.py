@@ -146,3 +146,23 @@ async def test_naming_already_running_terminate_truth_and_fresh_respawn(
     assert log[-1].WhichOneof("payload") == "interrupted"
     assert turn[0].turn_started.fresh and turn[-1].WhichOneof("payload") == "completed"
     assert status.status == pb.SESSION_STATUS_COMPLETED
+
+
+async def test_interrupting_the_parent_interrupts_its_running_children(
+    mesh: dict[str, AgentClient],
+) -> None:
+    steps = [[spawn("counter", LONG)], [use("wait_for_result", name="counter-1")]]
+    planner_client, counter_client = mesh["planner"], mesh["counter"]
+    child = child_session_id("p2", "counter-1")
+    await planner_client.start(json.dumps({"steps": steps}), session_id="p2")
+    async for event in planner_client.stream("p2"):
+        if event.WhichOneof("payload") == "tool_start" and "wait_for_result" in (
+            event.tool_start.tool_name
+        ):
+            reply = await planner_client.interrupt("p2", reason="enough")
+            assert reply.accepted
+    child_log = [e async for e in counter_client.stream(child)]
+
+    assert (await planner_client.get_status("p2")).status == pb.SESSION_STATUS_INTERRUPTED
+    assert child_log[-1].WhichOneof("payload") == "interrupted"
+    assert child_log[-1].interrupted.reason == "enough"
