@@ -212,18 +212,21 @@ async def follow(
     from_sequence: int,
     batch_limit: int = READ_LIMIT,
     poll_interval_s: float = 0.5,
+    idle_s: float | None = None,
 ) -> AsyncIterator[list[StreamEvent]]:
     """Yield batches of events with ``sequence > from_sequence`` until the terminal event.
 
     Replays from the store, then tails ``hub``; every ``poll_interval_s`` without a
-    wake-up it re-reads the store, which covers writers in other processes.
+    wake-up it re-reads the store, which covers writers in other processes. With
+    ``idle_s``, an empty batch is yielded whenever ``idle_s`` passed without one
+    (checked at each wake-up or poll): the caller's cue for a heartbeat.
 
     Raises:
         SessionNotFound: the session does not exist.
     """
     with hub.reading(session_id):
         async for batch in _follow(
-            store, hub, session_id, from_sequence, batch_limit, poll_interval_s
+            store, hub, session_id, from_sequence, batch_limit, poll_interval_s, idle_s
         ):
             yield batch
 
@@ -235,9 +238,16 @@ async def _follow(
     last: int,
     batch_limit: int,
     poll_interval_s: float,
+    idle_s: float | None = None,
 ) -> AsyncIterator[list[StreamEvent]]:
     force_store = False
+    quiet_since = time.monotonic()
+    # A heartbeat interval shorter than the poll interval shortens the waits too.
+    poll_interval_s = poll_interval_s if idle_s is None else min(poll_interval_s, idle_s)
     while True:
+        if idle_s is not None and time.monotonic() - quiet_since >= idle_s:
+            yield []  # quiet for idle_s: a heartbeat is due
+            quiet_since = time.monotonic()
         waiter = hub.waiter(session_id)
         batch = None if force_store else hub.since(session_id, last, batch_limit)
         if batch == []:
@@ -253,6 +263,8 @@ async def _follow(
             yield batch
             if is_terminal(batch[-1]):
                 return
+            if idle_s is not None:
+                quiet_since = time.monotonic()
             continue
         record = await store.get_session(session_id)
         if record is None:

@@ -17,7 +17,7 @@ from helix_transport.agent.definition import Agent
 from helix_transport.remote import interrupt_children
 from helix_transport.server import _validation as check
 from helix_transport.server._continue import continue_session
-from helix_transport.server._heartbeat import with_heartbeats
+from helix_transport.server._heartbeat import heartbeat
 from helix_transport.server._identity import current_principal
 from helix_transport.server._ownership import visible
 from helix_transport.server._runner import SessionRunner
@@ -140,18 +140,16 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
         session_id = check.session_id(request.session_id)
         from_sequence = check.from_sequence(request.from_sequence)
         await self._record(session_id)
-        batches = follow(
+        async for batch in follow(
             self.store,
             self.hub,
             session_id,
             from_sequence=from_sequence,
             poll_interval_s=self.poll_interval_s,
-        )
-        async for batch in with_heartbeats(
-            batches, self.store, session_id, interval_s=self.heartbeat_interval_s
+            idle_s=self.heartbeat_interval_s,
         ):
-            if isinstance(batch, pb.Heartbeat):
-                yield pb.StreamResponse(heartbeat=batch)
+            if not batch:  # quiet for a while: a sign of life, not an event
+                yield pb.StreamResponse(heartbeat=await heartbeat(self.store, session_id))
                 continue
             for chunk in _chunks(batch):
                 yield pb.StreamResponse(events=chunk)
