@@ -15,7 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from helix_transport.bench._report import Report, format_markdown, format_table, to_document
+from helix_transport.bench._report import (
+    Report,
+    Row,
+    format_markdown,
+    format_table,
+    to_document,
+)
 
 SCENARIOS = ("1", "2", "3", "4", "5", "6", "7", "8")
 
@@ -136,7 +142,23 @@ async def _run(report: Report, params: Params, scenarios: set[str], stores: list
             await scenario
         except Exception as exc:
             failed = True
-            report.notes.append(f"scenario {name} failed: {type(exc).__name__}: {exc}")
+            problem = f"{type(exc).__name__}: {exc}"
+            report.notes.append(f"scenario {name} failed: {problem}")
+            # A row too, so the table cannot read as if the scenario was never asked for.
+            nan = float("nan")
+            report.rows.append(
+                Row(
+                    scenario=f"{name} FAILED: {problem[:100]}",
+                    setup="",
+                    unit="ms",
+                    value=nan,
+                    baseline=nan,
+                    baseline_is="",
+                    ratio=nan,
+                    target="completes",
+                    met=False,
+                )
+            )
 
     # Service processes inherit gc.freeze from `serve`; this process freezes its own
     # long-lived imports too, so a full collection does not walk them mid-measurement.
