@@ -12,7 +12,7 @@ from typing import Self
 
 import grpc
 
-from helix_transport._config import ClientConfig
+from helix_transport._config import ClientConfig, RetryConfig
 from helix_transport._eventlog import is_terminal
 from helix_transport._exceptions import (
     ResourceExhausted,
@@ -112,8 +112,10 @@ class AgentClient:
     ) -> pb.StartResponse:
         """Start a session (idempotent on ``session_id``).
 
-        Retries while the service is unavailable, within the reconnect deadline:
-        ``Start`` is idempotent, so a retry can never run the session twice.
+        Retries while the service is unavailable, or refuses with a retry hint (rate
+        limited, at capacity: after the hinted delay), within the reconnect deadline:
+        ``Start`` is idempotent, so a retry can never run the session twice. Past the
+        deadline the last error is raised (``ResourceExhausted`` with ``retry_after_s``).
         """
         self._check_open()
         # Name the session here, not on the server: then every Start is idempotent and
@@ -134,13 +136,11 @@ class AgentClient:
                     request, timeout=self._timeout, metadata=self._metadata()
                 )
             except grpc.aio.AioRpcError as exc:
+                delay = _retry_delay(exc, retry, attempt, address=self.address)
                 spent = time.monotonic() - started
-                if (
-                    exc.code() != grpc.StatusCode.UNAVAILABLE
-                    or spent >= retry.deadline.total_seconds()
-                ):
+                if delay is None or spent >= retry.deadline.total_seconds():
                     raise to_helix_error(exc, address=self.address, session_id=session_id) from exc
-            await asyncio.sleep(retry.backoff_s(attempt))
+            await asyncio.sleep(delay)
             attempt += 1
 
     async def continue_session(
@@ -167,13 +167,11 @@ class AgentClient:
                     request, timeout=self._timeout, metadata=self._metadata()
                 )
             except grpc.aio.AioRpcError as exc:
+                delay = _retry_delay(exc, retry, attempt, address=self.address)
                 spent = time.monotonic() - started
-                if (
-                    exc.code() != grpc.StatusCode.UNAVAILABLE
-                    or spent >= retry.deadline.total_seconds()
-                ):
+                if delay is None or spent >= retry.deadline.total_seconds():
                     raise to_helix_error(exc, address=self.address, session_id=session_id) from exc
-            await asyncio.sleep(retry.backoff_s(attempt))
+            await asyncio.sleep(delay)
             attempt += 1
 
     def stream(self, session_id: str, *, from_sequence: int = 0) -> EventStream:
@@ -231,6 +229,23 @@ class AgentClient:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+def _retry_delay(
+    exc: grpc.aio.AioRpcError, retry: RetryConfig, attempt: int, *, address: str
+) -> float | None:
+    """Seconds to wait before retrying an idempotent unary call; None: do not retry.
+
+    UNAVAILABLE backs off; RESOURCE_EXHAUSTED waits as the server's RetryInfo says (and
+    is not retried without one: a message too large stays too large).
+    """
+    if exc.code() == grpc.StatusCode.UNAVAILABLE:
+        return retry.backoff_s(attempt)
+    if exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        error = to_helix_error(exc, address=address)
+        if isinstance(error, ResourceExhausted) and error.retry_after_s is not None:
+            return max(error.retry_after_s, retry.backoff_s(attempt))
+    return None
 
 
 class EventStream:

@@ -11,6 +11,7 @@ import asyncio
 import contextvars
 import json
 import pickle
+from datetime import timedelta
 
 import grpc
 import pytest
@@ -18,8 +19,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from helix_transport import (
     AgentClient,
+    ClientConfig,
     Limits,
     ResourceExhausted,
+    RetryConfig,
     ServerConfig,
     UsageError,
     create_server,
@@ -74,9 +77,12 @@ async def test_running_sessions_per_replica_are_bounded(
 ) -> None:
     monkeypatch.setenv("HELIX_SCRIPTED_DELAY_MS", "20")
     limits = Limits(max_running_sessions=2)
+    # A client that gives up at once sees the refusal; the default one waits it out.
+    impatient = ClientConfig(reconnect=RetryConfig(deadline=timedelta(0)))
     async with (
         serve_sqlite(counter, limits=limits) as server,
-        await AgentClient.connect(server.address) as client,
+        await AgentClient.connect(server.address, config=impatient) as client,
+        await AgentClient.connect(server.address) as patient,
     ):
         slow = json.dumps({"steps": 3, "words": 3})
         await asyncio.gather(*(client.start(slow, session_id=f"s{i}") for i in range(2)))
@@ -84,11 +90,13 @@ async def test_running_sessions_per_replica_are_bounded(
             await client.start(slow, session_id="s2")
         replay = await client.start(slow, session_id="s0")  # an existing session: still served
         assert await server.store.get_session("s2") is None
-        for i in range(2):
-            assert [e async for e in client.stream(f"s{i}")][-1].WhichOneof(
-                "payload"
-            ) == "completed"
-        later = await client.start(slow, session_id="s2")
+        # Start is idempotent: the default client retries after the hinted second, until
+        # a session ends and frees a slot (within its reconnect deadline).
+        later = await patient.start(slow, session_id="s2")
+        assert server.runner.running <= 2
+        for i in range(3):
+            events = [e async for e in client.stream(f"s{i}")]
+            assert events[-1].WhichOneof("payload") == "completed"
     assert full.value.limit == "running_sessions" and full.value.retryable
     assert full.value.retry_after_s == pytest.approx(1.0)
     assert "maximum of 2 sessions" in str(full.value)
@@ -99,18 +107,38 @@ async def test_concurrent_starts_never_exceed_the_running_limit(
     serve_sqlite: ServeSqlite, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("HELIX_SCRIPTED_DELAY_MS", "20")
+    impatient = ClientConfig(reconnect=RetryConfig(deadline=timedelta(0)))
+    peak = 0
     async with (
         serve_sqlite(counter, limits=Limits(max_running_sessions=5)) as server,
-        await AgentClient.connect(server.address) as client,
+        await AgentClient.connect(server.address, config=impatient) as client,
+        await AgentClient.connect(server.address) as patient,
     ):
+
+        async def watch() -> None:
+            nonlocal peak
+            while True:
+                peak = max(peak, server.runner.running)
+                await asyncio.sleep(0.005)
+
+        watcher = asyncio.create_task(watch())
         results = await asyncio.gather(
             *(client.start('{"steps": 2}', session_id=f"c{i}") for i in range(30)),
             return_exceptions=True,
         )
-        peak = server.runner.running
+        # The default client retries on the hint: every one of these starts, five at a time.
+        waited = await asyncio.gather(
+            *(patient.start('{"steps": 1}', session_id=f"p{i}") for i in range(12))
+        )
+        for i in range(12):
+            assert [e async for e in patient.stream(f"p{i}")][-1].WhichOneof(
+                "payload"
+            ) == "completed"
+        watcher.cancel()
     started = [r for r in results if isinstance(r, pb.StartResponse)]
     refused = [r for r in results if isinstance(r, ResourceExhausted)]
-    assert len(started) == 5 and len(refused) == 25 and peak <= 5
+    assert len(started) == 5 and len(refused) == 25
+    assert all(r.created for r in waited) and peak <= 5
 
 
 def test_rate_limiter_keeps_one_bucket_per_principal() -> None:
