@@ -48,6 +48,14 @@ from helix_transport.testing.processes import ServiceProcess, free_port
 from helix_transport.transport.grpc import AgentClient
 
 SETUP = "sqlite, processes"
+SERVICE_ENV = {
+    "HELIX_LOG_LEVEL": "WARNING",
+    # Operator policy, not cost: a 1,000-wide fan-out from one principal is 2,000 calls at
+    # once, over the default burst (1,000) and at the default session cap (1,000).
+    "HELIX_RATE_LIMIT": "0",
+    "HELIX_MAX_RUNNING_SESSIONS": "0",
+}
+"""Environment of every benchmarked service."""
 AGENTS = "helix_transport.bench.agents"
 
 
@@ -73,7 +81,7 @@ class Services:
             port=free_port(),
             store_url=store_url or f"sqlite:///{self.workdir / (name + '.db')}",
             log_path=self.workdir / f"{name}.log",
-            env={"HELIX_LOG_LEVEL": "WARNING", **(env or {})},
+            env={**SERVICE_ENV, **(env or {})},
             extra_args=extra_args,
         )
         self.procs[name] = proc

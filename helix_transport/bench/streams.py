@@ -37,6 +37,7 @@ from helix_transport.bench._report import (
     value_at_most,
 )
 from helix_transport.bench.agents import leaf, leaf_input
+from helix_transport.bench.delegation import SERVICE_ENV
 from helix_transport.server.app import create_server
 from helix_transport.store import Store, open_store
 from helix_transport.testing.processes import ServiceProcess, free_port
@@ -267,7 +268,7 @@ async def concurrency(
         store_url=os.environ.get("HELIX_BENCH_CONCURRENCY_STORE")
         or f"sqlite:///{tmp / 'concurrency.db'}",
         log_path=tmp / "concurrency.log",
-        env={"HELIX_LOG_LEVEL": "WARNING"},
+        env=SERVICE_ENV,
     )
     await proc.start(timeout_s=60)
     try:
