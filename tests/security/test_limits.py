@@ -30,12 +30,13 @@ from helix_transport import (
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._proto.helix.agent.v1 import agent_pb2_grpc as pb_grpc
 from helix_transport.cli import _parser
+from helix_transport.registry import address_env_var
 from helix_transport.server._identity import Principal, set_principal
 from helix_transport.server.auth import AuthConfig
 from helix_transport.server.limits import LimitsInterceptor, RateLimiter
 from helix_transport.store import MemoryStore
 from helix_transport.transport._auth import ClientAuth
-from tests.agents import counter
+from tests.agents import counter, delegator
 from tests.security.conftest import Tokens
 from tests.security.servers import ServeSqlite, details
 
@@ -213,3 +214,36 @@ async def test_each_authenticated_principal_has_its_own_rate(tokens: Tokens) -> 
                 await alice.describe()
             assert (await bob.describe()).agent_type == "counter"  # bob's bucket is his own
     assert "'alice'" in str(refused.value) and refused.value.limit == "rate_limit"
+
+
+async def test_a_parent_delegating_to_a_full_child_service_waits_for_a_slot(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Nothing is lost under load: three concurrent delegations to a child service that
+    runs one session at a time all complete (each Start waits out the hint)."""
+    monkeypatch.setenv("HELIX_SCRIPTED_DELAY_MS", "5")
+    child = await create_server(
+        counter,
+        MemoryStore(),
+        ServerConfig(limits=Limits(max_running_sessions=1)),
+        allow_unauthenticated=True,
+    )
+    parent = await create_server(delegator, MemoryStore(), allow_unauthenticated=True)
+    peak = 0
+    async with child, parent, await AgentClient.connect(parent.address) as client:
+        monkeypatch.setenv(address_env_var("counter"), child.address)
+
+        async def watch() -> None:
+            nonlocal peak
+            while True:
+                peak = max(peak, child.runner.running)
+                await asyncio.sleep(0.005)
+
+        watcher = asyncio.create_task(watch())
+        three = [{"tool": "count", "args": {"steps": 1, "words": 2}}] * 3
+        await client.start(json.dumps({"calls": three}), session_id="root")
+        events = [e async for e in client.stream("root")]
+        watcher.cancel()
+    assert events[-1].WhichOneof("payload") == "completed", events[-1]
+    assert json.loads(events[-1].completed.output_json)["results"] == [{"total": 1, "steps": 1}] * 3
+    assert peak == 1
