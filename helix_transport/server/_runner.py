@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import contextvars
 import logging
+import time
 from dataclasses import dataclass
 
 from helix_transport._eventlog import EventHub, SessionWriter
@@ -186,6 +187,10 @@ class SessionRunner:
         resumed = 0
         for record in await self.store.list_sessions(status=SessionStatus.RUNNING):
             if record.session_id in self._runs:
+                continue
+            # Never leased and younger than a lease: its Start (maybe on another
+            # replica) is still between create and lease. Older, its creator died.
+            if not record.owner and time.time() - record.created_at < self.lease_ttl_s:
                 continue
             # Our own id: this replica restarted. Anyone else's: their lease lapsed.
             reason = "restart" if record.owner in ("", self.owner) else "takeover"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 
 import pytest
 
@@ -64,3 +65,35 @@ def test_errors_from_a_tool_group_are_recognised() -> None:
     assert _matches(ExceptionGroup("outer", [grouped]), (SequenceConflict,))
     assert not _matches(grouped, (StoreUnavailable,))
     assert _matches(StoreUnavailable("down"), (StoreUnavailable,))
+
+
+async def test_orphan_scan_leaves_a_session_between_create_and_lease() -> None:
+    """A replica's scan must not take a session another replica's Start just created."""
+    from helix_transport.store import SessionRecord
+    from helix_transport.store._records import input_fingerprint
+
+    store = MemoryStore()
+    input_json = json.dumps({"steps": 1, "words": 1})
+
+    def record(session_id: str, *, age_s: float) -> SessionRecord:
+        return SessionRecord(
+            session_id=session_id,
+            agent_type="counter",
+            input_json=input_json,
+            input_hash=input_fingerprint(input_json),
+            created_at=time.time() - age_s,
+        )
+
+    await store.create_session(record("fresh", age_s=0))
+    await store.create_session(record("abandoned", age_s=3600))  # its creator died
+    async with await create_server(counter, store, allow_unauthenticated=True) as server:
+
+        async def abandoned_done() -> bool:
+            done = await store.get_session("abandoned")
+            return done is not None and done.status is SessionStatus.COMPLETED
+
+        await assert_eventually(abandoned_done)
+        fresh = await store.get_session("fresh")
+        assert fresh is not None
+        assert fresh.owner == "" and fresh.last_sequence == 0  # left to its own Start
+        assert await server.runner.resume_orphans() == 0
