@@ -15,8 +15,8 @@ parent step:
   stream sends heartbeats (``StreamResponse.heartbeat``, not logged).
 
 **Deadline.** With ``run_deadline_s``, the run has a wall-clock deadline counted
-from its first step (kept in the checkpointed state, so a restarted parent keeps
-it). At the deadline, tasks still running are interrupted and reported as timed
+from the first step of each turn (kept in the checkpointed state, so a restarted
+parent keeps it; a continued session gets a fresh one). At the deadline, tasks still running are interrupted and reported as timed
 out, together with whatever already finished, and the parent gets one more pass
 to give a partial answer; a run still going after that pass fails with
 ``failure_reason = "deadline"``.
@@ -45,6 +45,7 @@ from pydantic import BaseModel, Field, field_validator
 from helix_transport._exceptions import AgentRunError, HelixError
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._status import SessionStatus
+from helix_transport._turns import TURN_KEY
 from helix_transport.agent.definition import Agent
 from helix_transport.agent.loop import NUDGE
 from helix_transport.agent.tools import Tool, ToolContext, ToolError
@@ -240,6 +241,10 @@ class Dispatcher:
     async def step(self, ctx: ToolContext, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Deliver finished batches; park when the pass ended with a batch out; the deadline."""
         state = _state(ctx)
+        # The deadline is per turn: a continued session gets a fresh clock and pass.
+        turn = int(ctx.state.get(TURN_KEY, 1))
+        if state.get("turn", 1) != turn:
+            state.update(turn=turn, started_at=time.time(), final_pass_step=None)
         started = state.setdefault("started_at", time.time())
         deadline = None if self.run_deadline_s is None else started + self.run_deadline_s
         if state.get("final_pass_step") is not None:

@@ -134,3 +134,36 @@ async def test_a_run_still_going_after_its_last_pass_fails_with_deadline(
     assert events[-1].failed.failure_reason == "deadline"
     ends = [e.subagent_end for e in events if e.WhichOneof("payload") == "subagent_end"]
     assert [e.error for e in ends] == ["the run's deadline passed"]
+
+
+async def test_a_continued_turn_gets_a_fresh_deadline_and_pass() -> None:
+    """The deadline's clock and its one last pass belong to a turn, not the session."""
+    import time
+
+    from helix_transport._turns import TURN_KEY
+    from helix_transport.agent.tools import ToolContext
+    from helix_transport.dispatch import STATE_KEY, Dispatcher, RunDeadlineExceeded
+    from helix_transport.dispatch import SubagentType as Type
+    from helix_transport.transport._pool import ClientPool
+
+    async def flush() -> None:
+        return None
+
+    dispatcher = Dispatcher([Type(agent_type="researcher")], run_deadline_s=60)
+    # Turn 1 began two minutes ago and used up its last pass.
+    turn_one = {"batches": [], "started_at": time.time() - 120, "final_pass_step": 3}
+
+    def context(turn: int) -> ToolContext:
+        state = {STATE_KEY: dict(turn_one), TURN_KEY: turn}
+        return ToolContext(
+            session_id="p", agent_type="parent", tool_call_id="", step=5, metadata={},
+            emit=lambda event: None, flush=flush, store=MemoryStore(), clients=ClientPool(),
+            state=state,
+        )  # fmt: skip
+
+    with pytest.raises(RunDeadlineExceeded):  # still turn 1: the run is over
+        await dispatcher.step(context(1), [])
+    second = context(2)
+    assert await dispatcher.step(second, []) == []  # turn 2: nothing due, no deadline yet
+    assert second.state[STATE_KEY]["turn"] == 2
+    assert second.state[STATE_KEY]["started_at"] > time.time() - 5
