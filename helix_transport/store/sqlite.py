@@ -127,6 +127,8 @@ _WRITE_STATE = (
     f"UPDATE sessions SET {', '.join(f'{c} = :{c}' for c in _STATE_COLUMNS)} "
     "WHERE session_id = :session_id"
 )
+_LAST_SEQUENCE = "SELECT last_sequence FROM sessions WHERE session_id = ?"
+_SET_LAST_SEQUENCE = "UPDATE sessions SET last_sequence = ? WHERE session_id = ?"
 # A new ref goes after the parent's others; a replaced one keeps its position.
 _PUT_REF = (
     f"INSERT INTO subsession_refs (position, {', '.join(_REF_COLUMNS)}) VALUES ("
@@ -536,8 +538,30 @@ def _append_rows(
     update: SessionUpdate | None,
 ) -> int:
     """One append inside the caller's transaction."""
+    if update is None:
+        # A plain append changes only last_sequence: read and write just that column
+        # (decoding and re-encoding the whole record cost more than the insert itself).
+        row = conn.execute(_LAST_SEQUENCE, (session_id,)).fetchone()
+        if row is None:
+            raise SessionNotFound(session_id)
+        last = _insert_events(conn, session_id, events, expected_sequence, row[0])
+        conn.execute(_SET_LAST_SEQUENCE, (last, session_id))
+        return last
     record = _require_session(conn, session_id)
-    last = record.last_sequence
+    last = _insert_events(conn, session_id, events, expected_sequence, record.last_sequence)
+    record = update.apply(record, now=time.time())
+    conn.execute(_WRITE_STATE, _session_params(dataclasses.replace(record, last_sequence=last)))
+    return last
+
+
+def _insert_events(
+    conn: sqlite3.Connection,
+    session_id: str,
+    events: Sequence[StreamEvent],
+    expected_sequence: int | None,
+    last: int,
+) -> int:
+    """Insert ``events`` after ``last`` (the log's end); the new last sequence."""
     if expected_sequence is not None and expected_sequence != last:
         raise SequenceConflict(session_id, expected_sequence, last)
     rows = []
@@ -546,9 +570,6 @@ def _append_rows(
         event.sequence = last
         rows.append((session_id, last, event.SerializeToString()))
     conn.executemany("INSERT INTO events (session_id, sequence, data) VALUES (?, ?, ?)", rows)
-    if update is not None:
-        record = update.apply(record, now=time.time())
-    conn.execute(_WRITE_STATE, _session_params(dataclasses.replace(record, last_sequence=last)))
     return last
 
 
