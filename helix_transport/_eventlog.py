@@ -303,10 +303,26 @@ async def _wait_either(
 
 
 async def _wait(waiter: asyncio.Future[None], timeout_s: float) -> bool:
-    """Wait for ``waiter``; False on timeout. Shielded: the future is shared by readers."""
+    """Wait for ``waiter``; False on timeout.
+
+    The reader awaits a future of its own, never the shared ``waiter`` (which its
+    cancellation would cancel for every reader). A done-callback and a timer cost
+    about half of ``asyncio.timeout`` around ``asyncio.shield``, and this runs once
+    per wake-up per reader.
+    """
+    if waiter.done():
+        return True
+    loop = asyncio.get_running_loop()
+    woken: asyncio.Future[bool] = loop.create_future()
+
+    def wake(_: object = None, value: bool = True) -> None:
+        if not woken.done():
+            woken.set_result(value)
+
+    waiter.add_done_callback(wake)
+    timer = loop.call_later(timeout_s, wake, None, False)
     try:
-        async with asyncio.timeout(timeout_s):
-            await asyncio.shield(waiter)
-    except TimeoutError:
-        return False
-    return True
+        return await woken
+    finally:
+        timer.cancel()
+        waiter.remove_done_callback(wake)
