@@ -53,7 +53,6 @@ import asyncio
 import contextlib
 import dataclasses
 import json
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -66,8 +65,12 @@ from helix_transport._status import SessionStatus
 from helix_transport.agent.definition import Agent
 from helix_transport.agent.tools import Tool, ToolContext, ToolError
 from helix_transport.registry import resolve_address
-from helix_transport.remote import ROOT_SESSION_KEY
-from helix_transport.store import SubSessionRef
+from helix_transport.remote import (
+    ROOT_SESSION_KEY,
+    save_child_ref,
+    subagent_ended,
+    subagent_started,
+)
 
 PREFIX = "companion__"
 STATE_KEY = "helix.companions"
@@ -395,15 +398,13 @@ class Companions:
         _Children(ctx.state).put(child)
         status = SessionStatus(child.status)
         ctx.emit(
-            pb.StreamEvent(
-                subagent_end=pb.SubagentEnd(
-                    tool_call_id=child.tool_call_id,
-                    child_session_id=child.session_id,
-                    child_agent_type=child.agent_type,
-                    status=status.to_proto(),
-                    output_json=child.output_json if status is SessionStatus.COMPLETED else "",
-                    error=child.error,
-                )
+            subagent_ended(
+                tool_call_id=child.tool_call_id,
+                child_id=child.session_id,
+                agent_type=child.agent_type,
+                status=status,
+                output_json=child.output_json if status is SessionStatus.COMPLETED else "",
+                error=child.error,
             )
         )
 
@@ -482,13 +483,11 @@ class Companions:
     async def _began(self, ctx: ToolContext, child: _Child) -> None:
         _Children(ctx.state).put(child)
         ctx.emit(
-            pb.StreamEvent(
-                subagent_start=pb.SubagentStart(
-                    tool_call_id=ctx.tool_call_id,
-                    child_session_id=child.session_id,
-                    child_agent_type=child.agent_type,
-                    address=child.address,
-                )
+            subagent_started(
+                tool_call_id=ctx.tool_call_id,
+                child_id=child.session_id,
+                agent_type=child.agent_type,
+                address=child.address,
             )
         )
         await self._save_ref(ctx, child)
@@ -548,20 +547,15 @@ class Companions:
         _Children(ctx.state).put(child)
 
     async def _save_ref(self, ctx: ToolContext, child: _Child) -> None:
-        # The ref makes the parent's Interrupt cascade to a running child.
-        status = SessionStatus(child.status)
-        await ctx.store.put_subsession_ref(
-            SubSessionRef(
-                parent_session_id=ctx.session_id,
-                child_session_id=child.session_id,
-                agent_type=child.agent_type,
-                tool_call_id=child.tool_call_id,
-                status=status,
-                address=child.address,
-                completed_at=None if status is SessionStatus.RUNNING else time.time(),
-                output_json=child.output_json,
-                error=child.error,
-            )
+        await save_child_ref(
+            ctx,
+            child_id=child.session_id,
+            agent_type=child.agent_type,
+            tool_call_id=child.tool_call_id,
+            status=SessionStatus(child.status),
+            address=child.address,
+            output_json=child.output_json,
+            error=child.error,
         )
 
     # --- helpers ----------------------------------------------------------------------

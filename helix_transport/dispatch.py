@@ -50,8 +50,12 @@ from helix_transport.agent.definition import Agent
 from helix_transport.agent.loop import NUDGE
 from helix_transport.agent.tools import Tool, ToolContext, ToolError
 from helix_transport.registry import resolve_address
-from helix_transport.remote import ROOT_SESSION_KEY
-from helix_transport.store import SubSessionRef
+from helix_transport.remote import (
+    ROOT_SESSION_KEY,
+    save_child_ref,
+    subagent_ended,
+    subagent_started,
+)
 
 STATE_KEY = "helix.dispatch"
 POLL_S = 0.25
@@ -225,13 +229,11 @@ class Dispatcher:
         except HelixError as exc:
             task.status, task.error = "failed", f"could not start: {exc.message}"
         ctx.emit(
-            pb.StreamEvent(
-                subagent_start=pb.SubagentStart(
-                    tool_call_id=ctx.tool_call_id,
-                    child_session_id=task.session_id,
-                    child_agent_type=task.agent_type,
-                    address=task.address,
-                )
+            subagent_started(
+                tool_call_id=ctx.tool_call_id,
+                child_id=task.session_id,
+                agent_type=task.agent_type,
+                address=task.address,
             )
         )
         await _save_ref(ctx, task)
@@ -334,38 +336,35 @@ def _state(ctx: ToolContext) -> dict[str, Any]:
 
 
 def _end_event(ctx: ToolContext, tool_call_id: str, task: _Task) -> None:
-    status = SessionStatus.FAILED if task.status == "timed_out" else SessionStatus(task.status)
     ctx.emit(
-        pb.StreamEvent(
-            subagent_end=pb.SubagentEnd(
-                tool_call_id=tool_call_id,
-                child_session_id=task.session_id,
-                child_agent_type=task.agent_type,
-                status=status.to_proto(),
-                output_json=task.output_json,
-                error=task.error,
-            )
+        subagent_ended(
+            tool_call_id=tool_call_id,
+            child_id=task.session_id,
+            agent_type=task.agent_type,
+            status=_session_status(task),
+            output_json=task.output_json,
+            error=task.error,
         )
     )
 
 
 async def _save_ref(ctx: ToolContext, task: _Task) -> None:
-    # A running task's ref makes the parent's Interrupt cascade to it and the
-    # stream's heartbeat count it.
-    status = SessionStatus.FAILED if task.status == "timed_out" else SessionStatus(task.status)
-    await ctx.store.put_subsession_ref(
-        SubSessionRef(
-            parent_session_id=ctx.session_id,
-            child_session_id=task.session_id,
-            agent_type=task.agent_type,
-            tool_call_id=task.task_id,
-            status=status,
-            address=task.address,
-            completed_at=None if status is SessionStatus.RUNNING else time.time(),
-            output_json=task.output_json,
-            error=task.error,
-        )
+    # A running task's ref also makes the stream's heartbeat count it.
+    await save_child_ref(
+        ctx,
+        child_id=task.session_id,
+        agent_type=task.agent_type,
+        tool_call_id=task.task_id,
+        status=_session_status(task),
+        address=task.address,
+        output_json=task.output_json,
+        error=task.error,
     )
+
+
+def _session_status(task: _Task) -> SessionStatus:
+    # "timed_out" is the dispatcher's own word; the log and the ref say failed.
+    return SessionStatus.FAILED if task.status == "timed_out" else SessionStatus(task.status)
 
 
 def with_dispatch(

@@ -167,13 +167,11 @@ class _ChildCall:
             self.ref = dataclasses.replace(existing, address=self.address)
             last = await _last_forwarded(ctx.store, ctx.session_id, ctx.tool_call_id)
         ctx.emit(
-            pb.StreamEvent(
-                subagent_start=pb.SubagentStart(
-                    tool_call_id=ctx.tool_call_id,
-                    child_session_id=self.child_id,
-                    child_agent_type=self.agent_type,
-                    address=self.address,
-                )
+            subagent_started(
+                tool_call_id=ctx.tool_call_id,
+                child_id=self.child_id,
+                agent_type=self.agent_type,
+                address=self.address,
             )
         )
         # The trace context of this delegation (W3C `traceparent`), for the child's spans.
@@ -254,15 +252,13 @@ class _ChildCall:
             error=error,
         )
         ctx.emit(
-            pb.StreamEvent(
-                subagent_end=pb.SubagentEnd(
-                    tool_call_id=ctx.tool_call_id,
-                    child_session_id=self.child_id,
-                    child_agent_type=self.agent_type,
-                    status=status.to_proto(),
-                    output_json=output_json,
-                    error=error,
-                )
+            subagent_ended(
+                tool_call_id=ctx.tool_call_id,
+                child_id=self.child_id,
+                agent_type=self.agent_type,
+                status=status,
+                output_json=output_json,
+                error=error,
             )
         )
         await ctx.flush()
@@ -288,6 +284,72 @@ class _ChildCall:
             await self.client.interrupt(self.child_id, reason=reason)
         with contextlib.suppress(ToolError):
             await self._end(SessionStatus.FAILED, error=f"{self.agent_type} {reason}")
+
+
+def subagent_started(
+    *, tool_call_id: str, child_id: str, agent_type: str, address: str
+) -> pb.StreamEvent:
+    """The parent's log entry for a child it starts (or rejoins)."""
+    return pb.StreamEvent(
+        subagent_start=pb.SubagentStart(
+            tool_call_id=tool_call_id,
+            child_session_id=child_id,
+            child_agent_type=agent_type,
+            address=address,
+        )
+    )
+
+
+def subagent_ended(
+    *,
+    tool_call_id: str,
+    child_id: str,
+    agent_type: str,
+    status: SessionStatus,
+    output_json: str = "",
+    error: str = "",
+) -> pb.StreamEvent:
+    """The parent's log entry for a child's outcome."""
+    return pb.StreamEvent(
+        subagent_end=pb.SubagentEnd(
+            tool_call_id=tool_call_id,
+            child_session_id=child_id,
+            child_agent_type=agent_type,
+            status=status.to_proto(),
+            output_json=output_json,
+            error=error,
+        )
+    )
+
+
+async def save_child_ref(
+    ctx: ToolContext,
+    *,
+    child_id: str,
+    agent_type: str,
+    tool_call_id: str,
+    status: SessionStatus,
+    address: str,
+    output_json: str = "",
+    error: str = "",
+) -> None:
+    """Record a child without a stream cursor (companions, dispatched tasks).
+
+    A running child's ref is what makes the parent's ``Interrupt`` cascade to it.
+    """
+    await ctx.store.put_subsession_ref(
+        SubSessionRef(
+            parent_session_id=ctx.session_id,
+            child_session_id=child_id,
+            agent_type=agent_type,
+            tool_call_id=tool_call_id,
+            status=status,
+            address=address,
+            completed_at=None if status is SessionStatus.RUNNING else time.time(),
+            output_json=output_json,
+            error=error,
+        )
+    )
 
 
 async def _last_forwarded(store: Store, session_id: str, tool_call_id: str) -> int:
