@@ -151,8 +151,8 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
             if not batch:  # quiet for a while: a sign of life, not an event
                 yield pb.StreamResponse(heartbeat=await heartbeat(self.store, session_id))
                 continue
-            for chunk in _chunks(batch):
-                yield pb.StreamResponse(events=chunk)
+            for response in _responses(batch):
+                yield response
 
     async def GetStatus(
         self, request: pb.GetStatusRequest, context: Context
@@ -257,6 +257,15 @@ def _token_usage(usage: Usage) -> pb.TokenUsage:
         completion_tokens=usage.completion_tokens,
         total_tokens=usage.total_tokens,
     )
+
+
+def _responses(batch: list[pb.StreamEvent]) -> list[pb.StreamResponse]:
+    """``batch`` as one ``StreamResponse``, split only when it would pass
+    ``MAX_RESPONSE_BYTES`` (one size check in C, not one per event in Python)."""
+    response = pb.StreamResponse(events=batch)
+    if len(batch) == 1 or response.ByteSize() <= MAX_RESPONSE_BYTES:
+        return [response]
+    return [pb.StreamResponse(events=chunk) for chunk in _chunks(batch)]
 
 
 def _chunks(batch: list[pb.StreamEvent]) -> list[list[pb.StreamEvent]]:

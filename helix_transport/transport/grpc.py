@@ -6,7 +6,7 @@ import asyncio
 import enum
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from types import TracebackType
 from typing import Self
 
@@ -272,6 +272,18 @@ class EventStream:
         return self._events()
 
     async def _events(self) -> AsyncIterator[pb.StreamEvent]:
+        async for batch in self.batches():
+            for event in batch:
+                self.last_sequence = event.sequence  # exact even if the reader stops here
+                yield event
+
+    async def batches(self) -> AsyncIterator[list[pb.StreamEvent]]:
+        """The same events as iterating the stream, a non-empty list at a time (as they
+        arrived: one list per server message, several events when the reader is behind).
+
+        For a consumer with per-batch work to share, such as a parent forwarding a
+        child's events into its own log.
+        """
         client = self._client
         retry = client.config.reconnect
         broken_since: float | None = None
@@ -287,18 +299,14 @@ class EventStream:
                 async for response in call:
                     if response.HasField("heartbeat"):
                         self.heartbeats += 1
-                    for event in response.events:
-                        if event.sequence <= self.last_sequence:
-                            continue  # already delivered before a reconnect
-                        if event.sequence != self.last_sequence + 1:
-                            raise SequenceGap(
-                                self.session_id, self.last_sequence + 1, event.sequence
-                            )
-                        self.last_sequence = event.sequence
-                        broken_since, attempt = None, 0
-                        yield event
-                        if is_terminal(event):
-                            return
+                    batch = self._fresh(response.events)
+                    if not batch:
+                        continue
+                    broken_since, attempt = None, 0
+                    self.last_sequence = batch[-1].sequence
+                    yield batch
+                    if is_terminal(batch[-1]):
+                        return
                 if await self._finished():
                     return
             except grpc.aio.AioRpcError as exc:
@@ -320,6 +328,21 @@ class EventStream:
             await asyncio.sleep(max(retry.backoff_s(attempt), told_to_wait))
             attempt += 1
             self.reconnects += 1
+
+    def _fresh(self, events: Sequence[pb.StreamEvent]) -> list[pb.StreamEvent]:
+        """``events`` after ``last_sequence``, up to a terminal one, checked for gaps."""
+        batch: list[pb.StreamEvent] = []
+        expected = self.last_sequence + 1
+        for event in events:
+            if event.sequence < expected:
+                continue  # already delivered before a reconnect
+            if event.sequence != expected:
+                raise SequenceGap(self.session_id, expected, event.sequence)
+            batch.append(event)
+            expected += 1
+            if is_terminal(event):
+                break
+        return batch
 
     async def _finished(self) -> bool:
         """After a clean end: True when the reader already has the whole finished log."""
