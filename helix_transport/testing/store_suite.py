@@ -240,6 +240,48 @@ class StoreConformance:
         record = await store.get_session("s-1")
         assert record is not None and record.last_sequence == 200
 
+    async def test_a_failed_append_fails_alone(self, store: Store) -> None:
+        # Appends issued together (a store may commit them in one transaction): a
+        # stale fence and a missing session fail only their own append.
+        for session_id in ("s-1", "s-2", "s-3"):
+            await store.create_session(make_record(session_id))
+        await store.append("s-1", [make_event("a")], expected_sequence=0)
+        stale = [make_event("stale"), make_event("stale too")]
+        results = await asyncio.gather(
+            store.append("s-2", [make_event("x", session_id="s-2")], expected_sequence=0),
+            store.append("s-1", stale, expected_sequence=0),
+            store.append("nobody", [make_event("lost", session_id="nobody")], expected_sequence=0),
+            store.append(
+                "s-3", [make_event(t, session_id="s-3") for t in "yz"], expected_sequence=0
+            ),
+            return_exceptions=True,
+        )
+        assert results[0] == 1 and results[3] == 2
+        assert isinstance(results[1], SequenceConflict) and results[1].actual == 1
+        assert isinstance(results[2], SessionNotFound)
+        assert _sequences(stale) == [0, 0]
+        assert _texts(await store.read("s-1")) == ["a"]
+        assert _texts(await store.read("s-2")) == ["x"]
+        assert _texts(await store.read("s-3")) == ["y", "z"]
+        for session_id, last in (("s-1", 1), ("s-2", 1), ("s-3", 2)):
+            record = await store.get_session(session_id)
+            assert record is not None and record.last_sequence == last
+
+    async def test_large_events_read_back_whole_and_in_order(self, store: Store) -> None:
+        # 12 MiB in all: a store may return fewer than ``limit`` per read, never none
+        # while events remain, and never out of order.
+        await store.create_session(make_record())
+        for i in range(6):
+            await store.append("s-1", [make_event(f"{i}" * (2 << 20))], expected_sequence=i)
+        seen: list[StreamEvent] = []
+        while len(seen) < 6:
+            batch = await store.read("s-1", from_sequence=len(seen))
+            assert batch, f"a read after {len(seen)} returned nothing"
+            seen += batch
+        assert _sequences(seen) == [1, 2, 3, 4, 5, 6]
+        assert [e.text_delta.text[:1] for e in seen] == list("012345")
+        assert all(len(e.text_delta.text) == 2 << 20 for e in seen)
+
     async def test_expected_sequence_conflict_writes_nothing(self, store: Store) -> None:
         await store.create_session(make_record())
         assert await store.append("s-1", [make_event("a")], expected_sequence=0) == 1
