@@ -46,6 +46,8 @@ class Params:
     """6: events per session (long enough that all sessions stream at once)."""
     concurrent_pace_ms: float = 50.0
     """6: pause between two events of one session (a 20-token/s model stream)."""
+    concurrent_fewer: tuple[int, ...] = (100, 250)
+    """6: lighter loads (sessions at once) whose p99 is reported beside the full one."""
     interrupts: int = 20
     """7: timed interrupts."""
     recoveries: int = 3
@@ -61,6 +63,7 @@ QUICK = Params(
     concurrent=10,
     concurrent_events=5,
     concurrent_pace_ms=10,
+    concurrent_fewer=(),
     interrupts=2,
     recoveries=1,
 )
@@ -223,6 +226,7 @@ async def _run(report: Report, params: Params, scenarios: set[str], stores: list
                     sessions=params.concurrent,
                     events=params.concurrent_events,
                     pace_ms=params.concurrent_pace_ms,
+                    fewer=params.concurrent_fewer,
                 ),
             )
         if "8" in scenarios:

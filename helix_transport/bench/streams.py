@@ -253,13 +253,15 @@ async def concurrency(
     sessions: int,
     events: int,
     pace_ms: float,
+    fewer: tuple[int, ...] = (),
 ) -> None:
     """Scenario 6: ``sessions`` sessions streaming at once through one service process.
 
     Each session's tool emits ``events`` text deltas, one every ``pace_ms``; event
     latency is receive time minus the event's own timestamp (set when it was
     emitted). Baseline: as many raw streams at once from a raw server process,
-    with the same count and pacing.
+    with the same count and pacing. ``fewer`` repeats the latency figure at lighter
+    loads (as many sessions each), so the table shows where one process saturates.
     """
     proc = ServiceProcess(
         "helix_transport.bench.agents:leaf",
@@ -278,13 +280,42 @@ async def concurrency(
             helix = await _helix_concurrent(
                 client, ids, pid, sessions=sessions, events=events, pace_ms=pace_ms
             )
+            lighter = [
+                await _helix_concurrent(
+                    client, ids, pid, sessions=n, events=events, pace_ms=pace_ms, warm_up=False
+                )
+                for n in fewer
+            ]
     finally:
         await proc.stop()
     async with raw_process(free_port()) as (stub, raw_pid):
         raw = await _raw_concurrent(
             stub, raw_pid, sessions=sessions, events=events, pace_ms=pace_ms
         )
+        raw_lighter = [
+            await _raw_concurrent(stub, raw_pid, sessions=n, events=events, pace_ms=pace_ms)
+            for n in fewer
+        ]
     setup = "sqlite, service process"
+    for n, helix_n, raw_n in zip(fewer, lighter, raw_lighter, strict=True):
+        report.add(
+            f"6 {n} sessions at once: p99 event latency, all streaming",
+            setup,
+            "ms",
+            percentile(helix_n.steady, 99),
+            percentile(raw_n.steady, 99),
+            f"{n} raw streams at once",
+        )
+        report.details[f"6 concurrency, {n} sessions"] = {
+            "errors": helix_n.errors,
+            "offered_events_per_s": round(n * 1000 / pace_ms),
+            "helix_rate": round(helix_n.rate),
+            "helix_steady_latency_ms": summary(helix_n.steady),
+            "raw_steady_latency_ms": summary(raw_n.steady),
+            "cpu_busy_pct": {"helix": helix_n.busy, "raw": raw_n.busy},
+        }
+        if helix_n.errors:
+            report.notes.append(f"6 ({n}): {len(helix_n.errors)} sessions failed")
     label = f"{sessions} raw streams at once"
     report.add(
         f"6 {sessions} sessions at once: aggregate",
@@ -329,7 +360,14 @@ async def concurrency(
 
 
 async def _helix_concurrent(
-    client: AgentClient, ids: Ids, pid: int, *, sessions: int, events: int, pace_ms: float
+    client: AgentClient,
+    ids: Ids,
+    pid: int,
+    *,
+    sessions: int,
+    events: int,
+    pace_ms: float,
+    warm_up: bool = True,
 ) -> _Concurrent:
     latencies = _Latencies(1)
     errors: list[str] = []
@@ -353,7 +391,8 @@ async def _helix_concurrent(
         except Exception as exc:  # counted and reported, not fatal to the bench
             errors.append(f"{session_id}: {type(exc).__name__}: {exc}")
 
-    await one()  # warm-up
+    if warm_up:
+        await one()
     latencies = _Latencies(sessions)
     received = 0
     meter = CpuMeter({"server": pid, "client": "self"})
