@@ -330,8 +330,9 @@ class SqliteStore:
         An unknown session reads as an empty log.
         """
         params = (session_id, from_sequence, max(min(limit, READ_LIMIT), 0))
-        # Parsing happens on the worker too: up to READ_LIMIT messages is real CPU work.
-        return await self._run(lambda conn: _read_events(conn, params))
+        # Parsed here, not on the worker: parsing holds the GIL wherever it runs, and on
+        # the worker it would also have to win the GIL back from a busy loop.
+        return _parse_events(await self._run(lambda conn: _read_events(conn, params)))
 
     async def save_checkpoint(self, checkpoint: Checkpoint) -> None:
         """Replace the session's checkpoint, fenced by the log's end (see ``Store``)."""
@@ -510,8 +511,12 @@ class _Append:
     done: asyncio.Future[int]
 
 
-def _read_events(conn: sqlite3.Connection, params: tuple[str, int, int]) -> list[StreamEvent]:
+def _read_events(conn: sqlite3.Connection, params: tuple[str, int, int]) -> str:
     (joined,) = conn.execute(_READ_EVENTS, params).fetchone()
+    return joined or ""
+
+
+def _parse_events(joined: str) -> list[StreamEvent]:
     if not joined:
         return []
     events = [StreamEvent.FromString(bytes.fromhex(data)) for data in joined.split(",")]
