@@ -61,6 +61,24 @@ async def test_stream_replays_from_start_middle_and_end(serve: Serve) -> None:
     assert at_end == [] and beyond == []
 
 
+async def test_batches_hold_the_same_events_one_message_at_a_time(serve: Serve) -> None:
+    async with serve(counter) as (_, client):
+        await client.start(json.dumps({"steps": 3, "words": 4}), session_id="s1")
+        events = await collect(client, "s1")
+        stream = client.stream("s1")
+        batches = [batch async for batch in stream.batches()]
+        partial = client.stream("s1", from_sequence=2)
+        async for event in partial:
+            if event.sequence == 5:
+                break
+
+    flat = [e.SerializeToString() for batch in batches for e in batch]
+    assert flat == [e.SerializeToString() for e in events]
+    assert all(batches) and len(batches) < len(events)  # a finished log replays packed
+    assert stream.last_sequence == events[-1].sequence
+    assert partial.last_sequence == 5  # exact where the reader stopped, not the message's end
+
+
 async def test_status_reports_output_counters_and_usage(serve: Serve) -> None:
     async with serve(counter) as (_, client):
         await client.start(json.dumps({"steps": 2}), session_id="s1")
