@@ -199,9 +199,13 @@ class SessionWriter:
             await self._store.update_session(self.session_id, update)
 
     async def finish(self, event: StreamEvent, update: SessionUpdate) -> None:
-        """Append a terminal ``event`` together with the session ``update``, atomically."""
-        await self.flush()
-        await self._write([self._stamp(event)], update)
+        """Append a terminal ``event`` together with the session ``update``, atomically.
+
+        Events still pending go in the same write (the run's last events, its output
+        and its end: usually one store round trip, not two).
+        """
+        self.emit(event)
+        await self.flush(update)
 
 
 async def follow(
