@@ -223,8 +223,13 @@ class SqliteStore:
 
         Raises:
             StoreUnavailable: the file cannot be opened or created.
-            StoreError: the file is not a helix database of a known schema version.
+            StoreError: the file is not a helix database of a known schema version, or
+                the SQLite library is older than 3.25 (reads use a window function).
         """
+        if sqlite3.sqlite_version_info < (3, 25, 0):
+            raise StoreError(
+                f"sqlite: SQLite {sqlite3.sqlite_version} is too old; helix needs 3.25 or newer"
+            )
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="helix-sqlite")
         try:
             conn = await asyncio.get_running_loop().run_in_executor(

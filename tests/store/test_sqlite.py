@@ -82,6 +82,16 @@ async def test_newer_schema_is_refused(tmp_path: Path) -> None:
         await SqliteStore.open(path)
 
 
+async def test_an_sqlite_library_older_than_3_25_is_refused_by_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sqlite_module.sqlite3, "sqlite_version_info", (3, 24, 0))
+    monkeypatch.setattr(sqlite_module.sqlite3, "sqlite_version", "3.24.0")
+    with pytest.raises(StoreError, match=r"SQLite 3\.24\.0 is too old; helix needs 3\.25"):
+        await SqliteStore.open(str(tmp_path / "old.db"))
+    assert not (tmp_path / "old.db").exists()
+
+
 async def test_unopenable_path_is_unavailable(tmp_path: Path) -> None:
     # A directory cannot be opened as a database file.
     with pytest.raises(StoreUnavailable) as error:
