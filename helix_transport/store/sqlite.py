@@ -2,6 +2,8 @@
 
 All SQLite work runs on one worker thread the store owns, so the event loop never
 blocks on disk and the connection is only ever touched by the thread that made it.
+The worker takes every call queued while it was busy and hands their results back
+to the event loop in one wake-up.
 Every ``Store`` method is a single transaction; writes start with ``BEGIN
 IMMEDIATE`` so they take SQLite's write lock up front and stay atomic when several
 processes open the same file.
@@ -14,11 +16,12 @@ import dataclasses
 import functools
 import itertools
 import json
+import queue
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -200,13 +203,13 @@ class SqliteStore:
     it, so two writers can never interleave a log.
     """
 
-    def __init__(self, conn: sqlite3.Connection, executor: ThreadPoolExecutor) -> None:
-        """Wrap ``conn``, which must have been opened on ``executor``'s single thread.
+    def __init__(self, conn: sqlite3.Connection, worker: _Worker) -> None:
+        """Wrap ``conn``, which must have been opened on ``worker``'s thread.
 
         Prefer ``SqliteStore.open``; the store owns both and closes them.
         """
         self._conn = conn
-        self._executor = executor
+        self._worker = worker
         self._closed = False
         self._appends: list[_Append] = []
         """Appends waiting for the worker's next transaction."""
@@ -230,15 +233,13 @@ class SqliteStore:
             raise StoreError(
                 f"sqlite: SQLite {sqlite3.sqlite_version} is too old; helix needs 3.25 or newer"
             )
-        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="helix-sqlite")
+        worker = _Worker()
         try:
-            conn = await asyncio.get_running_loop().run_in_executor(
-                executor, _connect, path, busy_timeout_s
-            )
+            conn = await worker.run(functools.partial(_connect, path, busy_timeout_s))
         except BaseException:
-            executor.shutdown(wait=False)
+            worker.stop()
             raise
-        return cls(conn, executor)
+        return cls(conn, worker)
 
     async def __aenter__(self) -> SqliteStore:
         return self
@@ -402,22 +403,83 @@ class SqliteStore:
         self._closed = True
         try:
             # Queued behind any call still running, so those finish first.
-            await asyncio.get_running_loop().run_in_executor(
-                self._executor, self._call, lambda conn: conn.close()
-            )
+            await self._worker.run(functools.partial(self._call, lambda conn: conn.close()))
         finally:
-            self._executor.shutdown(wait=False)
+            self._worker.stop()
 
     async def _run(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
         if self._closed:
             raise UsageError("SqliteStore is closed")
         # If the caller is cancelled the worker still finishes the transaction:
         # it commits or rolls back as a whole, never half.
-        return await asyncio.get_running_loop().run_in_executor(self._executor, self._call, fn)
+        return await self._worker.run(functools.partial(self._call, fn))
 
     def _call(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
         with _map_sqlite_errors():
             return fn(self._conn)
+
+
+_Job = tuple[Callable[[], Any], "asyncio.Future[Any]"]
+
+
+class _Worker:
+    """One thread running submitted calls in order, waking the event loop once per batch.
+
+    ``run_in_executor`` costs a thread wake-up and a loop wake-up (a self-pipe write,
+    which drops and re-takes the GIL) per call; with hundreds of sessions each making
+    store calls, this worker drains everything queued while it was busy and delivers
+    all those results in one ``call_soon_threadsafe``.
+    """
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        # Daemon: a store never closed must not hang interpreter exit; a transaction cut
+        # off by exit is rolled back by SQLite, never half-written.
+        self._thread = threading.Thread(target=self._serve, name="helix-sqlite", daemon=True)
+        self._thread.start()
+
+    async def run(self, fn: Callable[[], _T]) -> _T:
+        """Run ``fn`` on the worker thread; a cancelled caller does not stop it."""
+        done: asyncio.Future[_T] = asyncio.get_running_loop().create_future()
+        self._jobs.put((fn, done))
+        return await done
+
+    def stop(self) -> None:
+        """Let the thread end once the calls queued before this one have run."""
+        self._jobs.put(None)
+
+    def _serve(self) -> None:
+        while True:
+            job = self._jobs.get()
+            batch: list[tuple[asyncio.Future[Any], Any, BaseException | None]] = []
+            while job is not None:
+                fn, done = job
+                try:
+                    batch.append((done, fn(), None))
+                except BaseException as exc:  # delivered to the caller, like an executor
+                    batch.append((done, None, exc))
+                try:
+                    job = self._jobs.get_nowait()
+                except queue.Empty:
+                    break
+            loops = {done.get_loop() for done, _, _ in batch}
+            for loop in loops:
+                with suppress(RuntimeError):  # that loop is closed: nobody waits any more
+                    loop.call_soon_threadsafe(
+                        _deliver, [b for b in batch if b[0].get_loop() is loop]
+                    )
+            if job is None:
+                return
+
+
+def _deliver(batch: list[tuple[asyncio.Future[Any], Any, BaseException | None]]) -> None:
+    for done, result, exc in batch:
+        if done.done():  # its caller was cancelled
+            continue
+        if exc is None:
+            done.set_result(result)
+        else:
+            done.set_exception(exc)
 
 
 # Everything below runs on the store's worker thread.

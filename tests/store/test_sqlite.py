@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
+import subprocess
+import sys
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -120,3 +125,57 @@ async def test_async_with_closes(tmp_path: Path) -> None:
         await store.create_session(make_record())
     with pytest.raises(UsageError):
         await store.get_session("s-1")
+
+
+async def test_calls_queued_behind_a_busy_worker_come_back_in_one_wake_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = await SqliteStore.open(str(tmp_path / "batch.db"))
+    deliveries: list[int] = []
+    deliver = sqlite_module._deliver
+
+    def counting(batch: list[Any]) -> None:
+        deliveries.append(len(batch))
+        deliver(batch)
+
+    monkeypatch.setattr(sqlite_module, "_deliver", counting)
+    release = threading.Event()
+    blocker = asyncio.ensure_future(store._worker.run(release.wait))
+    records = [make_record(f"s-{i}") for i in range(50)]
+    created = asyncio.gather(*(store.create_session(r) for r in records))
+    await asyncio.sleep(0.05)  # every create is queued behind the blocker
+    release.set()
+    assert await blocker is True
+    assert [c for _, c in await created] == [True] * 50
+    # One wake-up for the blocker's batch and at most one more for the 50 behind it.
+    assert sum(deliveries) == 51 and len(deliveries) <= 2
+    await store.aclose()
+
+
+async def test_a_cancelled_caller_s_write_still_commits_whole(tmp_path: Path) -> None:
+    store = await SqliteStore.open(str(tmp_path / "cancel.db"))
+    release = threading.Event()
+    blocker = asyncio.ensure_future(store._worker.run(release.wait))
+    create = asyncio.ensure_future(store.create_session(make_record("s-cancelled")))
+    await asyncio.sleep(0.01)
+    create.cancel()
+    release.set()
+    await blocker
+    with pytest.raises(asyncio.CancelledError):
+        await create
+    stored = await store.get_session("s-cancelled")
+    assert stored is not None and stored.session_id == "s-cancelled"
+    await store.aclose()
+
+
+def test_a_store_never_closed_does_not_hold_up_interpreter_exit(tmp_path: Path) -> None:
+    script = (
+        "import asyncio\n"
+        "from helix_transport.store import SqliteStore\n"
+        "async def main():\n"
+        f"    store = await SqliteStore.open({str(tmp_path / 'open.db')!r})\n"
+        "    await store.get_session('x')\n"
+        "asyncio.run(main())\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], timeout=30, capture_output=True)
+    assert result.returncode == 0, result.stderr.decode()
