@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from helix_transport._exceptions import SessionNotFound
@@ -37,6 +37,9 @@ def is_terminal(event: StreamEvent) -> bool:
 class _Tail:
     events: list[StreamEvent]
     waiter: asyncio.Future[None]
+    sizes: list[int] = field(default_factory=list)
+    """Each cached event's encoded size, in the order of ``events``."""
+    nbytes: int = 0
 
 
 class EventHub:
@@ -45,12 +48,17 @@ class EventHub:
     A session's tail lives while its local writer runs or a reader waits on it; it
     is dropped on the terminal event (late readers replay from the store), when the
     writer stops, and when the last reader of a writer-less session leaves.
+
+    The tail is bounded in bytes as well as events: a reader that fell behind by
+    less than the tail is served from memory (no store read), and a session of
+    large events still caches at most ``tail_bytes`` (plus its newest event).
     """
 
-    def __init__(self, *, tail_size: int = 1024) -> None:
+    def __init__(self, *, tail_size: int = 16_384, tail_bytes: int = 1 << 20) -> None:
         self._tails: dict[str, _Tail] = {}
         self._readers: dict[str, int] = {}
         self._tail_size = tail_size
+        self._tail_bytes = tail_bytes
 
     def _tail(self, session_id: str) -> _Tail:
         tail = self._tails.get(session_id)
@@ -63,10 +71,18 @@ class EventHub:
         """Record newly appended events and wake every waiting reader."""
         tail = self._tail(session_id)
         if tail.events and tail.events[-1].sequence + 1 != events[0].sequence:
-            tail.events = []  # another writer took over: the cached tail is no longer contiguous
+            # Another writer took over: the cached tail is no longer contiguous.
+            tail.events, tail.sizes, tail.nbytes = [], [], 0
+        sizes = [event.ByteSize() for event in events]
         tail.events.extend(events)
-        if len(tail.events) > self._tail_size:
-            del tail.events[: len(tail.events) - self._tail_size]
+        tail.sizes.extend(sizes)
+        tail.nbytes += sum(sizes)
+        excess, drop = len(tail.events) - self._tail_size, 0
+        while drop < len(tail.events) - 1 and (drop < excess or tail.nbytes > self._tail_bytes):
+            tail.nbytes -= tail.sizes[drop]
+            drop += 1
+        if drop:
+            del tail.events[:drop], tail.sizes[:drop]
         waiter, tail.waiter = tail.waiter, asyncio.get_running_loop().create_future()
         waiter.set_result(None)
         if is_terminal(events[-1]):
