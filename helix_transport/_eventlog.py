@@ -51,10 +51,11 @@ class EventHub:
 
     The tail is bounded in bytes as well as events: a reader that fell behind by
     less than the tail is served from memory (no store read), and a session of
-    large events still caches at most ``tail_bytes`` (plus its newest event).
+    large events still caches at most ``tail_bytes`` (plus its newest event), so
+    a process holds at most that much per running session.
     """
 
-    def __init__(self, *, tail_size: int = 16_384, tail_bytes: int = 1 << 20) -> None:
+    def __init__(self, *, tail_size: int = 4_096, tail_bytes: int = 256 << 10) -> None:
         self._tails: dict[str, _Tail] = {}
         self._readers: dict[str, int] = {}
         self._tail_size = tail_size
