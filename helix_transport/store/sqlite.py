@@ -420,6 +420,8 @@ class SqliteStore:
 
 
 _Job = tuple[Callable[[], Any], "asyncio.Future[Any]"]
+_BATCH_MAX = 64
+"""Calls per loop wake-up at most, so a steady queue cannot hold results back."""
 
 
 class _Worker:
@@ -458,6 +460,8 @@ class _Worker:
                     batch.append((done, fn(), None))
                 except BaseException as exc:  # delivered to the caller, like an executor
                     batch.append((done, None, exc))
+                if len(batch) >= _BATCH_MAX:  # under constant load, deliver what is done
+                    break
                 try:
                     job = self._jobs.get_nowait()
                 except queue.Empty:

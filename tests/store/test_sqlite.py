@@ -179,3 +179,23 @@ def test_a_store_never_closed_does_not_hold_up_interpreter_exit(tmp_path: Path) 
     )
     result = subprocess.run([sys.executable, "-c", script], timeout=30, capture_output=True)
     assert result.returncode == 0, result.stderr.decode()
+
+
+async def test_a_long_queue_is_delivered_in_bounded_batches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = await SqliteStore.open(str(tmp_path / "bounded.db"))
+    deliveries: list[int] = []
+    deliver = sqlite_module._deliver
+    monkeypatch.setattr(
+        sqlite_module, "_deliver", lambda b: (deliveries.append(len(b)), deliver(b))
+    )
+    release = threading.Event()
+    blocker = asyncio.ensure_future(store._worker.run(release.wait))
+    reads = asyncio.gather(*(store.get_session(f"s-{i}") for i in range(300)))
+    await asyncio.sleep(0.05)
+    release.set()
+    await blocker
+    assert await reads == [None] * 300
+    assert sum(deliveries) == 301 and max(deliveries) <= sqlite_module._BATCH_MAX
+    await store.aclose()
