@@ -116,7 +116,14 @@ class RunLoop:
         return status
 
     async def _start_or_resume(self, resume_reason: str) -> _RunState:
-        checkpoint = await self.store.load_checkpoint(self.session_id)
+        # A checkpoint is saved only after run_started is in the log, so a record whose
+        # log is empty has none: skip the read. (Were the record stale, the writer's
+        # first append would be fenced off by the run that did write.)
+        checkpoint = (
+            None
+            if self.record.last_sequence == 0
+            else await self.store.load_checkpoint(self.session_id)
+        )
         if checkpoint is not None:
             # A continued session: a turn committed after the checkpoint begins now.
             pending = await read_turns(self.store, self.session_id, after=checkpoint.last_sequence)

@@ -11,7 +11,7 @@ import pytest
 
 from helix_transport import SessionStatus, create_server
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
-from helix_transport.store import MemoryStore
+from helix_transport.store import Checkpoint, MemoryStore, SessionRecord, Usage
 from tests.agents import counter
 from tests.helpers import assert_eventually
 
@@ -97,3 +97,60 @@ async def test_orphan_scan_leaves_a_session_between_create_and_lease() -> None:
         assert fresh is not None
         assert fresh.owner == "" and fresh.last_sequence == 0  # left to its own Start
         assert await server.runner.resume_orphans() == 0
+
+
+class _CheckpointReads(MemoryStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.checkpoint_reads = 0
+
+    async def load_checkpoint(self, session_id: str) -> Checkpoint | None:
+        self.checkpoint_reads += 1
+        return await super().load_checkpoint(session_id)
+
+
+async def test_a_fresh_session_reads_no_checkpoint() -> None:
+    store = _CheckpointReads()
+    async with await create_server(counter, store, allow_unauthenticated=True) as server:
+        await server.servicer.Start(
+            pb.StartRequest(session_id="s1", input_json=json.dumps({"steps": 2, "words": 1})),
+            None,  # type: ignore[arg-type]
+        )
+
+        async def done() -> bool:
+            record = await store.get_session("s1")
+            return record is not None and record.status is SessionStatus.COMPLETED
+
+        await assert_eventually(done)
+    assert store.checkpoint_reads == 0
+
+
+async def test_a_run_from_a_stale_empty_record_is_fenced_off(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store = MemoryStore()
+    async with await create_server(counter, store, allow_unauthenticated=True) as server:
+        stale, _ = await store.create_session(
+            SessionRecord(
+                session_id="s1",
+                agent_type="counter",
+                input_json=json.dumps({"steps": 2, "words": 1}),
+                input_hash="h",
+                status=SessionStatus.RUNNING,
+            )
+        )
+        # Another replica ran it meanwhile: its log and checkpoint exist, the record we
+        # hold says the log is empty.
+        other = pb.StreamEvent(session_id="s1", agent_type="counter", run_started=pb.RunStarted())
+        await store.append("s1", [other], expected_sequence=0)
+        await store.save_checkpoint(
+            Checkpoint(session_id="s1", step=0, messages=[], usage=Usage(), last_sequence=1)
+        )
+        assert await server.runner.start(stale)
+
+        async def stopped() -> bool:
+            return server.runner.running == 0
+
+        await assert_eventually(stopped)
+    assert [e.sequence for e in await store.read("s1")] == [1]  # nothing written over it
+    assert "another process owns it" in caplog.text
