@@ -40,14 +40,18 @@ class _Tail:
     sizes: list[int] = field(default_factory=list)
     """Each cached event's encoded size, in the order of ``events``."""
     nbytes: int = 0
+    ended: bool = False
+    """It ends with a terminal event: kept only for the readers still draining it."""
 
 
 class EventHub:
     """In-process fan-out of freshly appended events, with a bounded recent tail.
 
-    A session's tail lives while its local writer runs or a reader waits on it; it
-    is dropped on the terminal event (late readers replay from the store), when the
-    writer stops, and when the last reader of a writer-less session leaves.
+    A session's tail lives while its local writer runs or a reader waits on it. On
+    the terminal event it is dropped at once if nobody reads it, else when its last
+    reader leaves (readers woken by the end are served from memory, late readers
+    replay from the store); it is also dropped when the writer stops without a
+    terminal event, and when the last reader of a writer-less session leaves.
 
     The tail is bounded in bytes as well as events: a reader that fell behind by
     less than the tail is served from memory (no store read), and a session of
@@ -86,14 +90,20 @@ class EventHub:
             del tail.events[:drop], tail.sizes[:drop]
         waiter, tail.waiter = tail.waiter, asyncio.get_running_loop().create_future()
         waiter.set_result(None)
-        if is_terminal(events[-1]):
-            # Woken readers find the terminal event in the store; nothing follows it.
+        tail.ended = is_terminal(events[-1])  # a continued session's new turn un-ends it
+        if tail.ended and not self._readers.get(session_id):
             self.forget(session_id)
 
     def forget(self, session_id: str) -> None:
-        """Drop the session's cached tail, waking anyone still waiting on it."""
-        tail = self._tails.pop(session_id, None)
-        if tail is not None and not tail.waiter.done():
+        """The local writer stopped: drop the tail, waking anyone still waiting on it.
+
+        An ended tail stays for the readers still draining it (the last one drops it).
+        """
+        tail = self._tails.get(session_id)
+        if tail is None or (tail.ended and self._readers.get(session_id)):
+            return
+        del self._tails[session_id]
+        if not tail.waiter.done():
             tail.waiter.set_result(None)
 
     def since(self, session_id: str, after: int, limit: int) -> list[StreamEvent] | None:
@@ -127,7 +137,7 @@ class EventHub:
                 self._readers[session_id] = left
             else:
                 tail = self._tails.get(session_id)
-                if tail is not None and not tail.events:
+                if tail is not None and (tail.ended or not tail.events):
                     del self._tails[session_id]
 
 

@@ -56,3 +56,33 @@ async def test_a_publish_that_does_not_follow_the_tail_replaces_it() -> None:
     assert hub.since("s", 10, limit=100) is None
     cached = hub.since("s", 49, limit=100)
     assert cached is not None and [e.sequence for e in cached] == [50, 51, 52, 53, 54]
+
+
+def _terminal(sequence: int) -> pb.StreamEvent:
+    return pb.StreamEvent(sequence=sequence, completed=pb.Completed(output_json="{}"))
+
+
+async def test_readers_woken_by_the_end_read_it_from_memory_then_the_tail_goes() -> None:
+    hub = EventHub()
+    with hub.reading("s"):
+        hub.publish("s", _events(1, 3))
+        hub.publish("s", [_terminal(4)])
+        hub.forget("s")  # the run's writer stops right after its terminal event
+        cached = hub.since("s", 3, limit=10)
+        assert cached is not None and [e.sequence for e in cached] == [4]
+    assert hub.tails() == 0  # the last reader out dropped it
+
+
+async def test_an_end_nobody_reads_drops_the_tail_at_once() -> None:
+    hub = EventHub()
+    hub.publish("s", [*_events(1, 3), _terminal(4)])
+    assert hub.tails() == 0 and hub.since("s", 3, limit=10) is None
+
+
+async def test_a_writer_that_stops_without_an_end_drops_the_tail_even_with_readers() -> None:
+    hub = EventHub()
+    with hub.reading("s"):
+        hub.publish("s", _events(1, 3))
+        waiter = hub.waiter("s")
+        hub.forget("s")  # e.g. it lost its lease: readers must go back to the store
+        assert waiter.done() and hub.since("s", 1, limit=10) is None
