@@ -43,6 +43,11 @@ class Limits:
     """Sustained ``AgentService`` calls per second per principal (a ``Stream`` counts once)."""
     rate_burst: int = 1000
     """Calls a principal may make at once before the rate applies."""
+    min_ping_interval_s: float = 10.0
+    """How often a client may send HTTP/2 keepalive pings, calls in flight or not. helix
+    clients ping every 20 s (``ClientConfig.keepalive_time``); gRPC's own server
+    default (one ping per 5 min, none without calls) answers them with GOAWAY
+    ``too_many_pings`` and drops the connection."""
 
     default: ClassVar[Limits]
 
@@ -65,6 +70,8 @@ class Limits:
             raise UsageError("max_json_depth must be >= 1 and max_running_sessions >= 0")
         if self.rate_per_s < 0 or (self.rate_per_s > 0 and self.rate_burst < 1):
             raise UsageError("rate_per_s must be >= 0, and rate_burst >= 1 when it is set")
+        if self.min_ping_interval_s <= 0:
+            raise UsageError("min_ping_interval_s must be positive")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Limits:
@@ -86,10 +93,12 @@ class Limits:
         return cls(**values)
 
     def grpc_options(self) -> list[tuple[str, int]]:
-        """Server options enforcing the message size."""
+        """Server options enforcing the message size and the clients' ping policy."""
         return [
             ("grpc.max_send_message_length", self.max_message_bytes),
             ("grpc.max_receive_message_length", self.max_message_bytes),
+            ("grpc.keepalive_permit_without_calls", 1),
+            ("grpc.http2.min_ping_interval_without_data_ms", int(self.min_ping_interval_s * 1000)),
         ]
 
 

@@ -247,3 +247,14 @@ async def test_a_parent_delegating_to_a_full_child_service_waits_for_a_slot(
     assert events[-1].WhichOneof("payload") == "completed", events[-1]
     assert json.loads(events[-1].completed.output_json)["results"] == [{"total": 1, "steps": 1}] * 3
     assert peak == 1
+
+
+def test_servers_accept_the_keepalive_pings_helix_clients_send() -> None:
+    # gRPC's server default (a ping per 5 min, none without calls) answers a helix
+    # client's 20 s keepalive on an idle connection with GOAWAY too_many_pings (seen
+    # once in a 7-minute benchmark run; three strikes take a minute, too long to wait
+    # for here), so the server's policy must admit the client's default interval.
+    options = dict(Limits().grpc_options())
+    assert options["grpc.keepalive_permit_without_calls"] == 1
+    interval_ms = options["grpc.http2.min_ping_interval_without_data_ms"]
+    assert interval_ms < ClientConfig.default.keepalive_time.total_seconds() * 1000
