@@ -112,7 +112,9 @@ class EventHub:
         if tail is None or not tail.events:
             return None
         first = tail.events[0].sequence
-        if after + 1 < first:
+        if after + 1 < first or (tail.ended and after >= tail.events[-1].sequence):
+            # Before the tail, or past a session's end: the store says which (at once,
+            # where waiting on an ended tail would last a poll interval).
             return None
         start = after + 1 - first
         return tail.events[start : start + limit]

@@ -86,3 +86,11 @@ async def test_a_writer_that_stops_without_an_end_drops_the_tail_even_with_reade
         waiter = hub.waiter("s")
         hub.forget("s")  # e.g. it lost its lease: readers must go back to the store
         assert waiter.done() and hub.since("s", 1, limit=10) is None
+
+
+async def test_a_reader_already_past_the_end_is_sent_to_the_store_not_left_waiting() -> None:
+    hub = EventHub()
+    with hub.reading("s"):  # another reader still draining keeps the ended tail
+        hub.publish("s", [*_events(1, 3), _terminal(4)])
+        assert hub.since("s", 2, limit=10) is not None
+        assert hub.since("s", 4, limit=10) is None  # not [], which would mean "wait"
