@@ -7,11 +7,24 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.testing.processes import ServiceProcess, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 
-__all__ = ["ROOT", "ServiceProcess", "TcpProxy", "assert_eventually", "free_port"]
+__all__ = [
+    "ROOT",
+    "ServiceProcess",
+    "TcpProxy",
+    "assert_eventually",
+    "free_port",
+    "stream_response",
+]
+
+
+def stream_response(response: pb.StreamResponse | bytes) -> pb.StreamResponse:
+    """What the servicer's ``Stream`` yielded, as a message (events come pre-encoded)."""
+    return pb.StreamResponse.FromString(response) if isinstance(response, bytes) else response
 
 
 async def assert_eventually(

@@ -17,6 +17,7 @@ from helix_transport.agent.definition import Agent
 from helix_transport.remote import interrupt_children
 from helix_transport.server import _validation as check
 from helix_transport.server._continue import continue_session
+from helix_transport.server._encoding import encode_responses
 from helix_transport.server._heartbeat import heartbeat
 from helix_transport.server._identity import current_principal
 from helix_transport.server._ownership import visible
@@ -33,9 +34,6 @@ Context = grpc.aio.ServicerContext[Any, Any]
 
 CASCADE_TIMEOUT_S = 5.0
 """How long ``Interrupt`` waits for running children to acknowledge theirs."""
-
-MAX_RESPONSE_BYTES = 1 << 20
-"""Events are packed into one ``StreamResponse`` up to about this size."""
 
 
 class AgentServicer(pb_grpc.AgentServiceServicer):
@@ -134,9 +132,10 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
         finally:
             self._starting -= 1  # in the same step the run joined runner.running
 
-    async def Stream(
+    async def Stream(  # type: ignore[override]  # bytes: see add_agent_service
         self, request: pb.StreamRequest, context: Context
-    ) -> AsyncIterator[pb.StreamResponse]:
+    ) -> AsyncIterator[pb.StreamResponse | bytes]:
+        """Events as pre-encoded ``StreamResponse`` bytes; heartbeats as messages."""
         session_id = check.session_id(request.session_id)
         from_sequence = check.from_sequence(request.from_sequence)
         await self._record(session_id)
@@ -151,7 +150,7 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
             if not batch:  # quiet for a while: a sign of life, not an event
                 yield pb.StreamResponse(heartbeat=await heartbeat(self.store, session_id))
                 continue
-            for response in _responses(batch):
+            for response in encode_responses(batch):
                 yield response
 
     async def GetStatus(
@@ -257,26 +256,3 @@ def _token_usage(usage: Usage) -> pb.TokenUsage:
         completion_tokens=usage.completion_tokens,
         total_tokens=usage.total_tokens,
     )
-
-
-def _responses(batch: list[pb.StreamEvent]) -> list[pb.StreamResponse]:
-    """``batch`` as one ``StreamResponse``, split only when it would pass
-    ``MAX_RESPONSE_BYTES`` (one size check in C, not one per event in Python)."""
-    response = pb.StreamResponse(events=batch)
-    if len(batch) == 1 or response.ByteSize() <= MAX_RESPONSE_BYTES:
-        return [response]
-    return [pb.StreamResponse(events=chunk) for chunk in _chunks(batch)]
-
-
-def _chunks(batch: list[pb.StreamEvent]) -> list[list[pb.StreamEvent]]:
-    """Split a batch so no ``StreamResponse`` grows far past ``MAX_RESPONSE_BYTES``."""
-    chunks: list[list[pb.StreamEvent]] = [[]]
-    size = 0
-    for event in batch:
-        event_size = event.ByteSize()
-        if chunks[-1] and size + event_size > MAX_RESPONSE_BYTES:
-            chunks.append([])
-            size = 0
-        chunks[-1].append(event)
-        size += event_size
-    return chunks

@@ -23,9 +23,9 @@ from helix_transport._config import ClientConfig
 from helix_transport._eventlog import EventHub
 from helix_transport._exceptions import UsageError
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
-from helix_transport._proto.helix.agent.v1 import agent_pb2_grpc as pb_grpc
 from helix_transport.agent.definition import Agent
 from helix_transport.agent.model import warm_up
+from helix_transport.server._encoding import add_agent_service
 from helix_transport.server._runner import SessionRunner
 from helix_transport.server._servicer import AgentServicer
 from helix_transport.server.auth import AuthConfig, AuthInterceptor, ServerAuth
@@ -141,7 +141,7 @@ class AgentServer:
             heartbeat_interval_s=config.heartbeat_interval_s,
             limits=config.limits,
         )
-        pb_grpc.add_AgentServiceServicer_to_server(self.servicer, self._server)
+        add_agent_service(self.servicer, self._server)
         self.health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
         self._health_server: grpc.aio.Server | None = None

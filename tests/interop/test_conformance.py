@@ -26,7 +26,7 @@ from helix_transport.store import MemoryStore
 from services.orchestrator.agent import agent as orchestrator
 from services.researcher.agent import agent as researcher
 from services.summarizer.agent import agent as summarizer
-from tests.helpers import ROOT
+from tests.helpers import ROOT, stream_response
 from tests.interop.conftest import StartNode
 
 RESEARCH = json.dumps({"topic": "event log replay", "max_sources": 2})
@@ -157,7 +157,7 @@ class SkipsASequence(AgentServicer):
 
     async def Stream(self, request: pb.StreamRequest, context: Any) -> AsyncIterator[Any]:
         async for response in super().Stream(request, context):
-            kept = [e for e in response.events if e.sequence != 3]
+            kept = [e for e in stream_response(response).events if e.sequence != 3]
             if kept:
                 yield pb.StreamResponse(events=kept)
 

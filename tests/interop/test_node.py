@@ -26,6 +26,7 @@ from helix_transport.server import app as server_app
 from helix_transport.server._servicer import AgentServicer
 from helix_transport.store import MemoryStore
 from services.researcher.agent import agent as researcher
+from tests.helpers import stream_response
 from tests.interop.agents import NODE_AGENT_TYPE, polyglot
 from tests.interop.conftest import NODE_DIR, StartNode, require_node
 
@@ -94,7 +95,7 @@ class RepeatsASequence(AgentServicer):
 
     async def Stream(self, request: pb.StreamRequest, context: Any) -> Any:
         async for response in super().Stream(request, context):
-            events = list(response.events)
+            events = list(stream_response(response).events)
             events += [e for e in events if e.sequence == 6]
             yield pb.StreamResponse(events=sorted(events, key=lambda e: e.sequence))
 
