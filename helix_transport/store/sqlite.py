@@ -138,8 +138,12 @@ _SET_LAST_SEQUENCE = "UPDATE sessions SET last_sequence = ? WHERE session_id = ?
 _ADVANCE_LAST_SEQUENCE = (
     "UPDATE sessions SET last_sequence = ? WHERE session_id = ? AND last_sequence = ?"
 )
-_ROWS_PER_INSERT = 300
-"""Events per INSERT statement (3 parameters each, under SQLite's old 999 limit)."""
+_ROWS_PER_INSERT = 5_000
+"""Events per INSERT statement at most (3 parameters each), where the library's
+parameter limit allows it (old builds allow 999). Fewer statements matter more than
+their size: the worker re-takes the GIL after every one, and while the event loop is
+busy each re-take waits for the loop's next pause (a 1,000-event append under a busy
+loop: 11.7 ms at 300 rows per statement, 9.4 ms at one statement)."""
 _READ_BYTES = 4 << 20
 """A read stops once its events pass this many bytes (it always returns one)."""
 # One statement, one result row: sqlite3 releases the GIL around every step, and
@@ -676,7 +680,7 @@ def _insert_events(
         event.sequence = last
         params += (session_id, last, event.SerializeToString())
     # Many rows per statement, not executemany's row per step (see _READ_EVENTS).
-    step = 3 * _ROWS_PER_INSERT
+    step = 3 * min(_ROWS_PER_INSERT, conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // 3)
     for start in range(0, len(params), step):
         chunk = params[start : start + step]
         conn.execute(_insert_rows(len(chunk) // 3), chunk)

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from helix_transport._exceptions import StoreError, StoreUnavailable, UsageError
+from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.store import (
     SqliteStore,
     Store,
@@ -198,4 +199,25 @@ async def test_a_long_queue_is_delivered_in_bounded_batches(
     await blocker
     assert await reads == [None] * 300
     assert sum(deliveries) == 301 and max(deliveries) <= sqlite_module._BATCH_MAX
+    await store.aclose()
+
+
+@pytest.mark.parametrize("parameter_limit", [999, None])
+async def test_a_large_append_is_split_to_fit_the_library_s_parameter_limit(
+    tmp_path: Path, parameter_limit: int | None
+) -> None:
+    store = await SqliteStore.open(str(tmp_path / "limit.db"))
+    if parameter_limit is not None:  # the limit of SQLite builds before 3.32
+        limit = sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER
+        await store._worker.run(lambda: store._conn.setlimit(limit, parameter_limit))
+    await store.create_session(make_record("s-big"))
+    events = [pb.StreamEvent(text_delta=pb.TextDelta(text=str(i))) for i in range(12_001)]
+    assert await store.append("s-big", events, expected_sequence=0) == 12_001
+    read: list[pb.StreamEvent] = []
+    while len(read) < 12_001:
+        batch = await store.read("s-big", from_sequence=len(read))
+        assert batch
+        read += batch
+    assert [e.text_delta.text for e in read] == [str(i) for i in range(12_001)]
+    assert [e.sequence for e in read] == list(range(1, 12_002))
     await store.aclose()
