@@ -426,6 +426,10 @@ class SqliteStore:
 _Job = tuple[Callable[[], Any], "asyncio.Future[Any]"]
 _BATCH_MAX = 64
 """Calls per loop wake-up at most, so a steady queue cannot hold results back."""
+_STARVED_S = 0.005
+"""A call running this long while the loop is busy is likely waiting for the GIL."""
+_HANDOFF_S = 0.0005
+"""How long the loop then sleeps, letting the worker take the GIL and get on."""
 
 
 class _Worker:
@@ -435,10 +439,22 @@ class _Worker:
     which drops and re-takes the GIL) per call; with hundreds of sessions each making
     store calls, this worker drains everything queued while it was busy and delivers
     all those results in one ``call_soon_threadsafe``.
+
+    The worker re-takes the GIL after every SQLite statement, and CPython lets a busy
+    event loop starve it: each time the loop polls (dropping the GIL for microseconds
+    and taking it straight back) the worker's wait starts over, so it never asks the
+    loop to switch. With the loop never idle, single appends took up to 40 s. So while
+    calls are pending the loop checks every ``_STARVED_S``, and when the worker has
+    made no progress that long it sleeps ``_HANDOFF_S`` so the worker can take the GIL.
     """
 
     def __init__(self) -> None:
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._pending = 0
+        """Calls submitted and not yet returned to their caller (loop thread only)."""
+        self._progress_at = 0.0
+        """When the worker last started or finished a call, or was handed one while idle."""
+        self._watching = False
         # Daemon: a store never closed must not hang interpreter exit; a transaction cut
         # off by exit is rolled back by SQLite, never half-written.
         self._thread = threading.Thread(target=self._serve, name="helix-sqlite", daemon=True)
@@ -446,9 +462,27 @@ class _Worker:
 
     async def run(self, fn: Callable[[], _T]) -> _T:
         """Run ``fn`` on the worker thread; a cancelled caller does not stop it."""
-        done: asyncio.Future[_T] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[_T] = loop.create_future()
         self._jobs.put((fn, done))
-        return await done
+        if not self._pending:
+            self._progress_at = time.monotonic()
+        self._pending += 1
+        if not self._watching:
+            self._watching = True
+            loop.call_later(_STARVED_S, self._watch, loop)
+        try:
+            return await done
+        finally:
+            self._pending -= 1
+
+    def _watch(self, loop: asyncio.AbstractEventLoop) -> None:
+        if not self._pending:
+            self._watching = False
+            return
+        if time.monotonic() - self._progress_at > _STARVED_S:
+            time.sleep(_HANDOFF_S)  # a GIL hand-off (see the class docstring), not a wait
+        loop.call_later(_STARVED_S, self._watch, loop)
 
     def stop(self) -> None:
         """Let the thread end once the calls queued before this one have run."""
@@ -460,10 +494,12 @@ class _Worker:
             batch: list[tuple[asyncio.Future[Any], Any, BaseException | None]] = []
             while job is not None:
                 fn, done = job
+                self._progress_at = time.monotonic()
                 try:
                     batch.append((done, fn(), None))
                 except BaseException as exc:  # delivered to the caller, like an executor
                     batch.append((done, None, exc))
+                self._progress_at = time.monotonic()
                 if len(batch) >= _BATCH_MAX:  # under constant load, deliver what is done
                     break
                 try:

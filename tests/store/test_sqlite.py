@@ -7,6 +7,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -221,3 +222,30 @@ async def test_a_large_append_is_split_to_fit_the_library_s_parameter_limit(
     assert [e.text_delta.text for e in read] == [str(i) for i in range(12_001)]
     assert [e.sequence for e in read] == list(range(1, 12_002))
     await store.aclose()
+
+
+async def test_a_loop_that_never_idles_does_not_starve_the_worker(tmp_path: Path) -> None:
+    # The loop polls between 2 ms slices of pure Python work and never sleeps: the
+    # worker's every wait for the GIL starts over, and without the loop's hand-off
+    # appends here took seconds, up to 40 s.
+    store = await SqliteStore.open(str(tmp_path / "busy.db"))
+    await store.create_session(make_record("s-busy"))
+    busy = True
+
+    async def hog() -> None:
+        while busy:
+            until = time.perf_counter() + 0.002
+            while time.perf_counter() < until:
+                pass
+            await asyncio.sleep(0)
+
+    hogging = asyncio.ensure_future(hog())
+    try:
+        for n in range(10):
+            events = [pb.StreamEvent(text_delta=pb.TextDelta(text="x")) for _ in range(100)]
+            append = store.append("s-busy", events, expected_sequence=100 * n)
+            assert await asyncio.wait_for(append, timeout=2.0) == 100 * (n + 1)
+    finally:
+        busy = False
+        await hogging
+        await store.aclose()
