@@ -426,8 +426,9 @@ class SqliteStore:
 _Job = tuple[Callable[[], Any], "asyncio.Future[Any]"]
 _BATCH_MAX = 64
 """Calls per loop wake-up at most, so a steady queue cannot hold results back."""
-_STARVED_S = 0.005
-"""A call running this long while the loop is busy is likely waiting for the GIL."""
+_STARVED_S = 0.02
+"""A worker without progress this long while calls wait is likely waiting for the GIL.
+(Longer than most calls: at 5 ms the loop also slept beside a worker that was busy.)"""
 _HANDOFF_S = 0.0005
 """How long the loop then sleeps, letting the worker take the GIL and get on."""
 
