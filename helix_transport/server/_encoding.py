@@ -1,8 +1,8 @@
 """``Stream`` responses encoded straight from their events' bytes.
 
 Building a ``StreamResponse`` message copies every event into it before grpc
-serializes the copy; a reader's batch is sent once per message, so that copy was
-the costliest per-event step of serving a stream (about 2.2 us of 2.6). The wire
+serializes the copy: 2.2 us per event in a micro-benchmark, against 0.45 us for
+serializing each event and framing the bytes here. The wire
 form of ``StreamResponse.events`` is simply each event's bytes behind a field
 header, so the servicer yields ready ``bytes`` and the ``Stream`` serializer passes
 them through (it still serializes messages, e.g. heartbeats).

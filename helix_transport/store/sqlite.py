@@ -455,7 +455,8 @@ class _Worker:
         """Calls submitted and not yet returned to their caller (loop thread only)."""
         self._progress_at = 0.0
         """When the worker last started or finished a call, or was handed one while idle."""
-        self._watching = False
+        self._watched: asyncio.AbstractEventLoop | None = None
+        """The loop whose timer checks on the worker while calls are pending."""
         # Daemon: a store never closed must not hang interpreter exit; a transaction cut
         # off by exit is rolled back by SQLite, never half-written.
         self._thread = threading.Thread(target=self._serve, name="helix-sqlite", daemon=True)
@@ -469,8 +470,8 @@ class _Worker:
         if not self._pending:
             self._progress_at = time.monotonic()
         self._pending += 1
-        if not self._watching:
-            self._watching = True
+        if self._watched is not loop:  # none yet, or one on a loop that has since closed
+            self._watched = loop
             loop.call_later(_STARVED_S, self._watch, loop)
         try:
             return await done
@@ -478,8 +479,9 @@ class _Worker:
             self._pending -= 1
 
     def _watch(self, loop: asyncio.AbstractEventLoop) -> None:
-        if not self._pending:
-            self._watching = False
+        if not self._pending or self._watched is not loop:
+            if self._watched is loop:
+                self._watched = None
             return
         if time.monotonic() - self._progress_at > _STARVED_S:
             time.sleep(_HANDOFF_S)  # a GIL hand-off (see the class docstring), not a wait
