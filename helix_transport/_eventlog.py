@@ -44,6 +44,13 @@ class _Tail:
     """It ends with a terminal event: kept only for the readers still draining it."""
 
 
+@dataclass
+class ReaderCursor:
+    """Where one local reader of a session is: the last sequence it was given."""
+
+    after: int = 0
+
+
 class EventHub:
     """In-process fan-out of freshly appended events, with a bounded recent tail.
 
@@ -53,17 +60,28 @@ class EventHub:
     replay from the store); it is also dropped when the writer stops without a
     terminal event, and when the last reader of a writer-less session leaves.
 
-    The tail is bounded in bytes as well as events: a reader that fell behind by
-    less than the tail is served from memory (no store read), and a session of
-    large events still caches at most ``tail_bytes`` (plus its newest event), so
-    a process holds at most that much per running session.
+    The tail is bounded in bytes as well as events. Events a local reader has not
+    been given yet are kept up to ``reader_tail_size``/``reader_tail_bytes``, so a
+    reader that falls behind a burst (a parent forwarding a child's 10,000 events)
+    is served from memory instead of going back to the store; past what every
+    reader has, the tail keeps ``tail_size``/``tail_bytes``. A session of large
+    events still caches at most the larger byte bound (plus its newest event).
     """
 
-    def __init__(self, *, tail_size: int = 4_096, tail_bytes: int = 256 << 10) -> None:
+    def __init__(
+        self,
+        *,
+        tail_size: int = 4_096,
+        tail_bytes: int = 256 << 10,
+        reader_tail_size: int = 16_384,
+        reader_tail_bytes: int = 2 << 20,
+    ) -> None:
         self._tails: dict[str, _Tail] = {}
-        self._readers: dict[str, int] = {}
+        self._readers: dict[str, list[ReaderCursor]] = {}
         self._tail_size = tail_size
         self._tail_bytes = tail_bytes
+        self._reader_tail_size = max(reader_tail_size, tail_size)
+        self._reader_tail_bytes = max(reader_tail_bytes, tail_bytes)
 
     def _tail(self, session_id: str) -> _Tail:
         tail = self._tails.get(session_id)
@@ -82,17 +100,35 @@ class EventHub:
         tail.events.extend(events)
         tail.sizes.extend(sizes)
         tail.nbytes += sum(sizes)
-        excess, drop = len(tail.events) - self._tail_size, 0
-        while drop < len(tail.events) - 1 and (drop < excess or tail.nbytes > self._tail_bytes):
-            tail.nbytes -= tail.sizes[drop]
-            drop += 1
-        if drop:
-            del tail.events[:drop], tail.sizes[:drop]
+        self._trim(tail, self._readers.get(session_id))
         waiter, tail.waiter = tail.waiter, asyncio.get_running_loop().create_future()
         waiter.set_result(None)
         tail.ended = is_terminal(events[-1])  # a continued session's new turn un-ends it
         if tail.ended and not self._readers.get(session_id):
             self.forget(session_id)
+
+    def _trim(self, tail: _Tail, readers: list[ReaderCursor] | None) -> None:
+        """Drop the oldest events past the bounds, keeping the newest one always."""
+        count = len(tail.events)
+        if count <= self._tail_size and tail.nbytes <= self._tail_bytes:
+            return  # the usual case: nothing to drop, no per-reader work
+        # Events after this sequence are still owed to a local reader.
+        owed_after = min((r.after for r in readers), default=None) if readers else None
+        first = tail.events[0].sequence
+        drop, nbytes = 0, tail.nbytes
+        while drop < count - 1:
+            over_soft = count - drop > self._tail_size or nbytes > self._tail_bytes
+            if not over_soft:
+                break
+            owed = owed_after is not None and first + drop > owed_after
+            over_hard = count - drop > self._reader_tail_size or nbytes > self._reader_tail_bytes
+            if owed and not over_hard:
+                break
+            nbytes -= tail.sizes[drop]
+            drop += 1
+        if drop:
+            del tail.events[:drop], tail.sizes[:drop]
+            tail.nbytes = nbytes
 
     def forget(self, session_id: str) -> None:
         """The local writer stopped: drop the tail, waking anyone still waiting on it.
@@ -128,16 +164,20 @@ class EventHub:
         return len(self._tails)
 
     @contextlib.contextmanager
-    def reading(self, session_id: str) -> Iterator[None]:
-        """Count a reader; the last one out drops a tail no local writer fills."""
-        self._readers[session_id] = self._readers.get(session_id, 0) + 1
+    def reading(self, session_id: str, *, after: int = 0) -> Iterator[ReaderCursor]:
+        """Register a reader; it moves its cursor as it is given events.
+
+        The last reader out drops a tail no local writer fills.
+        """
+        cursor = ReaderCursor(after=after)
+        self._readers.setdefault(session_id, []).append(cursor)
         try:
-            yield
+            yield cursor
         finally:
-            left = self._readers.pop(session_id) - 1
-            if left:
-                self._readers[session_id] = left
-            else:
+            readers = self._readers[session_id]
+            readers.remove(cursor)
+            if not readers:
+                del self._readers[session_id]
                 tail = self._tails.get(session_id)
                 if tail is not None and (tail.ended or not tail.events):
                     del self._tails[session_id]
@@ -257,9 +297,9 @@ async def follow(
     Raises:
         SessionNotFound: the session does not exist.
     """
-    with hub.reading(session_id):
+    with hub.reading(session_id, after=from_sequence) as cursor:
         async for batch in _follow(
-            store, hub, session_id, from_sequence, batch_limit, poll_interval_s, idle_s
+            store, hub, session_id, cursor, batch_limit, poll_interval_s, idle_s
         ):
             yield batch
 
@@ -268,11 +308,12 @@ async def _follow(
     store: Store,
     hub: EventHub,
     session_id: str,
-    last: int,
+    cursor: ReaderCursor,
     batch_limit: int,
     poll_interval_s: float,
     idle_s: float | None = None,
 ) -> AsyncIterator[list[StreamEvent]]:
+    last = cursor.after
     force_store = False
     quiet_since = time.monotonic()
     # A heartbeat interval shorter than the poll interval shortens the waits too.
@@ -292,7 +333,7 @@ async def _follow(
             batch = await store.read(session_id, from_sequence=last, limit=batch_limit)
         force_store = False
         if batch:
-            last = batch[-1].sequence
+            last = cursor.after = batch[-1].sequence
             yield batch
             if is_terminal(batch[-1]):
                 return

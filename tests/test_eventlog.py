@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
-from helix_transport._eventlog import EventHub
+import asyncio
+
+from helix_transport._eventlog import EventHub, SessionWriter, follow
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
+from helix_transport._status import SessionStatus
+from helix_transport.store import READ_LIMIT, SessionRecord, SessionUpdate
+from helix_transport.store.memory import MemoryStore
 
 
 def _events(first: int, count: int, *, text: str = "x" * 90) -> list[pb.StreamEvent]:
@@ -94,3 +99,73 @@ async def test_a_reader_already_past_the_end_is_sent_to_the_store_not_left_waiti
         hub.publish("s", [*_events(1, 3), _terminal(4)])
         assert hub.since("s", 2, limit=10) is not None
         assert hub.since("s", 4, limit=10) is None  # not [], which would mean "wait"
+
+
+async def test_events_a_local_reader_still_needs_outlive_the_tail_bound() -> None:
+    hub = EventHub(tail_size=100, reader_tail_size=1_000)
+    with hub.reading("s") as reader:
+        hub.publish("s", _events(1, 500, text=""))  # a burst the reader has not seen
+        cached = hub.since("s", 0, limit=1_000)
+        assert cached is not None and len(cached) == 500
+        reader.after = 400  # what follow() records as it hands out events
+        hub.publish("s", _events(501, 10, text=""))
+        assert hub.since("s", 399, limit=1_000) is None  # what every reader has goes
+        cached = hub.since("s", 400, limit=1_000)
+        assert cached is not None and [e.sequence for e in cached] == list(range(401, 511))
+    hub.publish("s", _events(511, 1, text=""))  # no reader left: back to the tail bound
+    cached = hub.since("s", 411, limit=1_000)
+    assert hub.since("s", 410, limit=1_000) is None
+    assert cached is not None and len(cached) == 100
+
+
+async def test_a_slow_reader_cannot_hold_more_than_the_reader_bound() -> None:
+    size = _events(1, 1)[0].ByteSize()
+    hub = EventHub(tail_size=10, tail_bytes=size * 10, reader_tail_bytes=size * 50)
+    with hub.reading("s"):
+        hub.publish("s", _events(1, 200))
+        assert hub.since("s", 150, limit=1_000) is None
+        cached = hub.since("s", 151, limit=1_000)
+        assert cached is not None and len(cached) == 49
+
+
+async def test_a_reader_behind_a_burst_is_served_from_memory_not_the_store() -> None:
+    """A parent forwarding a child's burst: the writer appends faster than its reader
+    drains; the reader's cursor keeps what it is owed in memory, past the tail bound."""
+    store = _CountingReads()
+    hub = EventHub(tail_size=10, reader_tail_size=10_000)
+    await store.create_session(
+        SessionRecord(session_id="s", agent_type="a", input_json="{}", input_hash="")
+    )
+    writer = SessionWriter(store, hub, session_id="s", agent_type="a", last_sequence=0)
+    writer.emit(pb.StreamEvent(text_delta=pb.TextDelta(text="first")))
+    await writer.flush()
+    seen: list[int] = []
+
+    async def read() -> None:
+        async for batch in follow(store, hub, "s", from_sequence=0, batch_limit=100):
+            seen.extend(e.sequence for e in batch)
+            await asyncio.sleep(0)  # slower than the writer
+
+    reader = asyncio.create_task(read())
+    await asyncio.sleep(0.01)
+    reads_before_the_burst = store.reads
+    for _ in range(20):
+        for _ in range(100):
+            writer.emit(pb.StreamEvent(text_delta=pb.TextDelta(text="x")))
+        await writer.flush()
+    await writer.finish(_terminal(0), SessionUpdate(status=SessionStatus.COMPLETED))
+    await asyncio.wait_for(reader, 5)
+    assert seen == list(range(1, 2_003))
+    assert store.reads == reads_before_the_burst  # every burst event came from the hub
+
+
+class _CountingReads(MemoryStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads = 0
+
+    async def read(
+        self, session_id: str, *, from_sequence: int = 0, limit: int = READ_LIMIT
+    ) -> list[pb.StreamEvent]:
+        self.reads += 1
+        return await super().read(session_id, from_sequence=from_sequence, limit=limit)
