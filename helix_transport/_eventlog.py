@@ -3,7 +3,9 @@
 Writers append through a ``SessionWriter``, which *group-commits*: events emitted
 while a store write is in flight are appended together by the next write, so a
 fast producer costs one store round trip per batch, not per event. An event is
-published to readers only after the store has assigned its sequence.
+published to readers only after the store has assigned its sequence. The writer
+serializes each event once: the store, the hub and the ``Stream`` responses all
+use those bytes.
 
 Readers ``follow`` a session: replay from the store, then tail live events from
 the in-process ``EventHub`` (no store round trip), falling back to polling the
@@ -33,12 +35,20 @@ def is_terminal(event: StreamEvent) -> bool:
     return event.WhichOneof("payload") in TERMINAL_PAYLOADS
 
 
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """Consecutive events as ``follow`` yields them, each beside its encoded form."""
+
+    events: list[StreamEvent]
+    encoded: list[bytes]
+
+
 @dataclass
 class _Tail:
     events: list[StreamEvent]
     waiter: asyncio.Future[None]
-    sizes: list[int] = field(default_factory=list)
-    """Each cached event's encoded size, in the order of ``events``."""
+    encoded: list[bytes] = field(default_factory=list)
+    """Each cached event serialized, in the order of ``events``."""
     nbytes: int = 0
     ended: bool = False
     """It ends with a terminal event: kept only for the readers still draining it."""
@@ -90,16 +100,19 @@ class EventHub:
             self._tails[session_id] = tail
         return tail
 
-    def publish(self, session_id: str, events: list[StreamEvent]) -> None:
-        """Record newly appended events and wake every waiting reader."""
+    def publish(
+        self, session_id: str, events: list[StreamEvent], encoded: list[bytes] | None = None
+    ) -> None:
+        """Record newly appended events (and their bytes) and wake every waiting reader."""
         tail = self._tail(session_id)
         if tail.events and tail.events[-1].sequence + 1 != events[0].sequence:
             # Another writer took over: the cached tail is no longer contiguous.
-            tail.events, tail.sizes, tail.nbytes = [], [], 0
-        sizes = [event.ByteSize() for event in events]
+            tail.events, tail.encoded, tail.nbytes = [], [], 0
+        if encoded is None:
+            encoded = [event.SerializeToString() for event in events]
         tail.events.extend(events)
-        tail.sizes.extend(sizes)
-        tail.nbytes += sum(sizes)
+        tail.encoded.extend(encoded)
+        tail.nbytes += sum(map(len, encoded))
         self._trim(tail, self._readers.get(session_id))
         waiter, tail.waiter = tail.waiter, asyncio.get_running_loop().create_future()
         waiter.set_result(None)
@@ -124,10 +137,10 @@ class EventHub:
             over_hard = count - drop > self._reader_tail_size or nbytes > self._reader_tail_bytes
             if owed and not over_hard:
                 break
-            nbytes -= tail.sizes[drop]
+            nbytes -= len(tail.encoded[drop])
             drop += 1
         if drop:
-            del tail.events[:drop], tail.sizes[:drop]
+            del tail.events[:drop], tail.encoded[:drop]
             tail.nbytes = nbytes
 
     def forget(self, session_id: str) -> None:
@@ -142,7 +155,7 @@ class EventHub:
         if not tail.waiter.done():
             tail.waiter.set_result(None)
 
-    def since(self, session_id: str, after: int, limit: int) -> list[StreamEvent] | None:
+    def since(self, session_id: str, after: int, limit: int) -> Batch | None:
         """Cached events with ``sequence > after``; ``None`` when the cache can't tell."""
         tail = self._tails.get(session_id)
         if tail is None or not tail.events:
@@ -153,7 +166,8 @@ class EventHub:
             # where waiting on an ended tail would last a poll interval).
             return None
         start = after + 1 - first
-        return tail.events[start : start + limit]
+        stop = start + limit
+        return Batch(tail.events[start:stop], tail.encoded[start:stop])
 
     def waiter(self, session_id: str) -> asyncio.Future[None]:
         """A future resolved at the session's next ``publish``."""
@@ -243,10 +257,20 @@ class SessionWriter:
             self._task = None
 
     async def _write(self, batch: list[StreamEvent], update: SessionUpdate | None) -> None:
+        # The fence fixes the sequences the store will assign, so each event is
+        # serialized once, here, for the store, the hub and every reader's response.
+        encoded = []
+        for sequence, event in enumerate(batch, start=self.last_sequence + 1):
+            event.sequence = sequence
+            encoded.append(event.SerializeToString())
         self.last_sequence = await self._store.append(
-            self.session_id, batch, expected_sequence=self.last_sequence, update=update
+            self.session_id,
+            batch,
+            expected_sequence=self.last_sequence,
+            update=update,
+            encoded=encoded,
         )
-        self._hub.publish(self.session_id, batch)
+        self._hub.publish(self.session_id, batch, encoded)
 
     async def flush(self, update: SessionUpdate | None = None) -> None:
         """Wait until every emitted event is in the store.
@@ -286,7 +310,7 @@ async def follow(
     batch_limit: int = READ_LIMIT,
     poll_interval_s: float = 0.5,
     idle_s: float | None = None,
-) -> AsyncIterator[list[StreamEvent]]:
+) -> AsyncIterator[Batch]:
     """Yield batches of events with ``sequence > from_sequence`` until the terminal event.
 
     Replays from the store, then tails ``hub``; every ``poll_interval_s`` without a
@@ -312,7 +336,7 @@ async def _follow(
     batch_limit: int,
     poll_interval_s: float,
     idle_s: float | None = None,
-) -> AsyncIterator[list[StreamEvent]]:
+) -> AsyncIterator[Batch]:
     last = cursor.after
     force_store = False
     quiet_since = time.monotonic()
@@ -320,22 +344,23 @@ async def _follow(
     poll_interval_s = poll_interval_s if idle_s is None else min(poll_interval_s, idle_s)
     while True:
         if idle_s is not None and time.monotonic() - quiet_since >= idle_s:
-            yield []  # quiet for idle_s: a heartbeat is due
+            yield Batch([], [])  # quiet for idle_s: a heartbeat is due
             quiet_since = time.monotonic()
         waiter = hub.waiter(session_id)
         batch = None if force_store else hub.since(session_id, last, batch_limit)
-        if batch == []:
+        if batch is not None and not batch.events:
             # Caught up with this process's writer: wait for its next publish, and
             # after a quiet poll interval check the store (another process may write).
             force_store = not await _wait(waiter, poll_interval_s)
             continue
         if batch is None:
-            batch = await store.read(session_id, from_sequence=last, limit=batch_limit)
+            events = await store.read(session_id, from_sequence=last, limit=batch_limit)
+            batch = Batch(events, [event.SerializeToString() for event in events])
         force_store = False
-        if batch:
-            last = cursor.after = batch[-1].sequence
+        if batch.events:
+            last = cursor.after = batch.events[-1].sequence
             yield batch
-            if is_terminal(batch[-1]):
+            if is_terminal(batch.events[-1]):
                 return
             if idle_s is not None:
                 quiet_since = time.monotonic()

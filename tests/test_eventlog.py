@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from helix_transport._eventlog import EventHub, SessionWriter, follow
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
@@ -22,7 +23,8 @@ async def test_a_reader_behind_by_less_than_the_tail_is_served_from_memory() -> 
     hub = EventHub()  # more than the 1,024 events it used to keep, whatever their size
     hub.publish("s", _events(1, 4_000, text="x"))
     cached = hub.since("s", 1_000, limit=10_000)
-    assert cached is not None and [e.sequence for e in cached] == list(range(1_001, 4_001))
+    assert cached is not None and [e.sequence for e in cached.events] == list(range(1_001, 4_001))
+    assert cached.encoded == [e.SerializeToString() for e in cached.events]
 
 
 async def test_the_tail_keeps_the_newest_events_within_its_byte_budget() -> None:
@@ -33,7 +35,7 @@ async def test_the_tail_keeps_the_newest_events_within_its_byte_budget() -> None
     newest = 98
     assert hub.since("s", newest - 11, limit=100) is None  # that far back is gone
     cached = hub.since("s", newest - 10, limit=100)
-    assert cached is not None and [e.sequence for e in cached] == list(
+    assert cached is not None and [e.sequence for e in cached.events] == list(
         range(newest - 9, newest + 1)
     )
 
@@ -42,7 +44,8 @@ async def test_an_event_larger_than_the_budget_is_still_cached_alone() -> None:
     hub = EventHub(tail_bytes=1_000)
     hub.publish("s", _events(1, 3))
     hub.publish("s", _events(4, 1, text="y" * 50_000))
-    assert hub.since("s", 3, limit=10) == _events(4, 1, text="y" * 50_000)
+    cached = hub.since("s", 3, limit=10)
+    assert cached is not None and cached.events == _events(4, 1, text="y" * 50_000)
     assert hub.since("s", 2, limit=10) is None
 
 
@@ -51,7 +54,7 @@ async def test_the_tail_is_also_bounded_in_events() -> None:
     hub.publish("s", _events(1, 250, text=""))
     assert hub.since("s", 149, limit=1_000) is None
     cached = hub.since("s", 150, limit=1_000)
-    assert cached is not None and len(cached) == 100
+    assert cached is not None and len(cached.events) == 100
 
 
 async def test_a_publish_that_does_not_follow_the_tail_replaces_it() -> None:
@@ -60,7 +63,7 @@ async def test_a_publish_that_does_not_follow_the_tail_replaces_it() -> None:
     hub.publish("s", _events(50, 5))  # another writer took the session over
     assert hub.since("s", 10, limit=100) is None
     cached = hub.since("s", 49, limit=100)
-    assert cached is not None and [e.sequence for e in cached] == [50, 51, 52, 53, 54]
+    assert cached is not None and [e.sequence for e in cached.events] == [50, 51, 52, 53, 54]
 
 
 def _terminal(sequence: int) -> pb.StreamEvent:
@@ -74,7 +77,7 @@ async def test_readers_woken_by_the_end_read_it_from_memory_then_the_tail_goes()
         hub.publish("s", [_terminal(4)])
         hub.forget("s")  # the run's writer stops right after its terminal event
         cached = hub.since("s", 3, limit=10)
-        assert cached is not None and [e.sequence for e in cached] == [4]
+        assert cached is not None and [e.sequence for e in cached.events] == [4]
     assert hub.tails() == 0  # the last reader out dropped it
 
 
@@ -106,16 +109,16 @@ async def test_events_a_local_reader_still_needs_outlive_the_tail_bound() -> Non
     with hub.reading("s") as reader:
         hub.publish("s", _events(1, 500, text=""))  # a burst the reader has not seen
         cached = hub.since("s", 0, limit=1_000)
-        assert cached is not None and len(cached) == 500
+        assert cached is not None and len(cached.events) == 500
         reader.after = 400  # what follow() records as it hands out events
         hub.publish("s", _events(501, 10, text=""))
         assert hub.since("s", 399, limit=1_000) is None  # what every reader has goes
         cached = hub.since("s", 400, limit=1_000)
-        assert cached is not None and [e.sequence for e in cached] == list(range(401, 511))
+        assert cached is not None and [e.sequence for e in cached.events] == list(range(401, 511))
     hub.publish("s", _events(511, 1, text=""))  # no reader left: back to the tail bound
     cached = hub.since("s", 411, limit=1_000)
     assert hub.since("s", 410, limit=1_000) is None
-    assert cached is not None and len(cached) == 100
+    assert cached is not None and len(cached.events) == 100
 
 
 async def test_a_slow_reader_cannot_hold_more_than_the_reader_bound() -> None:
@@ -125,7 +128,7 @@ async def test_a_slow_reader_cannot_hold_more_than_the_reader_bound() -> None:
         hub.publish("s", _events(1, 200))
         assert hub.since("s", 150, limit=1_000) is None
         cached = hub.since("s", 151, limit=1_000)
-        assert cached is not None and len(cached) == 49
+        assert cached is not None and len(cached.events) == 49
 
 
 async def test_a_reader_behind_a_burst_is_served_from_memory_not_the_store() -> None:
@@ -143,7 +146,7 @@ async def test_a_reader_behind_a_burst_is_served_from_memory_not_the_store() -> 
 
     async def read() -> None:
         async for batch in follow(store, hub, "s", from_sequence=0, batch_limit=100):
-            seen.extend(e.sequence for e in batch)
+            seen.extend(e.sequence for e in batch.events)
             await asyncio.sleep(0)  # slower than the writer
 
     reader = asyncio.create_task(read())
@@ -169,3 +172,31 @@ class _CountingReads(MemoryStore):
     ) -> list[pb.StreamEvent]:
         self.reads += 1
         return await super().read(session_id, from_sequence=from_sequence, limit=limit)
+
+
+async def test_the_writer_serializes_each_event_once_for_store_hub_and_readers() -> None:
+    store = _RecordingAppends()
+    hub = EventHub()
+    await store.create_session(
+        SessionRecord(session_id="s", agent_type="a", input_json="{}", input_hash="")
+    )
+    writer = SessionWriter(store, hub, session_id="s", agent_type="a", last_sequence=0)
+    for text in ("a", "b", "c"):
+        writer.emit(pb.StreamEvent(text_delta=pb.TextDelta(text=text)))
+    await writer.flush()
+    stored = await store.read("s")
+    [given] = store.encoded
+    assert given == [e.SerializeToString() for e in stored]  # sequences included
+    cached = hub.since("s", 0, limit=10)
+    assert cached is not None and cached.encoded == given
+    assert [e.sequence for e in cached.events] == [1, 2, 3]
+
+
+class _RecordingAppends(MemoryStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.encoded: list[list[bytes]] = []
+
+    async def append(self, session_id: str, events: Any, **options: Any) -> int:
+        self.encoded.append(list(options.get("encoded") or []))
+        return await super().append(session_id, events, **options)

@@ -80,6 +80,7 @@ class Store(Protocol):
         *,
         expected_sequence: int | None = None,
         update: SessionUpdate | None = None,
+        encoded: Sequence[bytes] | None = None,
     ) -> int:
         """Append ``events`` to the session's log, assigning their sequences.
 
@@ -92,6 +93,10 @@ class Store(Protocol):
             expected_sequence: fail unless the log currently ends at this sequence;
                 a writer that owns the session passes its own last sequence, so a
                 second writer is detected instead of interleaving.
+            encoded: with ``expected_sequence``, each event already serialized with
+                the sequence it gets (``expected_sequence + 1`` onwards), as the
+                event log's writer has them: the store keeps these bytes rather
+                than serialize every event again.
 
         Returns:
             The sequence of the last appended event.

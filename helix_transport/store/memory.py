@@ -99,6 +99,7 @@ class MemoryStore:
         *,
         expected_sequence: int | None = None,
         update: SessionUpdate | None = None,
+        encoded: Sequence[bytes] | None = None,
     ) -> int:
         """Append ``events``, assigning their sequences in place (see ``Store.append``).
 
@@ -111,10 +112,12 @@ class MemoryStore:
         if expected_sequence is not None and expected_sequence != last:
             raise SequenceConflict(session_id, expected_sequence, last)
         log = self._events[session_id]
-        for event in events:
+        if expected_sequence is None:
+            encoded = None  # its sequences are only known with the fence
+        for index, event in enumerate(events):
             last += 1
             event.sequence = last
-            log.append((last, event.SerializeToString()))
+            log.append((last, encoded[index] if encoded is not None else event.SerializeToString()))
         if update is not None:
             record = update.apply(record, now=time.time())
         self._sessions[session_id] = dataclasses.replace(record, last_sequence=last)

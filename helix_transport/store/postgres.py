@@ -403,6 +403,7 @@ class PostgresStore:
         *,
         expected_sequence: int | None = None,
         update: SessionUpdate | None = None,
+        encoded: Sequence[bytes] | None = None,
     ) -> int:
         """Append ``events``, assigning their sequences in place (see ``Store.append``).
 
@@ -423,7 +424,11 @@ class PostgresStore:
                 for event, sequence in zip(events, sequences, strict=True):
                     event.sequence = sequence
                 if events:
-                    data = [event.SerializeToString() for event in events]
+                    data = (
+                        list(encoded)
+                        if encoded is not None and expected_sequence is not None
+                        else [event.SerializeToString() for event in events]
+                    )
                     await conn.execute(self._q(_INSERT_EVENTS), session_id, sequences, data)
                     # Delivered on commit only, so listeners never hear of a rolled-back append.
                     await conn.execute("SELECT pg_notify($1, $2)", self.channel, session_id)

@@ -339,6 +339,7 @@ class RedisStore:
         *,
         expected_sequence: int | None = None,
         update: SessionUpdate | None = None,
+        encoded: Sequence[bytes] | None = None,
     ) -> int:
         """Append ``events``, assigning their sequences in place (see ``Store.append``).
 
@@ -349,10 +350,15 @@ class RedisStore:
             SequenceConflict: the log does not end at ``expected_sequence``.
         """
         self._check_open()
-        # Sequences are assigned inside the script, after the events are serialized,
-        # so events are stored without one: the entry id 0-<sequence> is the single
-        # source of truth, and ``read`` stamps it back onto each event.
-        payloads = [_serialize_unsequenced(event) for event in events]
+        # Sequences are assigned inside the script, after the events are serialized:
+        # the entry id 0-<sequence> is the single source of truth, and ``read`` stamps
+        # it back onto each event. So events are stored without one, or with the one
+        # the writer's fence implies (``encoded``; a conflict stores nothing).
+        payloads = (
+            list(encoded)
+            if encoded is not None and expected_sequence is not None
+            else [_serialize_unsequenced(event) for event in events]
+        )
         head, pairs = self._update_args(update or SessionUpdate())
         args: list[str | bytes] = [
             "" if expected_sequence is None else str(expected_sequence),

@@ -289,6 +289,7 @@ class SqliteStore:
         *,
         expected_sequence: int | None = None,
         update: SessionUpdate | None = None,
+        encoded: Sequence[bytes] | None = None,
     ) -> int:
         """Append ``events``, assigning their sequences in place (see ``Store.append``).
 
@@ -304,7 +305,9 @@ class SqliteStore:
         # go together into its next transaction (an append's conflict is found before
         # it writes, so it fails only that append).
         done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        self._appends.append(_Append(session_id, events, expected_sequence, update, done))
+        if expected_sequence is None:
+            encoded = None  # its sequences are only known with the fence
+        self._appends.append(_Append(session_id, events, expected_sequence, update, encoded, done))
         if self._append_task is None:
             self._append_task = asyncio.create_task(self._drain_appends())
         return await done
@@ -622,6 +625,7 @@ class _Append:
     events: Sequence[StreamEvent]
     expected_sequence: int | None
     update: SessionUpdate | None
+    encoded: Sequence[bytes] | None
     done: asyncio.Future[int]
 
 
@@ -652,7 +656,12 @@ def _append_batch(conn: sqlite3.Connection, *, batch: list[_Append]) -> list[int
                 try:
                     results.append(
                         _append_rows(
-                            conn, item.session_id, item.events, item.expected_sequence, item.update
+                            conn,
+                            item.session_id,
+                            item.events,
+                            item.expected_sequence,
+                            item.update,
+                            item.encoded,
                         )
                     )
                 except (SequenceConflict, SessionNotFound) as exc:
@@ -677,6 +686,7 @@ def _append_rows(
     events: Sequence[StreamEvent],
     expected_sequence: int | None,
     update: SessionUpdate | None,
+    encoded: Sequence[bytes] | None = None,
 ) -> int:
     """One append inside the caller's transaction; raises before writing anything."""
     if update is None and expected_sequence is not None:
@@ -684,7 +694,9 @@ def _append_rows(
         # moves the end; decoding the whole record would cost more than the insert.
         last = expected_sequence + len(events)
         if conn.execute(_ADVANCE_LAST_SEQUENCE, (last, session_id, expected_sequence)).rowcount:
-            return _insert_events(conn, session_id, events, expected_sequence, expected_sequence)
+            return _insert_events(
+                conn, session_id, events, expected_sequence, expected_sequence, encoded
+            )
         row = conn.execute(_LAST_SEQUENCE, (session_id,)).fetchone()
         if row is None:
             raise SessionNotFound(session_id)
@@ -697,7 +709,9 @@ def _append_rows(
         conn.execute(_SET_LAST_SEQUENCE, (last, session_id))
         return last
     record = _require_session(conn, session_id)
-    last = _insert_events(conn, session_id, events, expected_sequence, record.last_sequence)
+    last = _insert_events(
+        conn, session_id, events, expected_sequence, record.last_sequence, encoded
+    )
     record = update.apply(record, now=time.time())
     conn.execute(_WRITE_STATE, _session_params(dataclasses.replace(record, last_sequence=last)))
     return last
@@ -709,15 +723,17 @@ def _insert_events(
     events: Sequence[StreamEvent],
     expected_sequence: int | None,
     last: int,
+    encoded: Sequence[bytes] | None = None,
 ) -> int:
     """Insert ``events`` after ``last`` (the log's end); the new last sequence."""
     if expected_sequence is not None and expected_sequence != last:
         raise SequenceConflict(session_id, expected_sequence, last)
     params: list[object] = []
-    for event in events:
+    for index, event in enumerate(events):
         last += 1
         event.sequence = last
-        params += (session_id, last, event.SerializeToString())
+        data = encoded[index] if encoded is not None else event.SerializeToString()
+        params += (session_id, last, data)
     # Many rows per statement, not executemany's row per step (see _READ_EVENTS).
     step = 3 * min(_ROWS_PER_INSERT, conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // 3)
     for start in range(0, len(params), step):

@@ -282,6 +282,32 @@ class StoreConformance:
         assert [e.text_delta.text[:1] for e in seen] == list("012345")
         assert all(len(e.text_delta.text) == 2 << 20 for e in seen)
 
+    async def test_append_keeps_the_writers_encoded_events(self, store: Store) -> None:
+        await store.create_session(make_record())
+        await store.append("s-1", [make_event("a")], expected_sequence=0)
+        events = [make_event("b"), make_event("c")]
+        for sequence, event in enumerate(events, start=2):
+            event.sequence = sequence  # as the event log's writer serializes them
+        encoded = [event.SerializeToString() for event in events]
+        update = SessionUpdate(step_count=1)
+        assert (
+            await store.append("s-1", events, expected_sequence=1, update=update, encoded=encoded)
+            == 3
+        )
+        assert _sequences(events) == [2, 3]
+        read = await store.read("s-1")
+        assert [e.SerializeToString() for e in read[1:]] == encoded
+        assert _texts(read) == ["a", "b", "c"]
+        record = await store.get_session("s-1")
+        assert record is not None and (record.last_sequence, record.step_count) == (3, 1)
+        stale = [make_event("stale")]
+        stale[0].sequence = 3
+        with pytest.raises(SequenceConflict):
+            await store.append(
+                "s-1", stale, expected_sequence=2, encoded=[stale[0].SerializeToString()]
+            )
+        assert _texts(await store.read("s-1")) == ["a", "b", "c"]
+
     async def test_expected_sequence_conflict_writes_nothing(self, store: Store) -> None:
         await store.create_session(make_record())
         assert await store.append("s-1", [make_event("a")], expected_sequence=0) == 1

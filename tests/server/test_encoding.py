@@ -15,6 +15,10 @@ def _event(sequence: int, text_size: int) -> pb.StreamEvent:
     return event
 
 
+def _encoded(batch: list[pb.StreamEvent]) -> list[bytes]:
+    return [event.SerializeToString() for event in batch]
+
+
 @pytest.mark.parametrize(
     "sizes",
     [
@@ -26,12 +30,14 @@ def _event(sequence: int, text_size: int) -> pb.StreamEvent:
 )
 def test_one_response_is_byte_for_byte_protobufs_own(sizes: list[int]) -> None:
     batch = [_event(i + 1, size) for i, size in enumerate(sizes)]
-    assert encode_responses(batch) == [pb.StreamResponse(events=batch).SerializeToString()]
+    assert encode_responses(_encoded(batch)) == [
+        pb.StreamResponse(events=batch).SerializeToString()
+    ]
 
 
 def test_a_large_batch_splits_below_the_limit_and_keeps_every_event_in_order() -> None:
     batch = [_event(i + 1, 100_000) for i in range(25)]  # about 2.4 MiB in all
-    responses = [pb.StreamResponse.FromString(data) for data in encode_responses(batch)]
+    responses = [pb.StreamResponse.FromString(data) for data in encode_responses(_encoded(batch))]
     assert len(responses) == 3
     assert all(r.ByteSize() <= MAX_RESPONSE_BYTES for r in responses)
     assert [e for r in responses for e in r.events] == batch
@@ -39,7 +45,7 @@ def test_a_large_batch_splits_below_the_limit_and_keeps_every_event_in_order() -
 
 def test_an_event_over_the_limit_goes_alone() -> None:
     batch = [_event(1, 10), _event(2, MAX_RESPONSE_BYTES + 1), _event(3, 10)]
-    responses = [pb.StreamResponse.FromString(data) for data in encode_responses(batch)]
+    responses = [pb.StreamResponse.FromString(data) for data in encode_responses(_encoded(batch))]
     assert [[e.sequence for e in r.events] for r in responses] == [[1], [2], [3]]
 
 
