@@ -17,13 +17,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from helix_transport._exceptions import SessionNotFound
 from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
+from helix_transport._wire import sequenced
 from helix_transport.store import READ_LIMIT, SessionUpdate, Store
 from helix_transport.store._base import EventNotifier
 
@@ -221,6 +223,8 @@ class SessionWriter:
         self.last_sequence = last_sequence
         self.step = 0
         self._pending: list[StreamEvent] = []
+        self._bodies: list[bytes | None] = []
+        """For each pending event, its bytes without a sequence when it came encoded."""
         self._update: SessionUpdate | None = None
         """A record update to apply with the next batch (see ``flush``)."""
         self._task: asyncio.Task[None] | None = None
@@ -240,15 +244,34 @@ class SessionWriter:
         if self._error is not None:
             raise self._error
         self._pending.append(self._stamp(event))
+        self._bodies.append(None)
         if self._task is None:
+            self._task = asyncio.create_task(self._drain())
+
+    def emit_encoded(self, payloads: Sequence[bytes]) -> None:
+        """Queue events given as their serialized payload: each one ``StreamEvent``
+        oneof field (a forwarded child event, say), stamped like ``emit``, one time
+        for all. Nothing serializes them again: the store and readers get these bytes.
+        """
+        if self._error is not None:
+            raise self._error
+        head = StreamEvent(session_id=self.session_id, agent_type=self.agent_type, step=self.step)
+        head.time.seconds, head.time.nanos = divmod(time.time_ns(), 1_000_000_000)
+        prefix = head.SerializeToString()
+        for payload in payloads:
+            body = prefix + payload
+            self._pending.append(StreamEvent.FromString(body))
+            self._bodies.append(body)
+        if self._task is None and self._pending:
             self._task = asyncio.create_task(self._drain())
 
     async def _drain(self) -> None:
         try:
             while self._pending:
                 batch, self._pending = self._pending, []
+                bodies, self._bodies = self._bodies, []
                 update, self._update = self._update, None
-                await self._write(batch, update)
+                await self._write(batch, bodies, update)
         except BaseException as exc:
             self._error = exc
             if not isinstance(exc, Exception):
@@ -256,13 +279,18 @@ class SessionWriter:
         finally:
             self._task = None
 
-    async def _write(self, batch: list[StreamEvent], update: SessionUpdate | None) -> None:
+    async def _write(
+        self, batch: list[StreamEvent], bodies: list[bytes | None], update: SessionUpdate | None
+    ) -> None:
         # The fence fixes the sequences the store will assign, so each event is
-        # serialized once, here, for the store, the hub and every reader's response.
+        # serialized once, here, for the store, the hub and every reader's response
+        # (an event that came encoded only gets its sequence put in front).
         encoded = []
-        for sequence, event in enumerate(batch, start=self.last_sequence + 1):
+        for sequence, event, body in zip(
+            itertools.count(self.last_sequence + 1), batch, bodies, strict=False
+        ):
             event.sequence = sequence
-            encoded.append(event.SerializeToString())
+            encoded.append(event.SerializeToString() if body is None else sequenced(sequence, body))
         self.last_sequence = await self._store.append(
             self.session_id,
             batch,

@@ -200,3 +200,26 @@ class _RecordingAppends(MemoryStore):
     async def append(self, session_id: str, events: Any, **options: Any) -> int:
         self.encoded.append(list(options.get("encoded") or []))
         return await super().append(session_id, events, **options)
+
+
+async def test_events_emitted_encoded_are_stamped_and_stored_as_given() -> None:
+    store = _RecordingAppends()
+    hub = EventHub()
+    await store.create_session(
+        SessionRecord(session_id="s", agent_type="a", input_json="{}", input_hash="")
+    )
+    writer = SessionWriter(store, hub, session_id="s", agent_type="a", last_sequence=0)
+    writer.step = 3
+    writer.emit(pb.StreamEvent(step_started=pb.StepStarted()))
+    child = pb.StreamEvent(sequence=9, text_delta=pb.TextDelta(text="from the child"))
+    payload = pb.StreamEvent(
+        child_event=pb.ChildEvent(tool_call_id="call_1", event=child)
+    ).SerializeToString()
+    writer.emit_encoded([payload, payload])
+    await writer.flush()
+    stored = await store.read("s")
+    assert [e.sequence for e in stored] == [1, 2, 3]
+    assert all((e.session_id, e.agent_type, e.step) == ("s", "a", 3) for e in stored)
+    assert stored[1].time == stored[2].time and stored[1].time.seconds > 0
+    assert stored[2].child_event.event == child
+    assert store.encoded == [[e.SerializeToString() for e in stored]]  # byte for byte

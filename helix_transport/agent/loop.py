@@ -329,6 +329,7 @@ class RunLoop:
             step=state.step + 1,
             metadata=self.record.metadata,
             emit=self.writer.emit,
+            emit_encoded=self.writer.emit_encoded,
             flush=self.writer.flush,
             store=self.store,
             clients=self.clients,

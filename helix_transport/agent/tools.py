@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, get_type_hints
 
@@ -34,6 +34,9 @@ class ToolContext:
     """Append an event to the session's log (its sequence is assigned by the log)."""
     flush: Callable[[], Awaitable[None]]
     """Wait until every emitted event is durable in the log."""
+    emit_encoded: Callable[[Sequence[bytes]], None] | None = None
+    """Append events given as serialized ``StreamEvent`` payload fields, stamped like
+    ``emit`` (the remote-agent tool forwards a child's events this way, unparsed)."""
     store: Store
     """The session's store (sub-session refs live there)."""
     clients: ClientPool

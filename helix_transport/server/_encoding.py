@@ -18,25 +18,19 @@ import grpc
 
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._proto.helix.agent.v1 import agent_pb2_grpc as pb_grpc
+from helix_transport._wire import varint
 
 MAX_RESPONSE_BYTES = 1 << 20
 """Events are packed into one ``StreamResponse`` up to about this size."""
 
-_EVENTS_TAG = 0x0A
+_EVENTS_KEY = b"\x0a"
 """``StreamResponse.events``: field 1, length-delimited."""
-_SHORT_HEADS = [bytes((_EVENTS_TAG, n)) for n in range(0x80)]
+_SHORT_HEADS = [_EVENTS_KEY + bytes((n,)) for n in range(0x80)]
 
 
 def _head(size: int) -> bytes:
-    """The field header of an event of ``size`` bytes: tag, then the size as a varint."""
-    if size < 0x80:
-        return _SHORT_HEADS[size]
-    out = bytearray((_EVENTS_TAG,))
-    while size >= 0x80:
-        out.append(size & 0x7F | 0x80)
-        size >>= 7
-    out.append(size)
-    return bytes(out)
+    """The field header of an event of ``size`` bytes: key, then the size as a varint."""
+    return _SHORT_HEADS[size] if size < 0x80 else _EVENTS_KEY + varint(size)
 
 
 def encode_responses(encoded: Sequence[bytes]) -> list[bytes]:

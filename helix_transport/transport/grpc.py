@@ -8,7 +8,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 import grpc
 
@@ -22,6 +22,7 @@ from helix_transport._exceptions import (
 )
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._proto.helix.agent.v1 import agent_pb2_grpc as pb_grpc
+from helix_transport._wire import repeated_field
 from helix_transport.transport._auth import ClientAuth
 from helix_transport.transport._errors import RESUMABLE, map_grpc_errors, to_helix_error
 
@@ -50,6 +51,12 @@ class AgentClient:
         self._channel = channel
         self._auth = auth
         self._stub = pb_grpc.AgentServiceStub(channel)
+        # Stream with the responses left as bytes (EventStream.encoded_batches).
+        self._stream_bytes: grpc.aio.UnaryStreamMultiCallable[pb.StreamRequest, bytes]
+        self._stream_bytes = channel.unary_stream(
+            "/helix.agent.v1.AgentService/Stream",
+            request_serializer=pb.StreamRequest.SerializeToString,
+        )
         self._state = _State.OPENED
         self.address = address
         self.config = config
@@ -281,30 +288,53 @@ class EventStream:
         """The same events as iterating the stream, a non-empty list at a time (as they
         arrived: one list per server message, several events when the reader is behind).
 
-        For a consumer with per-batch work to share, such as a parent forwarding a
-        child's events into its own log.
+        For a consumer with per-batch work to share.
         """
+        async for events, _ in self._batches(encoded=False):
+            yield events
+
+    async def encoded_batches(self) -> AsyncIterator[tuple[list[pb.StreamEvent], list[bytes]]]:
+        """``batches``, each event beside its bytes as the server sent them.
+
+        For a parent forwarding a child's events into its own log: it wraps those
+        bytes instead of copying and serializing each event again.
+        """
+        async for pair in self._batches(encoded=True):
+            yield pair
+
+    async def _batches(
+        self, *, encoded: bool
+    ) -> AsyncIterator[tuple[list[pb.StreamEvent], list[bytes]]]:
         client = self._client
         retry = client.config.reconnect
         broken_since: float | None = None
         attempt = 0
         while True:
             told_to_wait = 0.0
-            call = client._stub.Stream(
-                pb.StreamRequest(session_id=self.session_id, from_sequence=self.last_sequence),
-                metadata=client._metadata(),
+            request = pb.StreamRequest(session_id=self.session_id, from_sequence=self.last_sequence)
+            call: Any = (client._stream_bytes if encoded else client._stub.Stream)(
+                request, metadata=client._metadata()
             )
             detail = "the stream ended before the session's terminal event"
             try:
-                async for response in call:
+                async for message in call:
+                    response = pb.StreamResponse.FromString(message) if encoded else message
                     if response.HasField("heartbeat"):
                         self.heartbeats += 1
-                    batch = self._fresh(response.events)
-                    if not batch:
+                    events = response.events
+                    fresh = self._fresh(events)
+                    if not fresh:
                         continue
+                    batch = [events[i] for i in fresh]
+                    data: list[bytes] = []
+                    if encoded:
+                        parts = repeated_field(message, 1)  # StreamResponse.events
+                        if parts is None or len(parts) != len(events):
+                            parts = [event.SerializeToString() for event in events]
+                        data = [parts[i] for i in fresh]
                     broken_since, attempt = None, 0
                     self.last_sequence = batch[-1].sequence
-                    yield batch
+                    yield batch, data
                     if is_terminal(batch[-1]):
                         return
                 if await self._finished():
@@ -329,20 +359,22 @@ class EventStream:
             attempt += 1
             self.reconnects += 1
 
-    def _fresh(self, events: Sequence[pb.StreamEvent]) -> list[pb.StreamEvent]:
-        """``events`` after ``last_sequence``, up to a terminal one, checked for gaps."""
-        batch: list[pb.StreamEvent] = []
+    def _fresh(self, events: Sequence[pb.StreamEvent]) -> list[int]:
+        """Where in ``events`` those after ``last_sequence`` are, up to a terminal one,
+        checked for gaps."""
+        fresh: list[int] = []
         expected = self.last_sequence + 1
-        for event in events:
-            if event.sequence < expected:
+        for index, event in enumerate(events):
+            sequence = event.sequence
+            if sequence < expected:
                 continue  # already delivered before a reconnect
-            if event.sequence != expected:
-                raise SequenceGap(self.session_id, expected, event.sequence)
-            batch.append(event)
+            if sequence != expected:
+                raise SequenceGap(self.session_id, expected, sequence)
+            fresh.append(index)
             expected += 1
             if is_terminal(event):
                 break
-        return batch
+        return fresh
 
     async def _finished(self) -> bool:
         """After a clean end: True when the reader already has the whole finished log."""

@@ -1,0 +1,104 @@
+"""Protobuf wire-format pieces for passing events along as bytes.
+
+A parent forwards every event of its child into its own log, and a server sends
+every event to its readers: both already hold each event serialized, so they
+build the few surrounding bytes (a field header, a length, a sequence number)
+instead of parsing, copying and serializing the event again. Everything here
+follows the protobuf encoding: a field is a varint key (``number << 3 | wire
+type``) then, for length-delimited fields, a varint length and the bytes;
+concatenated encodings of one message merge into one.
+"""
+
+from __future__ import annotations
+
+_ONE_BYTE = [bytes((n,)) for n in range(0x80)]
+
+SEQUENCE_KEY = b"\x08"
+"""``StreamEvent.sequence``: field 1, varint."""
+CHILD_EVENT_KEY = b"\xc2\x01"
+"""``StreamEvent.child_event``: field 24, length-delimited."""
+_TOOL_CALL_ID_KEY = b"\x0a"
+"""``ChildEvent.tool_call_id``: field 1, length-delimited."""
+_EVENT_KEY = b"\x12"
+"""``ChildEvent.event``: field 2, length-delimited."""
+
+
+def varint(value: int) -> bytes:
+    """``value`` (non-negative) as a protobuf varint."""
+    if value < 0x80:
+        return _ONE_BYTE[value]
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def sequenced(sequence: int, body: bytes) -> bytes:
+    """An event's bytes with its ``sequence``, from its bytes without one (``body``).
+
+    The sequence is field 1, so this is also how protobuf itself lays it out."""
+    return SEQUENCE_KEY + varint(sequence) + body
+
+
+def child_event_prefix(tool_call_id: str) -> bytes:
+    """The start of a ``ChildEvent`` (its ``tool_call_id``), shared by a call's events."""
+    raw = tool_call_id.encode()
+    return _TOOL_CALL_ID_KEY + varint(len(raw)) + raw
+
+
+def child_event_payload(prefix: bytes, event: bytes) -> bytes:
+    """``StreamEvent.child_event`` wrapping one child event's bytes."""
+    size = varint(len(event))
+    return (
+        CHILD_EVENT_KEY
+        + varint(len(prefix) + 1 + len(size) + len(event))
+        + prefix
+        + _EVENT_KEY
+        + size
+        + event
+    )
+
+
+def repeated_field(message: bytes, number: int) -> list[bytes] | None:
+    """The bytes of every entry of a length-delimited field ``number`` in ``message``.
+
+    ``None`` when the bytes are not a well-formed message (the caller falls back to
+    the parsed message)."""
+    parts: list[bytes] = []
+    index, end = 0, len(message)
+    try:
+        while index < end:
+            key, index = _read_varint(message, index)
+            wire = key & 7
+            if wire == 2:
+                size, index = _read_varint(message, index)
+                if key >> 3 == number:
+                    parts.append(message[index : index + size])
+                index += size
+            elif wire == 0:
+                _, index = _read_varint(message, index)
+            elif wire == 1:
+                index += 8
+            elif wire == 5:
+                index += 4
+            else:
+                return None
+    except IndexError:
+        return None
+    return parts if index == end else None
+
+
+def _read_varint(data: bytes, index: int) -> tuple[int, int]:
+    byte = data[index]
+    if byte < 0x80:
+        return byte, index + 1
+    value, shift = byte & 0x7F, 7
+    while True:
+        index += 1
+        byte = data[index]
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, index + 1
+        shift += 7

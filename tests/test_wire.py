@@ -1,0 +1,63 @@
+"""The wire-format helpers build exactly the bytes protobuf would."""
+
+from __future__ import annotations
+
+import pytest
+
+from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
+from helix_transport._wire import (
+    child_event_payload,
+    child_event_prefix,
+    repeated_field,
+    sequenced,
+    varint,
+)
+
+
+def _event(sequence: int, text: str) -> pb.StreamEvent:
+    event = pb.StreamEvent(
+        sequence=sequence,
+        session_id="child",
+        agent_type="leaf",
+        step=2,
+        text_delta=pb.TextDelta(text=text),
+    )
+    event.time.seconds, event.time.nanos = 1_700_000_000, 123_456_789
+    return event
+
+
+@pytest.mark.parametrize("value", [0, 1, 0x7F, 0x80, 0x3FFF, 0x4000, 2**31, 2**63 - 1])
+def test_varint_is_protobufs(value: int) -> None:
+    expected = pb.StreamEvent(sequence=value).SerializeToString()[1:] if value else b"\x00"
+    assert varint(value) == expected
+
+
+@pytest.mark.parametrize("sequence", [1, 127, 128, 300_000])
+def test_an_event_sequenced_from_its_body_is_byte_for_byte_protobufs(sequence: int) -> None:
+    event = _event(0, "x" * 200)
+    body = event.SerializeToString()
+    event.sequence = sequence
+    assert sequenced(sequence, body) == event.SerializeToString()
+
+
+@pytest.mark.parametrize("size", [0, 1, 100, 0x3FFF, 0x4000, 70_000])
+def test_a_wrapped_child_event_is_the_message_protobuf_builds(size: int) -> None:
+    child = _event(7, "y" * size)
+    payload = child_event_payload(child_event_prefix("call_1"), child.SerializeToString())
+    wrapper = pb.StreamEvent()
+    wrapper.child_event.tool_call_id = "call_1"
+    wrapper.child_event.event.CopyFrom(child)
+    assert payload == wrapper.SerializeToString()
+
+
+def test_repeated_field_splits_a_response_into_its_events() -> None:
+    events = [_event(n, "z" * n * 40) for n in range(1, 6)]
+    message = pb.StreamResponse(events=events).SerializeToString()
+    assert repeated_field(message, 1) == [e.SerializeToString() for e in events]
+    heartbeat = pb.StreamResponse(heartbeat=pb.Heartbeat(detail="quiet")).SerializeToString()
+    assert repeated_field(heartbeat, 1) == []
+
+
+@pytest.mark.parametrize("broken", [b"\x0a\x05abc", b"\x0a", b"\x0b\x00", b"\x0a\xff"])
+def test_repeated_field_refuses_bytes_that_are_not_a_message(broken: bytes) -> None:
+    assert repeated_field(broken, 1) is None
