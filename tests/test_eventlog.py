@@ -136,10 +136,7 @@ async def test_a_reader_behind_a_burst_is_served_from_memory_not_the_store() -> 
     drains; the reader's cursor keeps what it is owed in memory, past the tail bound."""
     store = _CountingReads()
     hub = EventHub(tail_size=10, reader_tail_size=10_000)
-    await store.create_session(
-        SessionRecord(session_id="s", agent_type="a", input_json="{}", input_hash="")
-    )
-    writer = SessionWriter(store, hub, session_id="s", agent_type="a", last_sequence=0)
+    writer = await _new_session(store, hub)
     writer.emit(pb.StreamEvent(text_delta=pb.TextDelta(text="first")))
     await writer.flush()
     seen: list[int] = []
@@ -162,6 +159,14 @@ async def test_a_reader_behind_a_burst_is_served_from_memory_not_the_store() -> 
     assert store.reads == reads_before_the_burst  # every burst event came from the hub
 
 
+async def _new_session(store: MemoryStore, hub: EventHub) -> SessionWriter:
+    """Session ``s`` in ``store``, and its writer."""
+    await store.create_session(
+        SessionRecord(session_id="s", agent_type="a", input_json="{}", input_hash="")
+    )
+    return SessionWriter(store, hub, session_id="s", agent_type="a", last_sequence=0)
+
+
 class _CountingReads(MemoryStore):
     def __init__(self) -> None:
         super().__init__()
@@ -177,10 +182,7 @@ class _CountingReads(MemoryStore):
 async def test_the_writer_serializes_each_event_once_for_store_hub_and_readers() -> None:
     store = _RecordingAppends()
     hub = EventHub()
-    await store.create_session(
-        SessionRecord(session_id="s", agent_type="a", input_json="{}", input_hash="")
-    )
-    writer = SessionWriter(store, hub, session_id="s", agent_type="a", last_sequence=0)
+    writer = await _new_session(store, hub)
     for text in ("a", "b", "c"):
         writer.emit(pb.StreamEvent(text_delta=pb.TextDelta(text=text)))
     await writer.flush()
@@ -205,10 +207,7 @@ class _RecordingAppends(MemoryStore):
 async def test_events_emitted_encoded_are_stamped_and_stored_as_given() -> None:
     store = _RecordingAppends()
     hub = EventHub()
-    await store.create_session(
-        SessionRecord(session_id="s", agent_type="a", input_json="{}", input_hash="")
-    )
-    writer = SessionWriter(store, hub, session_id="s", agent_type="a", last_sequence=0)
+    writer = await _new_session(store, hub)
     writer.step = 3
     writer.emit(pb.StreamEvent(step_started=pb.StepStarted()))
     child = pb.StreamEvent(sequence=9, text_delta=pb.TextDelta(text="from the child"))
