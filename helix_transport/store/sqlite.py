@@ -429,11 +429,13 @@ class SqliteStore:
 _Job = tuple[Callable[[], Any], "asyncio.Future[Any]"]
 _BATCH_MAX = 64
 """Calls per loop wake-up at most, so a steady queue cannot hold results back."""
-_STARVED_S = 0.02
+_STARVED_S = 0.0005
 """A worker without progress this long while calls wait is likely waiting for the GIL.
-(Longer than most calls: at 5 ms the loop also slept beside a worker that was busy.)"""
-_HANDOFF_S = 0.0005
-"""How long the loop then sleeps, letting the worker take the GIL and get on."""
+Checked this often, a parent forwarding 10,000 child events stored them fast enough to
+cut two hops from 125 to 104 ms (median of 15 alternating runs; 20 ms before)."""
+_HANDOFF_S = 0.00005
+"""How long the loop then sleeps, letting the worker take the GIL and get on (enough for
+a waiting thread to wake; the loop gives up at most a tenth of its time while starved)."""
 
 
 class _Worker:
