@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -286,9 +285,8 @@ class SessionWriter:
         # serialized once, here, for the store, the hub and every reader's response
         # (an event that came encoded only gets its sequence put in front).
         encoded = []
-        for sequence, event, body in zip(
-            itertools.count(self.last_sequence + 1), batch, bodies, strict=False
-        ):
+        first = self.last_sequence + 1
+        for sequence, (event, body) in enumerate(zip(batch, bodies, strict=True), start=first):
             event.sequence = sequence
             encoded.append(event.SerializeToString() if body is None else sequenced(sequence, body))
         self.last_sequence = await self._store.append(
