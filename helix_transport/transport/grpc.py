@@ -11,10 +11,12 @@ from types import TracebackType
 from typing import Any, Self
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from helix_transport._config import ClientConfig, RetryConfig
 from helix_transport._eventlog import is_terminal
 from helix_transport._exceptions import (
+    RemoteError,
     ResourceExhausted,
     SequenceGap,
     StreamInterrupted,
@@ -238,6 +240,13 @@ class AgentClient:
         await self.aclose()
 
 
+def _stream_response(message: bytes) -> pb.StreamResponse | None:
+    try:
+        return pb.StreamResponse.FromString(message)
+    except DecodeError:
+        return None
+
+
 def _retry_delay(
     exc: grpc.aio.AioRpcError, retry: RetryConfig, attempt: int, *, address: str
 ) -> float | None:
@@ -318,7 +327,13 @@ class EventStream:
             detail = "the stream ended before the session's terminal event"
             try:
                 async for message in call:
-                    response = pb.StreamResponse.FromString(message) if encoded else message
+                    response = _stream_response(message) if encoded else message
+                    if response is None:  # grpc's deserializer, too, gives None for junk
+                        raise RemoteError(
+                            "DATA_LOSS",
+                            f"a Stream response of session {self.session_id!r} "
+                            "is not a StreamResponse",
+                        )
                     if response.HasField("heartbeat"):
                         self.heartbeats += 1
                     events = response.events
