@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from helix_transport import AgentClient
+from helix_transport import AgentClient, ConnectError
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.companions import child_session_id
 from helix_transport.registry import address_env_var
@@ -141,7 +141,12 @@ async def test_delivery_is_exactly_once_across_parent_sigkills(tmp_path: Path) -
 
         def holding(times: int) -> Callable[[], Awaitable[bool]]:
             async def check() -> bool:
-                events = [e async for e in _read(client, "lead")]
+                try:
+                    events = [e async for e in _read(client, "lead")]
+                except ConnectError:
+                    # Right after a restart this client's channel may still be waiting out
+                    # its reconnect backoff from the kill: not holding yet, ask again.
+                    return False
                 holds = [
                     e for e in events
                     if e.WhichOneof("payload") == "tool_start" and e.tool_start.tool_name == "hold"

@@ -147,16 +147,19 @@ async def two_hops(
             await parent_client.start(
                 parent_input("child", mode="emit", n=events), session_id=session_id
             )
-            count = deltas = 0
-            final: pb.StreamEvent | None = None
+            received: list[pb.StreamEvent] = []
             async for event in parent_client.stream(session_id):
-                count += 1
-                if kind(event) == "child_event" and kind(event.child_event.event) == "text_delta":
-                    deltas += 1
-                final = event
+                received.append(event)  # inspected after the clock stops, as in one_hop
             elapsed = time.perf_counter() - started
-            assert final is not None
+            if not received:
+                raise RuntimeError(f"session {session_id}: no events")
+            count, final = len(received), received[-1]
             check_completed(final, expect_ok=1)
+            deltas = sum(
+                1
+                for event in received
+                if kind(event) == "child_event" and kind(event.child_event.event) == "text_delta"
+            )
             if deltas != events:
                 raise RuntimeError(f"two hops: {deltas} of {events} deltas arrived")
             return count / elapsed
