@@ -1,0 +1,124 @@
+"""Where the time of a two-hop stream goes: one hop and two hops, alternating, with stages.
+
+    .venv/bin/python -m tests.bench.two_hops [--runs 15] [--events 10000] [--store sqlite]
+
+Starts the benchmark's leaf and parent services (``helix-mesh bench`` scenario 4's
+setup), then alternates one hop (leaf -> client) and two hops (leaf -> parent ->
+client) of ``--events`` text deltas. For every run it prints the wall time from
+Start to the terminal event and, for two hops, when the leaf stamped its first and
+last delta, when the parent stamped them (forwarded) and when this client received
+them, all in ms after Start, plus each service's CPU for the run (``/proc``). The
+medians at the end are the figures the README quotes for two-hop changes; compare
+runs of two versions of the code alternated on one host, not across hosts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from helix_transport import AgentClient
+from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
+from helix_transport.bench import delegation
+from helix_transport.bench.agents import leaf_input, parent_input
+from helix_transport.registry import address_env_var
+
+
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _stamp_ms(event: pb.StreamEvent, started: float) -> float:
+    return (event.time.seconds + event.time.nanos / 1e9 - started) * 1000
+
+
+async def _one_hop(client: AgentClient, session_id: str, events: int) -> float:
+    started = time.time()
+    await client.start(leaf_input(mode="emit", n=events), session_id=session_id)
+    async for _ in client.stream(session_id):
+        pass
+    return (time.time() - started) * 1000
+
+
+async def _two_hops(client: AgentClient, session_id: str, events: int) -> dict[str, float]:
+    started = time.time()
+    await client.start(parent_input("child", mode="emit", n=events), session_id=session_id)
+    received: list[tuple[float, pb.StreamEvent]] = []
+    async for event in client.stream(session_id):
+        received.append((time.time(), event))
+    total = (time.time() - started) * 1000
+    deltas = [
+        (at, event)
+        for at, event in received
+        if event.WhichOneof("payload") == "child_event"
+        and event.child_event.event.WhichOneof("payload") == "text_delta"
+    ]
+    if len(deltas) != events:
+        raise RuntimeError(f"{len(deltas)} of {events} deltas arrived")
+    (first_at, first), (last_at, last) = deltas[0], deltas[-1]
+    return {
+        "total": total,
+        "leaf first": _stamp_ms(first.child_event.event, started),
+        "leaf last": _stamp_ms(last.child_event.event, started),
+        "parent first": _stamp_ms(first, started),
+        "parent last": _stamp_ms(last, started),
+        "received first": (first_at - started) * 1000,
+        "received last": (last_at - started) * 1000,
+    }
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=15)
+    parser.add_argument("--events", type=int, default=10_000)
+    parser.add_argument("--store", choices=("sqlite", "memory"), default="sqlite")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="helix-two-hops-") as tmp:
+        services = delegation.Services(Path(tmp))
+        if args.store == "sqlite":
+            delegation.chain(services)
+        else:
+            leaf_proc = services.add("leaf", "leaf", store_url="memory://")
+            services.add(
+                "parent",
+                "parent",
+                store_url="memory://",
+                env={address_env_var("bench-leaf"): leaf_proc.address},
+            )
+        await services.start("leaf", "parent")
+        pids = {name: services.pid(name) for name in ("leaf", "parent")}
+        one: list[float] = []
+        two: list[dict[str, float]] = []
+        try:
+            async with (
+                await AgentClient.connect(services.procs["leaf"].address) as leaf,
+                await AgentClient.connect(services.procs["parent"].address) as parent,
+            ):
+                await _one_hop(leaf, "warm-1", args.events)
+                await _two_hops(parent, "warm-2", args.events)
+                for run in range(args.runs):
+                    one.append(await _one_hop(leaf, f"one-{run}", args.events))
+                    cpu = {name: _cpu_s(pid) for name, pid in pids.items()}
+                    stages = await _two_hops(parent, f"two-{run}", args.events)
+                    used = {name: (_cpu_s(pid) - cpu[name]) * 1000 for name, pid in pids.items()}
+                    two.append(stages)
+                    shown = "  ".join(f"{k} {v:.1f}" for k, v in stages.items())
+                    cpus = "  ".join(f"{k} {v:.0f}" for k, v in used.items())
+                    print(f"one hop {one[-1]:.1f} ms | two hops {shown} | CPU ms {cpus}")
+        finally:
+            await services.stop()
+    two_total = statistics.median(s["total"] for s in two)
+    print(
+        f"median of {args.runs}: one hop {statistics.median(one):.1f} ms, two hops "
+        f"{two_total:.1f} ms, ratio {statistics.median(one) / two_total:.2f}"
+    )
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
