@@ -127,7 +127,7 @@ class EventHub:
         if count <= self._tail_size and tail.nbytes <= self._tail_bytes:
             return  # the usual case: nothing to drop, no per-reader work
         # Events after this sequence are still owed to a local reader.
-        owed_after = min((r.after for r in readers), default=None) if readers else None
+        owed_after = min(r.after for r in readers) if readers else None
         first = tail.events[0].sequence
         drop, nbytes = 0, tail.nbytes
         while drop < count - 1:
