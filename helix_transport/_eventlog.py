@@ -38,21 +38,35 @@ def is_terminal(event: StreamEvent) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class Batch:
-    """Consecutive events as ``follow`` yields them, each beside its encoded form."""
+    """Consecutive events as ``follow`` yields them, serialized; none for a heartbeat cue."""
 
-    events: list[StreamEvent]
     encoded: list[bytes]
+    last_sequence: int = 0
+    """The sequence of the last event (0 when there is none)."""
+    terminal: bool = False
+    """The last event ends the session's stream."""
+
+    def decode(self) -> list[StreamEvent]:
+        """The events as messages, parsed on each call (serving a stream needs only bytes)."""
+        return [StreamEvent.FromString(data) for data in self.encoded]
 
 
 @dataclass
 class _Tail:
-    events: list[StreamEvent]
+    # Bytes, not messages: a message object is tracked by the garbage collector, and
+    # 500 sessions' tails of messages made each full collection traverse 100k+ of them.
     waiter: asyncio.Future[None]
     encoded: list[bytes] = field(default_factory=list)
-    """Each cached event serialized, in the order of ``events``."""
+    """The cached events serialized, oldest first."""
+    first: int = 0
+    """The sequence of ``encoded[0]``."""
     nbytes: int = 0
     ended: bool = False
     """It ends with a terminal event: kept only for the readers still draining it."""
+
+    @property
+    def last(self) -> int:
+        return self.first + len(self.encoded) - 1
 
 
 @dataclass
@@ -97,7 +111,7 @@ class EventHub:
     def _tail(self, session_id: str) -> _Tail:
         tail = self._tails.get(session_id)
         if tail is None:
-            tail = _Tail(events=[], waiter=asyncio.get_running_loop().create_future())
+            tail = _Tail(waiter=asyncio.get_running_loop().create_future())
             self._tails[session_id] = tail
         return tail
 
@@ -106,12 +120,13 @@ class EventHub:
     ) -> None:
         """Record newly appended events (and their bytes) and wake every waiting reader."""
         tail = self._tail(session_id)
-        if tail.events and tail.events[-1].sequence + 1 != events[0].sequence:
+        if tail.encoded and tail.last + 1 != events[0].sequence:
             # Another writer took over: the cached tail is no longer contiguous.
-            tail.events, tail.encoded, tail.nbytes = [], [], 0
+            tail.encoded, tail.nbytes = [], 0
+        if not tail.encoded:
+            tail.first = events[0].sequence
         if encoded is None:
             encoded = [event.SerializeToString() for event in events]
-        tail.events.extend(events)
         tail.encoded.extend(encoded)
         tail.nbytes += sum(map(len, encoded))
         self._trim(tail, self._readers.get(session_id))
@@ -123,12 +138,12 @@ class EventHub:
 
     def _trim(self, tail: _Tail, readers: list[ReaderCursor] | None) -> None:
         """Drop the oldest events past the bounds, keeping the newest one always."""
-        count = len(tail.events)
+        count = len(tail.encoded)
         if count <= self._tail_size and tail.nbytes <= self._tail_bytes:
             return  # the usual case: nothing to drop, no per-reader work
         # Events after this sequence are still owed to a local reader.
         owed_after = min(r.after for r in readers) if readers else None
-        first = tail.events[0].sequence
+        first = tail.first
         drop, nbytes = 0, tail.nbytes
         while drop < count - 1:
             over_soft = count - drop > self._tail_size or nbytes > self._tail_bytes
@@ -141,7 +156,8 @@ class EventHub:
             nbytes -= len(tail.encoded[drop])
             drop += 1
         if drop:
-            del tail.events[:drop], tail.encoded[:drop]
+            del tail.encoded[:drop]
+            tail.first += drop
             tail.nbytes = nbytes
 
     def forget(self, session_id: str) -> None:
@@ -159,16 +175,16 @@ class EventHub:
     def since(self, session_id: str, after: int, limit: int) -> Batch | None:
         """Cached events with ``sequence > after``; ``None`` when the cache can't tell."""
         tail = self._tails.get(session_id)
-        if tail is None or not tail.events:
+        if tail is None or not tail.encoded:
             return None
-        first = tail.events[0].sequence
-        if after + 1 < first or (tail.ended and after >= tail.events[-1].sequence):
+        if after + 1 < tail.first or (tail.ended and after >= tail.last):
             # Before the tail, or past a session's end: the store says which (at once,
             # where waiting on an ended tail would last a poll interval).
             return None
-        start = after + 1 - first
-        stop = start + limit
-        return Batch(tail.events[start:stop], tail.encoded[start:stop])
+        start = after + 1 - tail.first
+        encoded = tail.encoded[start : start + limit]
+        last = after + len(encoded)
+        return Batch(encoded, last, tail.ended and last == tail.last)
 
     def waiter(self, session_id: str) -> asyncio.Future[None]:
         """A future resolved at the session's next ``publish``."""
@@ -194,7 +210,7 @@ class EventHub:
             if not readers:
                 del self._readers[session_id]
                 tail = self._tails.get(session_id)
-                if tail is not None and (tail.ended or not tail.events):
+                if tail is not None and (tail.ended or not tail.encoded):
                     del self._tails[session_id]
 
 
@@ -370,23 +386,27 @@ async def _follow(
     poll_interval_s = poll_interval_s if idle_s is None else min(poll_interval_s, idle_s)
     while True:
         if idle_s is not None and time.monotonic() - quiet_since >= idle_s:
-            yield Batch([], [])  # quiet for idle_s: a heartbeat is due
+            yield Batch([])  # quiet for idle_s: a heartbeat is due
             quiet_since = time.monotonic()
         waiter = hub.waiter(session_id)
         batch = None if force_store else hub.since(session_id, last, batch_limit)
-        if batch is not None and not batch.events:
+        if batch is not None and not batch.encoded:
             # Caught up with this process's writer: wait for its next publish, and
             # after a quiet poll interval check the store (another process may write).
             force_store = not await _wait(waiter, poll_interval_s)
             continue
         if batch is None:
             events = await store.read(session_id, from_sequence=last, limit=batch_limit)
-            batch = Batch(events, [event.SerializeToString() for event in events])
+            batch = Batch(
+                [event.SerializeToString() for event in events],
+                events[-1].sequence if events else 0,
+                bool(events) and is_terminal(events[-1]),
+            )
         force_store = False
-        if batch.events:
-            last = cursor.after = batch.events[-1].sequence
+        if batch.encoded:
+            last = cursor.after = batch.last_sequence
             yield batch
-            if is_terminal(batch.events[-1]):
+            if batch.terminal:
                 return
             if idle_s is not None:
                 quiet_since = time.monotonic()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 from typing import Any
 
 from helix_transport._eventlog import EventHub, SessionWriter, follow
@@ -21,10 +22,12 @@ def _events(first: int, count: int, *, text: str = "x" * 90) -> list[pb.StreamEv
 
 async def test_a_reader_behind_by_less_than_the_tail_is_served_from_memory() -> None:
     hub = EventHub()  # more than the 1,024 events it used to keep, whatever their size
-    hub.publish("s", _events(1, 4_000, text="x"))
+    published = _events(1, 4_000, text="x")
+    hub.publish("s", published)
     cached = hub.since("s", 1_000, limit=10_000)
-    assert cached is not None and [e.sequence for e in cached.events] == list(range(1_001, 4_001))
-    assert cached.encoded == [e.SerializeToString() for e in cached.events]
+    assert cached is not None and [e.sequence for e in cached.decode()] == list(range(1_001, 4_001))
+    assert cached.encoded == [e.SerializeToString() for e in published[1_000:]]
+    assert (cached.last_sequence, cached.terminal) == (4_000, False)
 
 
 async def test_the_tail_keeps_the_newest_events_within_its_byte_budget() -> None:
@@ -35,7 +38,7 @@ async def test_the_tail_keeps_the_newest_events_within_its_byte_budget() -> None
     newest = 98
     assert hub.since("s", newest - 11, limit=100) is None  # that far back is gone
     cached = hub.since("s", newest - 10, limit=100)
-    assert cached is not None and [e.sequence for e in cached.events] == list(
+    assert cached is not None and [e.sequence for e in cached.decode()] == list(
         range(newest - 9, newest + 1)
     )
 
@@ -45,7 +48,7 @@ async def test_an_event_larger_than_the_budget_is_still_cached_alone() -> None:
     hub.publish("s", _events(1, 3))
     hub.publish("s", _events(4, 1, text="y" * 50_000))
     cached = hub.since("s", 3, limit=10)
-    assert cached is not None and cached.events == _events(4, 1, text="y" * 50_000)
+    assert cached is not None and cached.decode() == _events(4, 1, text="y" * 50_000)
     assert hub.since("s", 2, limit=10) is None
 
 
@@ -54,7 +57,7 @@ async def test_the_tail_is_also_bounded_in_events() -> None:
     hub.publish("s", _events(1, 250, text=""))
     assert hub.since("s", 149, limit=1_000) is None
     cached = hub.since("s", 150, limit=1_000)
-    assert cached is not None and len(cached.events) == 100
+    assert cached is not None and len(cached.decode()) == 100
 
 
 async def test_a_publish_that_does_not_follow_the_tail_replaces_it() -> None:
@@ -63,7 +66,7 @@ async def test_a_publish_that_does_not_follow_the_tail_replaces_it() -> None:
     hub.publish("s", _events(50, 5))  # another writer took the session over
     assert hub.since("s", 10, limit=100) is None
     cached = hub.since("s", 49, limit=100)
-    assert cached is not None and [e.sequence for e in cached.events] == [50, 51, 52, 53, 54]
+    assert cached is not None and [e.sequence for e in cached.decode()] == [50, 51, 52, 53, 54]
 
 
 def _terminal(sequence: int) -> pb.StreamEvent:
@@ -77,7 +80,7 @@ async def test_readers_woken_by_the_end_read_it_from_memory_then_the_tail_goes()
         hub.publish("s", [_terminal(4)])
         hub.forget("s")  # the run's writer stops right after its terminal event
         cached = hub.since("s", 3, limit=10)
-        assert cached is not None and [e.sequence for e in cached.events] == [4]
+        assert cached is not None and [e.sequence for e in cached.decode()] == [4]
     assert hub.tails() == 0  # the last reader out dropped it
 
 
@@ -102,6 +105,25 @@ async def test_a_reader_already_past_the_end_is_sent_to_the_store_not_left_waiti
         hub.publish("s", [*_events(1, 3), _terminal(4)])
         assert hub.since("s", 2, limit=10) is not None
         assert hub.since("s", 4, limit=10) is None  # not [], which would mean "wait"
+        partial = hub.since("s", 1, limit=2)
+        assert partial is not None and (partial.last_sequence, partial.terminal) == (3, False)
+        rest = hub.since("s", 3, limit=10)
+        assert rest is not None and (rest.last_sequence, rest.terminal) == (4, True)
+
+
+async def test_the_tail_keeps_bytes_not_message_objects() -> None:
+    # Message objects are tracked by the garbage collector: hundreds of sessions' tails
+    # of them made every full collection traverse them all.
+    def messages() -> int:
+        gc.collect()
+        return sum(isinstance(o, pb.StreamEvent) for o in gc.get_objects())
+
+    hub = EventHub()
+    before = messages()
+    hub.publish("s", _events(1, 1_000))
+    assert messages() == before
+    cached = hub.since("s", 0, limit=1_000)
+    assert cached is not None and len(cached.encoded) == 1_000
 
 
 async def test_events_a_local_reader_still_needs_outlive_the_tail_bound() -> None:
@@ -109,16 +131,16 @@ async def test_events_a_local_reader_still_needs_outlive_the_tail_bound() -> Non
     with hub.reading("s") as reader:
         hub.publish("s", _events(1, 500, text=""))  # a burst the reader has not seen
         cached = hub.since("s", 0, limit=1_000)
-        assert cached is not None and len(cached.events) == 500
+        assert cached is not None and len(cached.decode()) == 500
         reader.after = 400  # what follow() records as it hands out events
         hub.publish("s", _events(501, 10, text=""))
         assert hub.since("s", 399, limit=1_000) is None  # what every reader has goes
         cached = hub.since("s", 400, limit=1_000)
-        assert cached is not None and [e.sequence for e in cached.events] == list(range(401, 511))
+        assert cached is not None and [e.sequence for e in cached.decode()] == list(range(401, 511))
     hub.publish("s", _events(511, 1, text=""))  # no reader left: back to the tail bound
     cached = hub.since("s", 411, limit=1_000)
     assert hub.since("s", 410, limit=1_000) is None
-    assert cached is not None and len(cached.events) == 100
+    assert cached is not None and len(cached.decode()) == 100
 
 
 async def test_a_slow_reader_cannot_hold_more_than_the_reader_bound() -> None:
@@ -128,7 +150,7 @@ async def test_a_slow_reader_cannot_hold_more_than_the_reader_bound() -> None:
         hub.publish("s", _events(1, 200))
         assert hub.since("s", 150, limit=1_000) is None
         cached = hub.since("s", 151, limit=1_000)
-        assert cached is not None and len(cached.events) == 49
+        assert cached is not None and len(cached.decode()) == 49
 
 
 async def test_a_reader_behind_a_burst_is_served_from_memory_not_the_store() -> None:
@@ -143,7 +165,7 @@ async def test_a_reader_behind_a_burst_is_served_from_memory_not_the_store() -> 
 
     async def read() -> None:
         async for batch in follow(store, hub, "s", from_sequence=0, batch_limit=100):
-            seen.extend(e.sequence for e in batch.events)
+            seen.extend(e.sequence for e in batch.decode())
             await asyncio.sleep(0)  # slower than the writer
 
     reader = asyncio.create_task(read())
@@ -191,7 +213,7 @@ async def test_the_writer_serializes_each_event_once_for_store_hub_and_readers()
     assert given == [e.SerializeToString() for e in stored]  # sequences included
     cached = hub.since("s", 0, limit=10)
     assert cached is not None and cached.encoded == given
-    assert [e.sequence for e in cached.events] == [1, 2, 3]
+    assert [e.sequence for e in cached.decode()] == [1, 2, 3]
 
 
 class _RecordingAppends(MemoryStore):

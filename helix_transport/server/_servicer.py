@@ -147,7 +147,7 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
             poll_interval_s=self.poll_interval_s,
             idle_s=self.heartbeat_interval_s,
         ):
-            if not batch.events:  # quiet for a while: a sign of life, not an event
+            if not batch.encoded:  # quiet for a while: a sign of life, not an event
                 yield pb.StreamResponse(heartbeat=await heartbeat(self.store, session_id))
                 continue
             for response in encode_responses(batch.encoded):
