@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import contextvars
 import logging
+import math
 import time
 from dataclasses import dataclass
 
@@ -20,6 +21,9 @@ from helix_transport.tracing.hooks import NO_HOOKS, HooksFactory, RunHooks
 from helix_transport.transport._pool import ClientPool
 
 logger = logging.getLogger("helix.runner")
+
+_LAPSE_MARGIN_S = 0.02
+"""How long after a lease would lapse the orphan scan looks at it again."""
 
 
 @dataclass
@@ -66,6 +70,8 @@ class SessionRunner:
         self._starting: set[str] = set()
         """Sessions between ``start`` being called and their run being registered."""
         self._renewer: asyncio.Task[None] | None = None
+        self._next_lapse = math.inf
+        """The soonest a lease the last orphan scan saw held elsewhere would lapse."""
 
     @property
     def running(self) -> int:
@@ -185,27 +191,45 @@ class SessionRunner:
     async def resume_orphans(self) -> int:
         """Resume running sessions with no live owner (or owned by this replica id)."""
         resumed = 0
+        next_lapse = math.inf
         for record in await self.store.list_sessions(status=SessionStatus.RUNNING):
             if record.session_id in self._runs:
                 continue
             # Never leased and younger than a lease: its Start (maybe on another
             # replica) is still between create and lease. Older, its creator died.
             if not record.owner and time.time() - record.created_at < self.lease_ttl_s:
+                next_lapse = min(next_lapse, record.created_at + self.lease_ttl_s)
                 continue
             # Our own id: this replica restarted. Anyone else's: their lease lapsed.
             reason = "restart" if record.owner in ("", self.owner) else "takeover"
             if await self.start(record, resume_reason=reason):
                 resumed += 1
+            elif record.owner:  # held elsewhere (as read before the attempt)
+                next_lapse = min(next_lapse, record.lease_expires_at)
+        self._next_lapse = next_lapse
         return resumed
 
     async def watch_orphans(self) -> None:
-        """Every lease TTL, resume running sessions whose owner stopped renewing."""
+        """Resume running sessions whose owner stopped renewing.
+
+        Scans every lease TTL, and sooner when a lease held elsewhere would lapse
+        before then: a dead replica's sessions are taken over just after their leases
+        lapse, not up to a TTL later. A live owner renews a third of a TTL at a time,
+        so its leases cost at most one scan per two-thirds of a TTL.
+        """
         while True:
-            await asyncio.sleep(self.lease_ttl_s)
+            await asyncio.sleep(self._until_next_scan())
             try:
                 await self.resume_orphans()
             except Exception:
                 logger.warning("orphan scan failed", exc_info=True)
+
+    def _until_next_scan(self) -> float:
+        ttl = self.lease_ttl_s
+        # Never sooner than a quarter TTL: Redis and PostgreSQL judge leases by their
+        # own clock, and where it lags ours a lease looks lapsed before it is; that
+        # must not turn the scan into a busy loop.
+        return min(ttl, max(ttl / 4, self._next_lapse - time.time() + _LAPSE_MARGIN_S))
 
     async def _renew_leases(self) -> None:
         while True:

@@ -9,9 +9,10 @@ import time
 
 import pytest
 
-from helix_transport import SessionStatus, create_server
+from helix_transport import ServerConfig, SessionStatus, create_server
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.store import Checkpoint, MemoryStore, SessionRecord, Usage
+from helix_transport.store._records import input_fingerprint
 from tests.agents import counter
 from tests.helpers import assert_eventually
 
@@ -69,9 +70,6 @@ def test_errors_from_a_tool_group_are_recognised() -> None:
 
 async def test_orphan_scan_leaves_a_session_between_create_and_lease() -> None:
     """A replica's scan must not take a session another replica's Start just created."""
-    from helix_transport.store import SessionRecord
-    from helix_transport.store._records import input_fingerprint
-
     store = MemoryStore()
     input_json = json.dumps({"steps": 1, "words": 1})
 
@@ -154,3 +152,32 @@ async def test_a_run_from_a_stale_empty_record_is_fenced_off(
         await assert_eventually(stopped)
     assert [e.sequence for e in await store.read("s1")] == [1]  # nothing written over it
     assert "another process owns it" in caplog.text
+
+
+async def test_a_lapsing_lease_is_taken_over_right_after_it_lapses() -> None:
+    """Not at the next scan a whole TTL later: a dead replica's work resumes sooner."""
+    store = MemoryStore()
+    input_json = json.dumps({"steps": 1, "words": 1})
+    now = time.time()
+    await store.create_session(
+        SessionRecord(
+            session_id="held",
+            agent_type="counter",
+            input_json=input_json,
+            input_hash=input_fingerprint(input_json),
+            created_at=now - 60,
+            owner="a-replica-that-died",
+            lease_expires_at=now + 0.5,  # it renewed last half a TTL before dying
+        )
+    )
+    config = ServerConfig(lease_ttl_s=5.0)
+    async with await create_server(counter, store, config, allow_unauthenticated=True) as server:
+        started = time.monotonic()
+
+        async def taken_over() -> bool:
+            record = await store.get_session("held")
+            return record is not None and record.owner == server.runner.owner
+
+        await assert_eventually(taken_over, timeout_s=4.0)
+        waited = time.monotonic() - started
+    assert 0.3 < waited < 2.5  # after the lease lapsed, long before the 5 s scan
