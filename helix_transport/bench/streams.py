@@ -216,6 +216,9 @@ class _Concurrent:
     steady: list[float]
     """Latencies of events received once every session was streaming (after the
     burst of session starts, each a model call), ms."""
+    streaming: list[float]
+    """Of those, the events received before the first session ended (before the burst
+    of session ends, each a second model call for helix), ms."""
     wall: float
     busy: dict[str, int]
     """CPU busy % of the server process and of this (client) process."""
@@ -231,6 +234,7 @@ class _Latencies:
         """(perf_counter at receipt, latency ms)."""
         self.started: set[str] = set()
         self.all_streaming = float("inf")
+        self.first_done = float("inf")
 
     def add(self, stream: str, event: pb.StreamEvent) -> None:
         now = time.perf_counter()
@@ -240,11 +244,19 @@ class _Latencies:
             if len(self.started) == self.streams:
                 self.all_streaming = now
 
+    def done(self) -> None:
+        """A stream ended."""
+        self.first_done = min(self.first_done, time.perf_counter())
+
     def all(self) -> list[float]:
         return [ms for _, ms in self.samples] or [float("nan")]
 
     def steady(self) -> list[float]:
         return [ms for t, ms in self.samples if t > self.all_streaming] or [float("nan")]
+
+    def streaming(self) -> list[float]:
+        window = [ms for t, ms in self.samples if self.all_streaming < t < self.first_done]
+        return window or [float("nan")]
 
 
 async def concurrency(
@@ -336,6 +348,14 @@ async def concurrency(
     )
     steady_p99(sessions, helix, raw, value_at_most(50))
     report.add(
+        f"6 {sessions} sessions at once: p99 event latency, before any session ends",
+        setup,
+        "ms",
+        percentile(helix.streaming, 99),
+        percentile(raw.streaming, 99),
+        label,
+    )
+    report.add(
         f"6 {sessions} sessions at once: p99 event latency, incl. the start burst",
         setup,
         "ms",
@@ -352,6 +372,8 @@ async def concurrency(
         "raw_latency_ms": summary(raw.latencies),
         "helix_steady_latency_ms": summary(helix.steady),
         "raw_steady_latency_ms": summary(raw.steady),
+        "helix_streaming_latency_ms": summary(helix.streaming),
+        "raw_streaming_latency_ms": summary(raw.streaming),
         "helix_wall_s": round(helix.wall, 2),
         "raw_wall_s": round(raw.wall, 2),
         "cpu_busy_pct": {"helix": helix.busy, "raw": raw.busy},
@@ -385,6 +407,7 @@ async def _helix_concurrent(
                     received += 1
                     latencies.add(session_id, event)
                 final = event
+            latencies.done()
             assert final is not None
             check_completed(final)
         except Exception as exc:  # counted and reported, not fatal to the bench
@@ -406,6 +429,7 @@ async def _helix_concurrent(
         rate=received / wall,
         latencies=latencies.all(),
         steady=latencies.steady(),
+        streaming=latencies.streaming(),
         errors=errors,
         wall=wall,
         busy=meter.busy(),
@@ -418,9 +442,11 @@ async def _raw_concurrent(
     latencies = _Latencies(sessions)
 
     async def one(stream: str) -> int:
-        return await raw_receive(
+        count = await raw_receive(
             stub, events, pace_ms=pace_ms, on_event=lambda e: latencies.add(stream, e)
         )
+        latencies.done()
+        return count
 
     await raw_receive(stub, 3)
     meter = CpuMeter({"server": pid, "client": "self"})
@@ -433,6 +459,7 @@ async def _raw_concurrent(
         rate=sum(counts) / wall,
         latencies=latencies.all(),
         steady=latencies.steady(),
+        streaming=latencies.streaming(),
         wall=wall,
         busy=meter.busy(),
     )
