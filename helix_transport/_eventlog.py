@@ -54,7 +54,7 @@ class Batch:
 @dataclass
 class _Tail:
     # Bytes, not messages: a message object is tracked by the garbage collector, and
-    # 500 sessions' tails of messages made each full collection traverse 100k+ of them.
+    # 500 sessions' tails of messages made each full collection traverse up to 100k of them.
     waiter: asyncio.Future[None]
     encoded: list[bytes] = field(default_factory=list)
     """The cached events serialized, oldest first."""
