@@ -172,12 +172,11 @@ async def test_a_lapsing_lease_is_taken_over_right_after_it_lapses() -> None:
     )
     config = ServerConfig(lease_ttl_s=5.0)
     async with await create_server(counter, store, config, allow_unauthenticated=True) as server:
-        started = time.monotonic()
 
         async def taken_over() -> bool:
             record = await store.get_session("held")
             return record is not None and record.owner == server.runner.owner
 
         await assert_eventually(taken_over, timeout_s=4.0)
-        waited = time.monotonic() - started
-    assert 0.3 < waited < 2.5  # after the lease lapsed, long before the 5 s scan
+        seen_after_s = time.time() - now
+    assert 0.5 <= seen_after_s < 2.5  # once the lease lapsed, long before the 5 s scan
