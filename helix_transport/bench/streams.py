@@ -312,16 +312,21 @@ async def concurrency(
         ]
     setup = "sqlite, service process"
 
-    def steady_p99(n: int, helix_n: _Concurrent, raw_n: _Concurrent, target: Target | None) -> None:
+    def p99_row(
+        n: int, window: str, helix_ms: list[float], raw_ms: list[float], target: Target | None
+    ) -> None:
         report.add(
-            f"6 {n} sessions at once: p99 event latency, all streaming",
+            f"6 {n} sessions at once: p99 event latency, {window}",
             setup,
             "ms",
-            percentile(helix_n.steady, 99),
-            percentile(raw_n.steady, 99),
+            percentile(helix_ms, 99),
+            percentile(raw_ms, 99),
             f"{n} raw streams at once",
             target,
         )
+
+    def steady_p99(n: int, helix_n: _Concurrent, raw_n: _Concurrent, target: Target | None) -> None:
+        p99_row(n, "all streaming", helix_n.steady, raw_n.steady, target)
         if helix_n.errors:
             report.notes.append(
                 f"6 ({n}): {len(helix_n.errors)} sessions failed: {helix_n.errors[:3]}"
@@ -347,22 +352,8 @@ async def concurrency(
         label,
     )
     steady_p99(sessions, helix, raw, value_at_most(50))
-    report.add(
-        f"6 {sessions} sessions at once: p99 event latency, before any session ends",
-        setup,
-        "ms",
-        percentile(helix.streaming, 99),
-        percentile(raw.streaming, 99),
-        label,
-    )
-    report.add(
-        f"6 {sessions} sessions at once: p99 event latency, incl. the start burst",
-        setup,
-        "ms",
-        percentile(helix.latencies, 99),
-        percentile(raw.latencies, 99),
-        label,
-    )
+    p99_row(sessions, "before any session ends", helix.streaming, raw.streaming, None)
+    p99_row(sessions, "incl. the start burst", helix.latencies, raw.latencies, None)
     report.details["6 concurrency"] = {
         "sessions": sessions,
         "events_per_session": events,
