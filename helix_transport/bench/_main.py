@@ -90,8 +90,18 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run")
     for name, default in Params().__dict__.items():
         flag = "--" + name.replace("_", "-")
-        parser.add_argument(flag, type=type(default), default=None, help=f"(default {default})")
+        kind = _int_list if isinstance(default, tuple) else type(default)
+        shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
+        parser.add_argument(flag, type=kind, default=None, help=f"(default {shown})")
     return parser
+
+
+def _int_list(text: str) -> tuple[int, ...]:
+    """``100,250`` -> ``(100, 250)``; an empty string is no values."""
+    try:
+        return tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

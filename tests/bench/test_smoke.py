@@ -58,3 +58,13 @@ async def test_bench_rejects_unknown_scenario() -> None:
     )  # fmt: skip
     _, err = await proc.communicate()
     assert proc.returncode == 2 and "unknown scenario or store ['42']" in err.decode()
+
+
+def test_bench_parses_a_list_of_loads() -> None:
+    from helix_transport.bench._main import _parser
+
+    args = _parser().parse_args(["--concurrent-fewer", "100,250", "--events", "7"])
+    assert args.concurrent_fewer == (100, 250) and args.events == 7
+    assert _parser().parse_args(["--concurrent-fewer", ""]).concurrent_fewer == ()
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["--concurrent-fewer", "a,b"])
