@@ -203,7 +203,7 @@ def _chunk(
     text: str = "",
     tool_use: dict[str, Any] | None = None,
     finish_reason: str = "",
-    usage: dict[str, int] | None = None,
+    usage: dict[str, float] | None = None,
 ) -> dict[str, Any]:
     return {
         "text": text,
