@@ -14,7 +14,13 @@ from typing import Any
 
 import pytest
 
-from helix_transport._exceptions import StoreError, StoreUnavailable, UsageError
+from helix_transport._exceptions import (
+    SequenceConflict,
+    SessionNotFound,
+    StoreError,
+    StoreUnavailable,
+    UsageError,
+)
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.store import (
     SqliteStore,
@@ -249,3 +255,106 @@ async def test_a_loop_that_never_idles_does_not_starve_the_worker(tmp_path: Path
         busy = False
         await hogging
         await store.aclose()
+
+
+async def test_appends_batched_together_fail_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One worker transaction takes many sessions' appends together; a stale fence, a
+    missing session or a session appearing twice fails (or orders) only its own."""
+    tried: list[int] = []
+    advance = sqlite_module._advance_together
+    monkeypatch.setattr(
+        sqlite_module,
+        "_advance_together",
+        lambda conn, items: (tried.append(len(items)), advance(conn, items)),
+    )
+    one_by_one: list[str] = []
+    append_rows = sqlite_module._append_rows
+    monkeypatch.setattr(
+        sqlite_module,
+        "_append_rows",
+        lambda conn, sid, *rest: (one_by_one.append(sid), append_rows(conn, sid, *rest))[1],
+    )
+    store = await SqliteStore.open(str(tmp_path / "together.db"))
+    for i in range(6):
+        await store.create_session(make_record(f"s-{i}"))
+    await store.append("s-5", [pb.StreamEvent(text_delta=pb.TextDelta(text="first"))])
+
+    def event(text: str) -> pb.StreamEvent:
+        return pb.StreamEvent(text_delta=pb.TextDelta(text=text))
+
+    # All plain: in together, none one by one.
+    one_by_one.clear()
+    plain = [store.append(f"s-{i}", [event("0")], expected_sequence=0) for i in (1, 2, 3)]
+    assert await asyncio.gather(*plain) == [1, 1, 1]
+    assert tried[-1] == 3 and one_by_one == []
+    for i in (1, 2, 3):
+        assert (await store.get_session(f"s-{i}")).last_sequence == 1  # type: ignore[union-attr]
+
+    release = threading.Event()
+    blocker = asyncio.ensure_future(store._worker.run(release.wait))
+    stale = event("stale")
+    appends = asyncio.gather(
+        *(store.append(f"s-{i}", [event(f"{i}a"), event(f"{i}b")], expected_sequence=int(i > 0))
+          for i in range(4)),
+        store.append("s-5", [stale], expected_sequence=0),  # its log is at 1
+        store.append("nobody", [event("x")], expected_sequence=0),
+        store.append("s-4", [event("4a")], expected_sequence=0),
+        store.append("s-4", [event("4b")], expected_sequence=1),
+        return_exceptions=True,
+    )  # fmt: skip
+    await asyncio.sleep(0.05)  # all queued behind the blocker: one batch
+    tried.clear()
+    one_by_one.clear()
+    release.set()
+    await blocker
+    results = await appends
+    # Tried together (the six that are their session's only one), then one by one.
+    assert tried == [6] and sorted(one_by_one) == sorted(
+        ["s-0", "s-1", "s-2", "s-3", "s-5", "nobody", "s-4", "s-4"]
+    )
+    assert results[:4] == [2, 3, 3, 3] and results[6:] == [1, 2]
+    assert isinstance(results[4], SequenceConflict) and stale.sequence == 0
+    assert isinstance(results[5], SessionNotFound)
+    for i in range(4):
+        texts = [e.text_delta.text for e in await store.read(f"s-{i}")]
+        assert texts == ["0"] * int(i > 0) + [f"{i}a", f"{i}b"]
+        assert (await store.get_session(f"s-{i}")).last_sequence == len(texts)  # type: ignore[union-attr]
+    assert [e.text_delta.text for e in await store.read("s-4")] == ["4a", "4b"]
+    assert [e.text_delta.text for e in await store.read("s-5")] == ["first"]
+    await store.aclose()
+
+
+async def test_the_log_is_checkpointed_off_the_write_path(tmp_path: Path) -> None:
+    """The store's connection never checkpoints in a commit; its checkpointer thread
+    copies the log into the database file, and stops when the store closes."""
+    path = tmp_path / "wal.db"
+    store = await SqliteStore.open(str(path))
+    checkpointer = store._checkpointer
+    assert checkpointer is not None
+    autocheckpoint = await store._worker.run(
+        lambda: store._conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0]
+    )
+    assert autocheckpoint == 0
+    await store.create_session(make_record("s-1"))
+    for n in range(20):
+        events = [pb.StreamEvent(text_delta=pb.TextDelta(text="x" * 500)) for _ in range(50)]
+        await store.append("s-1", events, expected_sequence=50 * n)
+    # Another connection, as of the database file alone once the log is copied in.
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        with sqlite3.connect(path) as conn:
+            busy, logged, copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        if logged == copied:
+            break
+        await asyncio.sleep(0.1)
+    assert busy == 0 and logged == copied
+    await store.aclose()
+    assert not checkpointer._thread.is_alive()
+
+
+async def test_an_in_memory_database_has_no_checkpointer() -> None:
+    store = await SqliteStore.open(":memory:")
+    assert store._checkpointer is None
+    await store.aclose()
