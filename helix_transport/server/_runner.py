@@ -234,15 +234,19 @@ class SessionRunner:
     async def _renew_leases(self) -> None:
         while True:
             await asyncio.sleep(self.lease_ttl_s / 3)
-            for session_id, run in list(self._runs.items()):
-                try:
-                    held = await self.store.acquire_lease(
-                        session_id, self.owner, ttl_s=self.lease_ttl_s
-                    )
-                except Exception:
-                    logger.warning("lease renewal failed for %s", session_id, exc_info=True)
-                    continue
-                if not held:
+            # Every run's lease in one store call: renewing them one by one took a
+            # round trip each, so with hundreds of runs a pass could outlast the TTL
+            # and let live leases lapse (and queued every store write behind it).
+            runs = dict(self._runs)
+            if not runs:
+                continue
+            try:
+                held = await self.store.renew_leases(list(runs), self.owner, ttl_s=self.lease_ttl_s)
+            except Exception:
+                logger.warning("lease renewal failed for %d sessions", len(runs), exc_info=True)
+                continue
+            for session_id, run in runs.items():
+                if session_id not in held and self._runs.get(session_id) is run:
                     logger.warning("session %s: lease lost, stopping the local run", session_id)
                     run.task.cancel()
 

@@ -166,6 +166,17 @@ class Store(Protocol):
         """Take or renew the session's lease if it is free, lapsed or already ``owner``'s."""
         ...
 
+    async def renew_leases(
+        self, session_ids: Sequence[str], owner: str, *, ttl_s: float
+    ) -> set[str]:
+        """``acquire_lease`` for every id, in one round trip: the ids whose lease
+        ``owner`` holds now. A missing session is not held (no error).
+
+        A process renews all its runs' leases this way: one call each a third of a
+        TTL, however many sessions it runs.
+        """
+        ...
+
     async def release_lease(self, session_id: str, owner: str) -> None:
         """Drop the lease if ``owner`` holds it."""
         ...

@@ -196,6 +196,19 @@ class MemoryStore:
         )
         return True
 
+    async def renew_leases(
+        self, session_ids: Sequence[str], owner: str, *, ttl_s: float
+    ) -> set[str]:
+        """``acquire_lease`` for every id: the ids whose lease ``owner`` holds now."""
+        self._check_open()
+        held = set()
+        for session_id in session_ids:
+            if session_id in self._sessions and await self.acquire_lease(
+                session_id, owner, ttl_s=ttl_s
+            ):
+                held.add(session_id)
+        return held
+
     async def release_lease(self, session_id: str, owner: str) -> None:
         """Drop the lease if ``owner`` holds it; otherwise do nothing."""
         self._check_open()

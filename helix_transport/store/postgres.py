@@ -161,6 +161,12 @@ _RELEASE_LEASE = (
     "UPDATE {s}.sessions SET owner = '', lease_expires_at = 0 WHERE session_id = $1 AND owner = $2"
 )
 _DB_NOW = "extract(epoch FROM clock_timestamp())::double precision"
+_RENEW_LEASES = f"""
+    UPDATE {{s}}.sessions SET owner = $2, lease_expires_at = {_DB_NOW} + $3
+    WHERE session_id = ANY($1::text[])
+    AND (owner = '' OR owner = $2 OR lease_expires_at <= {_DB_NOW})
+    RETURNING session_id
+"""
 # One statement: the CTE tells "no such session" apart from "held by someone else".
 # A racing acquirer blocks on the row lock, then re-checks the WHERE on the new row.
 _ACQUIRE_LEASE = f"""
@@ -511,6 +517,17 @@ class PostgresStore:
         if not row["found"]:
             raise SessionNotFound(session_id)
         return bool(row["taken"])
+
+    async def renew_leases(
+        self, session_ids: Sequence[str], owner: str, *, ttl_s: float
+    ) -> set[str]:
+        """``acquire_lease`` for every id, in one statement: the ids whose lease
+        ``owner`` holds now (a missing session is not held)."""
+        ids = list(dict.fromkeys(session_ids))
+        if not ids:
+            return set()
+        rows = await self._call("fetch", _RENEW_LEASES, ids, owner, ttl_s)
+        return {row["session_id"] for row in rows}
 
     async def release_lease(self, session_id: str, owner: str) -> None:
         """Drop the lease if ``owner`` holds it; otherwise do nothing."""

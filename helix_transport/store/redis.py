@@ -506,6 +506,25 @@ class RedisStore:
             raise SessionNotFound(session_id)
         return bool(answer == 1)
 
+    async def renew_leases(
+        self, session_ids: Sequence[str], owner: str, *, ttl_s: float
+    ) -> set[str]:
+        """``acquire_lease`` for every id, pipelined in one round trip: the ids whose
+        lease ``owner`` holds now (a missing session is not held)."""
+        self._check_open()
+        ids = list(dict.fromkeys(session_ids))
+        if not ids:
+            return set()
+        ttl = repr(float(ttl_s))
+        with _map_redis_errors():
+            async with self._client.pipeline(transaction=False) as pipe:
+                for session_id in ids:
+                    await self._acquire(
+                        keys=[self._key("session", session_id)], args=[owner, ttl], client=pipe
+                    )
+                answers = await pipe.execute()
+        return {session_id for session_id, answer in zip(ids, answers, strict=True) if answer == 1}
+
     async def release_lease(self, session_id: str, owner: str) -> None:
         """Drop the lease if ``owner`` holds it; otherwise do nothing."""
         self._check_open()

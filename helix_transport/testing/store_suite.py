@@ -476,6 +476,25 @@ class StoreConformance:
 
     # --- leases and lifecycle -----------------------------------------------------
 
+    async def test_renew_leases_takes_or_renews_each_in_one_call(self, store: Store) -> None:
+        for session_id in ("r-1", "r-2", "r-3", "r-4"):
+            await store.create_session(make_record(session_id))
+        assert await store.acquire_lease("r-2", "B", ttl_s=30)  # live, elsewhere
+        assert await store.acquire_lease("r-3", "B", ttl_s=0.2)  # lapses below
+        assert await store.acquire_lease("r-4", "A", ttl_s=0.4)  # A's own
+        await asyncio.sleep(0.3)
+        ids = ["r-1", "r-2", "r-3", "r-4", "r-missing", "r-1"]
+        assert await store.renew_leases(ids, "A", ttl_s=30) == {"r-1", "r-3", "r-4"}
+        for session_id in ("r-1", "r-3", "r-4"):
+            record = await store.get_session(session_id)
+            assert record is not None and record.owner == "A"
+            assert record.lease_expires_at > time.time() + 20
+        still = await store.get_session("r-2")
+        assert still is not None and still.owner == "B"
+        assert await store.get_session("r-missing") is None  # not created by renewing
+        assert await store.renew_leases(["r-2"], "A", ttl_s=30) == set()
+        assert await store.renew_leases([], "A", ttl_s=30) == set()
+
     async def test_leases(self, store: Store) -> None:
         await store.create_session(make_record())
         assert await store.acquire_lease("s-1", "A", ttl_s=0.4) is True

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import time
+from collections.abc import Sequence
 
 import pytest
 
@@ -180,3 +182,59 @@ async def test_a_lapsing_lease_is_taken_over_right_after_it_lapses() -> None:
         await assert_eventually(taken_over, timeout_s=4.0)
         seen_after_s = time.time() - now
     assert 0.5 <= seen_after_s < 2.5  # once the lease lapsed, long before the 5 s scan
+
+
+class _RenewalLog(MemoryStore):
+    """A memory store that records each ``renew_leases`` call's ids."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.renewals: list[list[str]] = []
+
+    async def renew_leases(
+        self, session_ids: Sequence[str], owner: str, *, ttl_s: float
+    ) -> set[str]:
+        self.renewals.append(sorted(session_ids))
+        return await super().renew_leases(session_ids, owner, ttl_s=ttl_s)
+
+
+async def test_every_run_s_lease_is_renewed_in_one_store_call(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("HELIX_SCRIPTED_DELAY_MS", "10")
+    store = _RenewalLog()
+    config = ServerConfig(lease_ttl_s=0.6)  # renewed every 0.2 s
+    ids = ["r1", "r2", "r3"]
+    async with await create_server(counter, store, config, allow_unauthenticated=True) as server:
+        for session_id in ids:
+            request = pb.StartRequest(
+                session_id=session_id, input_json=json.dumps({"steps": 50, "words": 5})
+            )
+            await server.servicer.Start(request, None)  # type: ignore[arg-type]
+
+        async def renewed_together() -> bool:
+            return ids in store.renewals
+
+        await assert_eventually(renewed_together, timeout_s=3.0)
+        for session_id in ids:
+            record = await store.get_session(session_id)
+            assert record is not None and record.owner == server.runner.owner
+            assert record.lease_expires_at > time.time()
+
+        # A replica takes r2's lease over: the next renewal stops r2's run here, only.
+        taken = await store.get_session("r2")
+        assert taken is not None
+        store._sessions["r2"] = dataclasses.replace(
+            taken, owner="another-replica", lease_expires_at=time.time() + 60
+        )
+
+        async def r2_stopped() -> bool:
+            return server.runner.running == 2
+
+        await assert_eventually(r2_stopped, timeout_s=3.0)
+        assert "session r2: lease lost" in caplog.text
+
+        async def without_r2() -> bool:  # no longer this replica's run
+            return store.renewals[-1] == ["r1", "r3"]
+
+        await assert_eventually(without_r2, timeout_s=3.0)
