@@ -54,7 +54,11 @@ class Checkpointer:
             sqlite3.Error: the second connection could not be opened.
         """
         conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        store_conn.execute("PRAGMA wal_autocheckpoint = 0")
+        try:
+            store_conn.execute("PRAGMA wal_autocheckpoint = 0")
+        except BaseException:
+            conn.close()
+            raise
         checkpointer = cls(conn, path, interval_s)
         checkpointer._thread.start()
         return checkpointer

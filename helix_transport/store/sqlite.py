@@ -146,6 +146,9 @@ parameter limit allows it (old builds allow 999). Fewer statements matter more t
 their size: the worker re-takes the GIL after every one, and while the event loop is
 busy each re-take waits for the loop's next pause (a 1,000-event append under a busy
 loop: 11.7 ms at 300 rows per statement, 9.4 ms at one statement)."""
+_STATEMENTS_KEPT = 256
+"""Multi-row statements kept per row count: bounded, since a batch of up to 5,000 rows
+is a string of up to 55 kB, and batch sizes vary over a service's life."""
 _SET_BASED_APPENDS = sqlite3.sqlite_version_info >= (3, 33, 0)
 """``UPDATE ... FROM`` (3.33): one fenced statement moves the ends of many logs."""
 _READ_BYTES = 4 << 20
@@ -778,7 +781,7 @@ def _advance_together(conn: sqlite3.Connection, items: list[_Append]) -> None:
         raise _FenceMissed
 
 
-@functools.cache
+@functools.lru_cache(maxsize=_STATEMENTS_KEPT)
 def _advance_rows(count: int) -> str:
     return (
         "UPDATE sessions SET last_sequence = v.column3 FROM (VALUES "
@@ -875,7 +878,7 @@ def _chunks(conn: sqlite3.Connection, params: list[object]) -> Iterator[list[obj
         yield params[start : start + step]
 
 
-@functools.cache
+@functools.lru_cache(maxsize=_STATEMENTS_KEPT)
 def _insert_rows(count: int) -> str:
     return "INSERT INTO events (session_id, sequence, data) VALUES " + ", ".join(
         ["(?, ?, ?)"] * count
