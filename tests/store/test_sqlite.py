@@ -262,12 +262,15 @@ async def test_appends_batched_together_fail_alone(
 ) -> None:
     """One worker transaction takes many sessions' appends together; a stale fence, a
     missing session or a session appearing twice fails (or orders) only its own."""
-    tried: list[int] = []
-    advance = sqlite_module._advance_together
+    tried: list[int] = []  # rows sent through the view, per batch
+    through_view = sqlite_module._insert_through_view
     monkeypatch.setattr(
         sqlite_module,
-        "_advance_together",
-        lambda conn, items: (tried.append(len(items)), advance(conn, items)),
+        "_insert_through_view",
+        lambda conn, chunks: (
+            tried.append(sum(len(c) // 3 for c in chunks)) if chunks else None,
+            through_view(conn, chunks),
+        ),
     )
     one_by_one: list[str] = []
     append_rows = sqlite_module._append_rows
@@ -310,8 +313,9 @@ async def test_appends_batched_together_fail_alone(
     release.set()
     await blocker
     results = await appends
-    # Tried together (the six that are their session's only one), then one by one.
-    assert tried == [6] and sorted(one_by_one) == sorted(
+    # Tried together (the six that are their session's only one: 4 x 2 + 1 + 1 events),
+    # then one by one.
+    assert tried == [10] and sorted(one_by_one) == sorted(
         ["s-0", "s-1", "s-2", "s-3", "s-5", "nobody", "s-4", "s-4"]
     )
     assert results[:4] == [2, 3, 3, 3] and results[6:] == [1, 2]
