@@ -294,12 +294,17 @@ async def test_appends_batched_together_fail_alone(
     assert tried[-1] == 3 and one_by_one == []
     for i in (1, 2, 3):
         assert (await store.get_session(f"s-{i}")).last_sequence == 1  # type: ignore[union-attr]
+    # A larger append goes one by one (the view's trigger runs per row).
+    many = [event(str(n)) for n in range(sqlite_module._VIEW_MAX_EVENTS + 1)]
+    assert await store.append("s-1", many, expected_sequence=1) == len(many) + 1
+    assert one_by_one == ["s-1"]
 
+    ends = {0: 0, 1: 1 + len(many), 2: 1, 3: 1}
     release = threading.Event()
     blocker = asyncio.ensure_future(store._worker.run(release.wait))
     stale = event("stale")
     appends = asyncio.gather(
-        *(store.append(f"s-{i}", [event(f"{i}a"), event(f"{i}b")], expected_sequence=int(i > 0))
+        *(store.append(f"s-{i}", [event(f"{i}a"), event(f"{i}b")], expected_sequence=ends[i])
           for i in range(4)),
         store.append("s-5", [stale], expected_sequence=0),  # its log is at 1
         store.append("nobody", [event("x")], expected_sequence=0),
@@ -318,12 +323,13 @@ async def test_appends_batched_together_fail_alone(
     assert tried == [10] and sorted(one_by_one) == sorted(
         ["s-0", "s-1", "s-2", "s-3", "s-5", "nobody", "s-4", "s-4"]
     )
-    assert results[:4] == [2, 3, 3, 3] and results[6:] == [1, 2]
+    assert results[:4] == [2, 3 + len(many), 3, 3] and results[6:] == [1, 2]
     assert isinstance(results[4], SequenceConflict) and stale.sequence == 0
     assert isinstance(results[5], SessionNotFound)
     for i in range(4):
         texts = [e.text_delta.text for e in await store.read(f"s-{i}")]
-        assert texts == ["0"] * int(i > 0) + [f"{i}a", f"{i}b"]
+        before = ["0"] * int(i > 0) + [e.text_delta.text for e in many] * int(i == 1)
+        assert texts == [*before, f"{i}a", f"{i}b"]
         assert (await store.get_session(f"s-{i}")).last_sequence == len(texts)  # type: ignore[union-attr]
     assert [e.text_delta.text for e in await store.read("s-4")] == ["4a", "4b"]
     assert [e.text_delta.text for e in await store.read("s-5")] == ["first"]
