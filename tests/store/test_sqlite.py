@@ -32,6 +32,7 @@ from helix_transport.testing.store_suite import (
     Reopen,
     make_record,
 )
+from tests.helpers import assert_eventually
 
 
 class TestSqliteStore(DurableStoreConformance):
@@ -348,18 +349,17 @@ async def test_the_log_is_checkpointed_off_the_write_path(tmp_path: Path) -> Non
     )
     assert autocheckpoint == 0
     await store.create_session(make_record("s-1"))
+    before = path.stat().st_size
     for n in range(20):
         events = [pb.StreamEvent(text_delta=pb.TextDelta(text="x" * 500)) for _ in range(50)]
         await store.append("s-1", events, expected_sequence=50 * n)
-    # Another connection, as of the database file alone once the log is copied in.
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        with sqlite3.connect(path) as conn:
-            busy, logged, copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-        if logged == copied:
-            break
-        await asyncio.sleep(0.1)
-    assert busy == 0 and logged == copied
+
+    # The events are in the log; only a checkpoint writes their pages into the file
+    # itself, and nothing but the checkpointer thread checkpoints here.
+    async def copied_in() -> bool:
+        return path.stat().st_size >= before + 400_000
+
+    await assert_eventually(copied_in, timeout_s=5.0)
     await store.aclose()
     assert not checkpointer._thread.is_alive()
 
