@@ -11,7 +11,8 @@ from typing import Any, Literal
 
 import grpc
 
-Unit = Literal["events/s", "ms", "MiB"]
+Unit = Literal["events/s", "ms", "MB"]
+"""MB is 10**6 bytes, the unit the issue sets the memory target in."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,7 +69,7 @@ class Row:
     baseline: float
     baseline_is: str
     ratio: float
-    """value / baseline: for events/s below 1 is slower; for ms and MiB above 1 is more."""
+    """value / baseline: for events/s below 1 is slower; for ms and MB above 1 is more."""
     target: str = ""
     """The issue's target for this row, empty when it sets none."""
     met: bool | None = None
@@ -145,8 +146,8 @@ def _fmt(value: float, unit: Unit) -> str:
         return "n/a"
     if unit == "events/s":
         return f"{value:,.0f} ev/s"
-    if unit == "MiB":
-        return f"{value:,.1f} MiB"
+    if unit == "MB":
+        return f"{value:,.1f} MB"
     return f"{value:,.2f} ms"
 
 
@@ -185,7 +186,7 @@ def format_table(report: Report, *, params: dict[str, Any], elapsed_s: float) ->
             lines.append("  ".join("-" * w for w in widths))
     lines += [
         "",
-        "ratio = helix / baseline: for ev/s below 1x is slower; for ms and MiB above 1x is more.",
+        "ratio = helix / baseline: for ev/s below 1x is slower; for ms and MB above 1x is more.",
         *report.notes,
         f"total {elapsed_s:.1f} s",
     ]
