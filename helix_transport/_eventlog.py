@@ -115,24 +115,32 @@ class EventHub:
             self._tails[session_id] = tail
         return tail
 
-    def publish(
-        self, session_id: str, events: list[StreamEvent], encoded: list[bytes] | None = None
+    def publish(self, session_id: str, events: list[StreamEvent]) -> None:
+        """Record newly appended events and wake every waiting reader."""
+        self.publish_encoded(
+            session_id,
+            events[0].sequence,
+            [event.SerializeToString() for event in events],
+            terminal=is_terminal(events[-1]),
+        )
+
+    def publish_encoded(
+        self, session_id: str, first: int, encoded: list[bytes], *, terminal: bool
     ) -> None:
-        """Record newly appended events (and their bytes) and wake every waiting reader."""
+        """``publish`` for events as bytes: ``first`` is the sequence of ``encoded[0]``,
+        ``terminal`` whether the last one ends the stream."""
         tail = self._tail(session_id)
-        if tail.encoded and tail.last + 1 != events[0].sequence:
+        if tail.encoded and tail.last + 1 != first:
             # Another writer took over: the cached tail is no longer contiguous.
             tail.encoded, tail.nbytes = [], 0
         if not tail.encoded:
-            tail.first = events[0].sequence
-        if encoded is None:
-            encoded = [event.SerializeToString() for event in events]
+            tail.first = first
         tail.encoded.extend(encoded)
         tail.nbytes += sum(map(len, encoded))
         self._trim(tail, self._readers.get(session_id))
         waiter, tail.waiter = tail.waiter, asyncio.get_running_loop().create_future()
         waiter.set_result(None)
-        tail.ended = is_terminal(events[-1])  # a continued session's new turn un-ends it
+        tail.ended = terminal  # a continued session's new turn un-ends it
         if tail.ended and not self._readers.get(session_id):
             self.forget(session_id)
 
@@ -236,10 +244,15 @@ class SessionWriter:
         self.session_id = session_id
         self.agent_type = agent_type
         self.last_sequence = last_sequence
+        """The sequence of the last event in the store."""
         self.step = 0
-        self._pending: list[StreamEvent] = []
-        self._bodies: list[bytes | None] = []
-        """For each pending event, its bytes without a sequence when it came encoded."""
+        self._next_sequence = last_sequence + 1
+        """The sequence the next emitted event gets: writes go in order, and a failed
+        one stops the writer, so an event's sequence is known when it is emitted."""
+        self._pending: list[bytes] = []
+        """Emitted events not yet written, serialized with their sequences."""
+        self._terminal = False
+        """Whether the last pending event ends the session's stream."""
         self._update: SessionUpdate | None = None
         """A record update to apply with the next batch (see ``flush``)."""
         self._task: asyncio.Task[None] | None = None
@@ -255,38 +268,44 @@ class SessionWriter:
         return event
 
     def emit(self, event: StreamEvent) -> None:
-        """Queue ``event`` for the log (stamps session, agent type, step and time)."""
+        """Queue ``event`` for the log (stamps session, agent type, step, time and the
+        sequence it will have)."""
         if self._error is not None:
             raise self._error
-        self._pending.append(self._stamp(event))
-        self._bodies.append(None)
+        self._stamp(event).sequence = self._next_sequence
+        self._next_sequence += 1
+        # Serialized once, here: the store, the hub and every reader's response use these bytes.
+        self._pending.append(event.SerializeToString())
+        self._terminal = is_terminal(event)
         if self._task is None:
             self._task = asyncio.create_task(self._drain())
 
     def emit_encoded(self, payloads: Sequence[bytes]) -> None:
         """Queue events given as their serialized payload: each one ``StreamEvent``
         oneof field (a forwarded child event, say), stamped like ``emit``, one time
-        for all. Nothing serializes them again: the store and readers get these bytes.
+        for all. Nothing parses or serializes them: the store and readers get these
+        bytes behind the stamp. None of them may end the stream.
         """
         if self._error is not None:
             raise self._error
+        if not payloads:
+            return
         head = StreamEvent(session_id=self.session_id, agent_type=self.agent_type, step=self.step)
         head.time.seconds, head.time.nanos = divmod(time.time_ns(), 1_000_000_000)
-        prefix = head.SerializeToString()
-        for payload in payloads:
-            body = prefix + payload
-            self._pending.append(StreamEvent.FromString(body))
-            self._bodies.append(body)
-        if self._task is None and self._pending:
+        stamp = head.SerializeToString()
+        sequence = self._next_sequence
+        self._pending += [sequenced(n, stamp + p) for n, p in enumerate(payloads, sequence)]
+        self._next_sequence = sequence + len(payloads)
+        self._terminal = False
+        if self._task is None:
             self._task = asyncio.create_task(self._drain())
 
     async def _drain(self) -> None:
         try:
             while self._pending:
                 batch, self._pending = self._pending, []
-                bodies, self._bodies = self._bodies, []
                 update, self._update = self._update, None
-                await self._write(batch, bodies, update)
+                await self._write(batch, self._terminal, update)
         except BaseException as exc:
             self._error = exc
             if not isinstance(exc, Exception):
@@ -295,24 +314,18 @@ class SessionWriter:
             self._task = None
 
     async def _write(
-        self, batch: list[StreamEvent], bodies: list[bytes | None], update: SessionUpdate | None
+        self, encoded: list[bytes], terminal: bool, update: SessionUpdate | None
     ) -> None:
-        # The fence fixes the sequences the store will assign, so each event is
-        # serialized once, here, for the store, the hub and every reader's response
-        # (an event that came encoded only gets its sequence put in front).
-        encoded = []
+        # The fence fixed these events' sequences when they were emitted.
         first = self.last_sequence + 1
-        for sequence, (event, body) in enumerate(zip(batch, bodies, strict=True), start=first):
-            event.sequence = sequence
-            encoded.append(event.SerializeToString() if body is None else sequenced(sequence, body))
         self.last_sequence = await self._store.append(
             self.session_id,
-            batch,
+            (),
             expected_sequence=self.last_sequence,
             update=update,
             encoded=encoded,
         )
-        self._hub.publish(self.session_id, batch, encoded)
+        self._hub.publish_encoded(self.session_id, first, encoded, terminal=terminal)
 
     async def flush(self, update: SessionUpdate | None = None) -> None:
         """Wait until every emitted event is in the store.

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
+from helix_transport._exceptions import UsageError
 from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
 from helix_transport._status import SessionStatus
 from helix_transport.store._records import (
@@ -96,7 +97,8 @@ class Store(Protocol):
             encoded: with ``expected_sequence``, each event already serialized with
                 the sequence it gets (``expected_sequence + 1`` onwards), as the
                 event log's writer has them: the store keeps these bytes rather
-                than serialize every event again.
+                than serialize every event again. ``events`` may then be empty (the
+                bytes are the events); when given, it holds as many events.
 
         Returns:
             The sequence of the last appended event.
@@ -201,3 +203,24 @@ class EventNotifier(Protocol):
         """Return True once the log may hold events after ``after_sequence``, or
         False after ``timeout_s`` without any. Spurious True is allowed."""
         ...
+
+
+def given_bytes(
+    events: Sequence[StreamEvent], expected_sequence: int | None, encoded: Sequence[bytes] | None
+) -> Sequence[bytes] | None:
+    """What ``append`` stores as given: ``encoded`` when fenced, else None (the store
+    serializes ``events`` once it has numbered them).
+
+    Raises:
+        UsageError: ``encoded`` alone without ``expected_sequence`` (its sequences are
+            only known with the fence), or not one entry per event.
+    """
+    if encoded is None:
+        return None
+    if expected_sequence is None:
+        if not events and encoded:
+            raise UsageError("append: events given only as bytes need expected_sequence")
+        return None
+    if events and len(events) != len(encoded):
+        raise UsageError(f"append: {len(events)} events but {len(encoded)} encoded")
+    return encoded

@@ -13,7 +13,7 @@ from typing import Any
 from helix_transport._exceptions import SequenceConflict, SessionNotFound, UsageError
 from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
 from helix_transport._status import SessionStatus
-from helix_transport.store._base import READ_LIMIT
+from helix_transport.store._base import READ_LIMIT, given_bytes
 from helix_transport.store._records import (
     Checkpoint,
     SessionRecord,
@@ -107,17 +107,17 @@ class MemoryStore:
             SessionNotFound: no such session.
             SequenceConflict: the log does not end at ``expected_sequence``.
         """
+        data = given_bytes(events, expected_sequence, encoded)
         record = self._require_session(session_id)
         last = record.last_sequence
         if expected_sequence is not None and expected_sequence != last:
             raise SequenceConflict(session_id, expected_sequence, last)
-        log = self._events[session_id]
-        if expected_sequence is None:
-            encoded = None  # its sequences are only known with the fence
-        for index, event in enumerate(events):
-            last += 1
-            event.sequence = last
-            log.append((last, encoded[index] if encoded is not None else event.SerializeToString()))
+        for sequence, event in enumerate(events, last + 1):
+            event.sequence = sequence
+        if data is None:
+            data = [event.SerializeToString() for event in events]
+        self._events[session_id] += zip(range(last + 1, last + 1 + len(data)), data, strict=True)
+        last += len(data)
         if update is not None:
             record = update.apply(record, now=time.time())
         self._sessions[session_id] = dataclasses.replace(record, last_sequence=last)

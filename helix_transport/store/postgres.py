@@ -36,7 +36,7 @@ from helix_transport._exceptions import (
 )
 from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
 from helix_transport._status import SessionStatus
-from helix_transport.store._base import READ_LIMIT
+from helix_transport.store._base import READ_LIMIT, given_bytes
 from helix_transport.store._records import (
     Checkpoint,
     RemoteCursor,
@@ -416,6 +416,7 @@ class PostgresStore:
         One transaction that first locks the session row, so concurrent appenders
         queue up. When the append fails, the events keep their previous sequences.
         """
+        given = given_bytes(events, expected_sequence, encoded)
         previous = [event.sequence for event in events]
         try:
             async with self._transaction() as conn:
@@ -426,13 +427,14 @@ class PostgresStore:
                 last = record.last_sequence
                 if expected_sequence is not None and expected_sequence != last:
                     raise SequenceConflict(session_id, expected_sequence, last)
-                sequences = list(range(last + 1, last + 1 + len(events)))
-                for event, sequence in zip(events, sequences, strict=True):
+                count = len(given) if given is not None else len(events)
+                sequences = list(range(last + 1, last + 1 + count))
+                for sequence, event in enumerate(events, last + 1):  # events may be () here
                     event.sequence = sequence
-                if events:
+                if sequences:
                     data = (
-                        list(encoded)
-                        if encoded is not None and expected_sequence is not None
+                        list(given)
+                        if given is not None
                         else [event.SerializeToString() for event in events]
                     )
                     await conn.execute(self._q(_INSERT_EVENTS), session_id, sequences, data)

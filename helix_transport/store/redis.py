@@ -40,7 +40,7 @@ from helix_transport._exceptions import (
 )
 from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
 from helix_transport._status import SessionStatus
-from helix_transport.store._base import READ_LIMIT
+from helix_transport.store._base import READ_LIMIT, given_bytes
 from helix_transport.store._records import (
     Checkpoint,
     RemoteCursor,
@@ -354,9 +354,10 @@ class RedisStore:
         # the entry id 0-<sequence> is the single source of truth, and ``read`` stamps
         # it back onto each event. So events are stored without one, or with the one
         # the writer's fence implies (``encoded``; a conflict stores nothing).
+        given = given_bytes(events, expected_sequence, encoded)
         payloads = (
-            list(encoded)
-            if encoded is not None and expected_sequence is not None
+            list(given)
+            if given is not None
             else [_serialize_unsequenced(event) for event in events]
         )
         head, pairs = self._update_args(update or SessionUpdate())

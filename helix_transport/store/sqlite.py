@@ -35,7 +35,7 @@ from helix_transport._exceptions import (
 )
 from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
 from helix_transport._status import SessionStatus
-from helix_transport.store._base import READ_LIMIT
+from helix_transport.store._base import READ_LIMIT, given_bytes
 from helix_transport.store._records import (
     Checkpoint,
     RemoteCursor,
@@ -346,9 +346,8 @@ class SqliteStore:
         # Group commit across sessions: appends queued while the worker runs a batch
         # go together into its next transaction (an append's conflict is found before
         # it writes, so it fails only that append).
+        encoded = given_bytes(events, expected_sequence, encoded)
         done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        if expected_sequence is None:
-            encoded = None  # its sequences are only known with the fence
         self._appends.append(_Append(session_id, events, expected_sequence, update, encoded, done))
         if self._append_task is None:
             self._append_task = asyncio.create_task(self._drain_appends())
@@ -805,7 +804,7 @@ def _plain_appends(batch: list[_Append]) -> list[int]:
         for i, item in enumerate(batch)
         if item.update is None
         and item.expected_sequence is not None
-        and 0 < len(item.events) <= _VIEW_MAX_EVENTS
+        and 0 < _count(item.events, item.encoded) <= _VIEW_MAX_EVENTS
         and per_session[item.session_id] == 1
     ]
 
@@ -834,7 +833,7 @@ def _append_rows(
     if update is None and expected_sequence is not None:
         # The usual append (fenced, no record update): one UPDATE checks the fence and
         # moves the end; decoding the whole record would cost more than the insert.
-        last = expected_sequence + len(events)
+        last = expected_sequence + _count(events, encoded)
         if conn.execute(_ADVANCE_LAST_SEQUENCE, (last, session_id, expected_sequence)).rowcount:
             return _insert_events(
                 conn, session_id, events, expected_sequence, expected_sequence, encoded
@@ -883,13 +882,20 @@ def _event_rows(
     last: int,
     encoded: Sequence[bytes] | None,
 ) -> int:
-    """Number ``events`` after ``last`` and add their rows to ``params``; the new last."""
-    for index, event in enumerate(events):
+    """Number ``events`` after ``last`` and add their rows (``encoded``, when given) to
+    ``params``; the new last."""
+    for sequence, event in enumerate(events, last + 1):
+        event.sequence = sequence
+    if encoded is None:
+        encoded = [event.SerializeToString() for event in events]
+    for data in encoded:
         last += 1
-        event.sequence = last
-        data = encoded[index] if encoded is not None else event.SerializeToString()
         params += (session_id, last, data)
     return last
+
+
+def _count(events: Sequence[StreamEvent], encoded: Sequence[bytes] | None) -> int:
+    return len(encoded) if encoded is not None else len(events)
 
 
 def _insert_params(conn: sqlite3.Connection, params: list[object]) -> None:

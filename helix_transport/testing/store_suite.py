@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from helix_transport._exceptions import SequenceConflict, SessionNotFound
+from helix_transport._exceptions import SequenceConflict, SessionNotFound, UsageError
 from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
 from helix_transport._status import SessionStatus
 from helix_transport.store._base import READ_LIMIT, Store
@@ -307,6 +307,26 @@ class StoreConformance:
                 "s-1", stale, expected_sequence=2, encoded=[stale[0].SerializeToString()]
             )
         assert _texts(await store.read("s-1")) == ["a", "b", "c"]
+
+    async def test_append_of_bytes_alone(self, store: Store) -> None:
+        # The event log's writer hands over bytes only: no message objects to number.
+        await store.create_session(make_record())
+        encoded = [make_event(text) for text in "ab"]
+        for sequence, event in enumerate(encoded, start=1):
+            event.sequence = sequence
+        data = [event.SerializeToString() for event in encoded]
+        assert await store.append("s-1", (), expected_sequence=0, encoded=data) == 2
+        read = await store.read("s-1")
+        assert [e.SerializeToString() for e in read] == data
+        record = await store.get_session("s-1")
+        assert record is not None and record.last_sequence == 2
+        with pytest.raises(SequenceConflict):  # the fence still holds
+            await store.append("s-1", (), expected_sequence=1, encoded=data[:1])
+        with pytest.raises(UsageError, match="expected_sequence"):
+            await store.append("s-1", (), encoded=data)  # unfenced bytes have no sequences
+        with pytest.raises(UsageError, match="1 events but 2 encoded"):
+            await store.append("s-1", [make_event("c")], expected_sequence=2, encoded=data)
+        assert _texts(await store.read("s-1")) == ["a", "b"]
 
     async def test_expected_sequence_conflict_writes_nothing(self, store: Store) -> None:
         await store.create_session(make_record())
