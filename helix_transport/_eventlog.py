@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -25,7 +26,7 @@ from typing import Any
 from helix_transport._exceptions import SessionNotFound
 from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
 from helix_transport._wire import sequenced
-from helix_transport.store import READ_LIMIT, SessionUpdate, Store
+from helix_transport.store import READ_LIMIT, Checkpoint, SessionUpdate, Store
 from helix_transport.store._base import EventNotifier
 
 TERMINAL_PAYLOADS = frozenset({"completed", "failed", "interrupted", "terminated"})
@@ -255,6 +256,8 @@ class SessionWriter:
         """Whether the last pending event ends the session's stream."""
         self._update: SessionUpdate | None = None
         """A record update to apply with the next batch (see ``flush``)."""
+        self._checkpoint: Checkpoint | None = None
+        """A checkpoint to save with the next batch, at its end (see ``flush``)."""
         self._task: asyncio.Task[None] | None = None
         self._error: BaseException | None = None
 
@@ -305,7 +308,12 @@ class SessionWriter:
             while self._pending:
                 batch, self._pending = self._pending, []
                 update, self._update = self._update, None
-                await self._write(batch, self._terminal, update)
+                checkpoint, self._checkpoint = self._checkpoint, None
+                if checkpoint is not None:  # taken where this batch leaves the log
+                    checkpoint = dataclasses.replace(
+                        checkpoint, last_sequence=self._next_sequence - 1
+                    )
+                await self._write(batch, self._terminal, update, checkpoint)
         except BaseException as exc:
             self._error = exc
             if not isinstance(exc, Exception):
@@ -314,7 +322,11 @@ class SessionWriter:
             self._task = None
 
     async def _write(
-        self, encoded: list[bytes], terminal: bool, update: SessionUpdate | None
+        self,
+        encoded: list[bytes],
+        terminal: bool,
+        update: SessionUpdate | None,
+        checkpoint: Checkpoint | None,
     ) -> None:
         # The fence fixed these events' sequences when they were emitted.
         first = self.last_sequence + 1
@@ -324,20 +336,26 @@ class SessionWriter:
             expected_sequence=self.last_sequence,
             update=update,
             encoded=encoded,
+            checkpoint=checkpoint,
         )
         self._hub.publish_encoded(self.session_id, first, encoded, terminal=terminal)
 
-    async def flush(self, update: SessionUpdate | None = None) -> None:
+    async def flush(
+        self, update: SessionUpdate | None = None, *, checkpoint: Checkpoint | None = None
+    ) -> None:
         """Wait until every emitted event is in the store.
 
-        With ``update``, also apply it to the session record: in the same atomic
-        write as the pending events when there are any (one store round trip, not
-        two), else on its own.
+        With ``update``, also apply it to the session record, and with ``checkpoint``
+        save it (its ``last_sequence`` set to where the log then ends): in the same
+        atomic write as the pending events when there are any (one store round trip,
+        not two or three), else on their own.
         """
         if update is not None:
             self._update = update
-            if self._task is None and self._pending:
-                self._task = asyncio.create_task(self._drain())
+        if checkpoint is not None:
+            self._checkpoint = checkpoint
+        if (update is not None or checkpoint is not None) and self._task is None and self._pending:
+            self._task = asyncio.create_task(self._drain())
         while self._task is not None:
             await asyncio.shield(self._task)
         if self._error is not None:
@@ -345,6 +363,10 @@ class SessionWriter:
         if update is not None and self._update is not None:  # no batch carried it
             self._update = None
             await self._store.update_session(self.session_id, update)
+        if checkpoint is not None and self._checkpoint is not None:
+            self._checkpoint = None
+            checkpoint = dataclasses.replace(checkpoint, last_sequence=self.last_sequence)
+            await self._store.save_checkpoint(checkpoint)
 
     async def finish(self, event: StreamEvent, update: SessionUpdate) -> None:
         """Append a terminal ``event`` together with the session ``update``, atomically.

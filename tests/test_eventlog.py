@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 from typing import Any
 
 from helix_transport._eventlog import EventHub, SessionWriter, follow
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._status import SessionStatus
-from helix_transport.store import READ_LIMIT, SessionRecord, SessionUpdate
+from helix_transport.store import READ_LIMIT, Checkpoint, SessionRecord, SessionUpdate
 from helix_transport.store.memory import MemoryStore
 
 
@@ -244,3 +245,36 @@ async def test_events_emitted_encoded_are_stamped_and_stored_as_given() -> None:
     assert stored[1].time == stored[2].time and stored[1].time.seconds > 0
     assert stored[2].child_event.event == child
     assert store.encoded == [[e.SerializeToString() for e in stored]]  # byte for byte
+
+
+class _RecordingCheckpoints(MemoryStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[str] = []
+
+    async def append(self, session_id: str, events: Any, **options: Any) -> int:
+        self.calls.append("append+checkpoint" if options.get("checkpoint") else "append")
+        return await super().append(session_id, events, **options)
+
+    async def save_checkpoint(self, checkpoint: Checkpoint) -> None:
+        self.calls.append("save_checkpoint")
+        await super().save_checkpoint(checkpoint)
+
+
+async def test_a_checkpoint_rides_with_the_pending_events() -> None:
+    store = _RecordingCheckpoints()
+    writer = await _new_session(store, EventHub())
+    step = Checkpoint(session_id="s", step=1, messages=[{"role": "user", "content": "x"}])
+    writer.emit(pb.StreamEvent(step_started=pb.StepStarted()))
+    writer.emit(pb.StreamEvent(text_delta=pb.TextDelta(text="y")))
+    await writer.flush(SessionUpdate(step_count=1), checkpoint=step)
+    assert store.calls == ["append+checkpoint"]  # one write, not three
+    assert await store.load_checkpoint("s") == dataclasses.replace(step, last_sequence=2)
+    record = await store.get_session("s")
+    assert record is not None and record.step_count == 1
+    # Nothing pending: the checkpoint is saved on its own, where the log ends.
+    store.calls.clear()
+    await writer.flush(checkpoint=dataclasses.replace(step, step=2))
+    assert store.calls == ["save_checkpoint"]
+    saved = await store.load_checkpoint("s")
+    assert saved is not None and (saved.step, saved.last_sequence) == (2, 2)

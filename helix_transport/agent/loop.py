@@ -355,18 +355,17 @@ class RunLoop:
 
     async def _checkpoint(self, state: _RunState, *, step: int | None = None) -> None:
         done = state.step if step is None else step
-        # The record's progress rides with the step's events (one write, not two);
-        # the checkpoint follows, fenced by the log it has just seen end.
-        await self.writer.flush(SessionUpdate(step_count=done, usage=state.usage))
-        await self.store.save_checkpoint(
-            Checkpoint(
+        # The record's progress and the checkpoint ride with the step's events: one
+        # write, not three. The writer sets where the checkpoint's log ends.
+        await self.writer.flush(
+            SessionUpdate(step_count=done, usage=state.usage),
+            checkpoint=Checkpoint(
                 session_id=self.session_id,
                 step=done,
                 messages=state.messages,
                 usage=state.usage,
-                last_sequence=self.writer.last_sequence,
                 state=state.state,
-            )
+            ),
         )
 
     async def _complete(self, state: _RunState, output_json: str) -> SessionStatus:

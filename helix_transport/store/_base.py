@@ -82,6 +82,7 @@ class Store(Protocol):
         expected_sequence: int | None = None,
         update: SessionUpdate | None = None,
         encoded: Sequence[bytes] | None = None,
+        checkpoint: Checkpoint | None = None,
     ) -> int:
         """Append ``events`` to the session's log, assigning their sequences.
 
@@ -99,6 +100,11 @@ class Store(Protocol):
                 event log's writer has them: the store keeps these bytes rather
                 than serialize every event again. ``events`` may then be empty (the
                 bytes are the events); when given, it holds as many events.
+            checkpoint: with ``expected_sequence``, a checkpoint taken where this append
+                leaves the log (its ``last_sequence``), replacing the session's in the
+                same atomic write: one round trip for a step's events, its record
+                update and its checkpoint. Redis writes it right after, as
+                ``save_checkpoint`` would.
 
         Returns:
             The sequence of the last appended event.
@@ -224,3 +230,23 @@ def given_bytes(
     if events and len(events) != len(encoded):
         raise UsageError(f"append: {len(events)} events but {len(encoded)} encoded")
     return encoded
+
+
+def check_checkpoint(
+    checkpoint: Checkpoint | None, expected_sequence: int | None, count: int
+) -> None:
+    """Refuse, before anything is written, a checkpoint ``append`` cannot fence.
+
+    Raises:
+        UsageError: no ``expected_sequence``, or the checkpoint is not where the append
+            leaves the log.
+    """
+    if checkpoint is None:
+        return
+    if expected_sequence is None:
+        raise UsageError("append: a checkpoint needs expected_sequence")
+    if checkpoint.last_sequence != expected_sequence + count:
+        raise UsageError(
+            f"append: the checkpoint is at {checkpoint.last_sequence}, the append ends the "
+            f"log at {expected_sequence + count}"
+        )

@@ -13,7 +13,7 @@ from typing import Any
 from helix_transport._exceptions import SequenceConflict, SessionNotFound, UsageError
 from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
 from helix_transport._status import SessionStatus
-from helix_transport.store._base import READ_LIMIT, given_bytes
+from helix_transport.store._base import READ_LIMIT, check_checkpoint, given_bytes
 from helix_transport.store._records import (
     Checkpoint,
     SessionRecord,
@@ -100,6 +100,7 @@ class MemoryStore:
         expected_sequence: int | None = None,
         update: SessionUpdate | None = None,
         encoded: Sequence[bytes] | None = None,
+        checkpoint: Checkpoint | None = None,
     ) -> int:
         """Append ``events``, assigning their sequences in place (see ``Store.append``).
 
@@ -108,6 +109,7 @@ class MemoryStore:
             SequenceConflict: the log does not end at ``expected_sequence``.
         """
         data = given_bytes(events, expected_sequence, encoded)
+        check_checkpoint(checkpoint, expected_sequence, len(events if data is None else data))
         record = self._require_session(session_id)
         last = record.last_sequence
         if expected_sequence is not None and expected_sequence != last:
@@ -121,6 +123,8 @@ class MemoryStore:
         if update is not None:
             record = update.apply(record, now=time.time())
         self._sessions[session_id] = dataclasses.replace(record, last_sequence=last)
+        if checkpoint is not None:
+            self._checkpoints[session_id] = json.dumps(_checkpoint_to_json(checkpoint))
         return last
 
     async def read(

@@ -36,7 +36,7 @@ from helix_transport._exceptions import (
 )
 from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
 from helix_transport._status import SessionStatus
-from helix_transport.store._base import READ_LIMIT, given_bytes
+from helix_transport.store._base import READ_LIMIT, check_checkpoint, given_bytes
 from helix_transport.store._records import (
     Checkpoint,
     RemoteCursor,
@@ -410,6 +410,7 @@ class PostgresStore:
         expected_sequence: int | None = None,
         update: SessionUpdate | None = None,
         encoded: Sequence[bytes] | None = None,
+        checkpoint: Checkpoint | None = None,
     ) -> int:
         """Append ``events``, assigning their sequences in place (see ``Store.append``).
 
@@ -417,6 +418,7 @@ class PostgresStore:
         queue up. When the append fails, the events keep their previous sequences.
         """
         given = given_bytes(events, expected_sequence, encoded)
+        check_checkpoint(checkpoint, expected_sequence, len(events if given is None else given))
         previous = [event.sequence for event in events]
         try:
             async with self._transaction() as conn:
@@ -446,6 +448,8 @@ class PostgresStore:
                 columns = _columns(dataclasses.replace(record, last_sequence=last))
                 state = [columns[c] for c in _STATE_COLUMNS]
                 await conn.execute(self._q(_WRITE_STATE), session_id, *state)
+                if checkpoint is not None:  # check_checkpoint made sure it is at ``last``
+                    await conn.execute(self._q(_SAVE_CHECKPOINT), *_columns(checkpoint).values())
                 return last
         except BaseException:
             # Nothing was stored, so the caller's events must not claim sequences either.

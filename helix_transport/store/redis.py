@@ -40,7 +40,7 @@ from helix_transport._exceptions import (
 )
 from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
 from helix_transport._status import SessionStatus
-from helix_transport.store._base import READ_LIMIT, given_bytes
+from helix_transport.store._base import READ_LIMIT, check_checkpoint, given_bytes
 from helix_transport.store._records import (
     Checkpoint,
     RemoteCursor,
@@ -340,10 +340,13 @@ class RedisStore:
         expected_sequence: int | None = None,
         update: SessionUpdate | None = None,
         encoded: Sequence[bytes] | None = None,
+        checkpoint: Checkpoint | None = None,
     ) -> int:
         """Append ``events``, assigning their sequences in place (see ``Store.append``).
 
-        When the append fails, the events keep the sequences they had before.
+        When the append fails, the events keep the sequences they had before. A
+        ``checkpoint`` is saved right after, fenced like ``save_checkpoint`` (a second
+        round trip, not one atomic write).
 
         Raises:
             SessionNotFound: no such session.
@@ -355,6 +358,7 @@ class RedisStore:
         # it back onto each event. So events are stored without one, or with the one
         # the writer's fence implies (``encoded``; a conflict stores nothing).
         given = given_bytes(events, expected_sequence, encoded)
+        check_checkpoint(checkpoint, expected_sequence, len(events if given is None else given))
         payloads = (
             list(given)
             if given is not None
@@ -380,6 +384,8 @@ class RedisStore:
             raise SequenceConflict(session_id, expected_sequence, last)
         for offset, event in enumerate(events, start=last - len(events) + 1):
             event.sequence = offset
+        if checkpoint is not None:
+            await self.save_checkpoint(checkpoint)
         return last
 
     async def read(

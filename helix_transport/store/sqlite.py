@@ -35,7 +35,7 @@ from helix_transport._exceptions import (
 )
 from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
 from helix_transport._status import SessionStatus
-from helix_transport.store._base import READ_LIMIT, given_bytes
+from helix_transport.store._base import READ_LIMIT, check_checkpoint, given_bytes
 from helix_transport.store._records import (
     Checkpoint,
     RemoteCursor,
@@ -332,6 +332,7 @@ class SqliteStore:
         expected_sequence: int | None = None,
         update: SessionUpdate | None = None,
         encoded: Sequence[bytes] | None = None,
+        checkpoint: Checkpoint | None = None,
     ) -> int:
         """Append ``events``, assigning their sequences in place (see ``Store.append``).
 
@@ -347,8 +348,11 @@ class SqliteStore:
         # go together into its next transaction (an append's conflict is found before
         # it writes, so it fails only that append).
         encoded = given_bytes(events, expected_sequence, encoded)
+        check_checkpoint(checkpoint, expected_sequence, _count(events, encoded))
         done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        self._appends.append(_Append(session_id, events, expected_sequence, update, encoded, done))
+        self._appends.append(
+            _Append(session_id, events, expected_sequence, update, encoded, checkpoint, done)
+        )
         if self._append_task is None:
             self._append_task = asyncio.create_task(self._drain_appends())
         return await done
@@ -688,6 +692,7 @@ class _Append:
     expected_sequence: int | None
     update: SessionUpdate | None
     encoded: Sequence[bytes] | None
+    checkpoint: Checkpoint | None
     done: asyncio.Future[int]
 
 
@@ -785,6 +790,7 @@ def _append_rest(
                 item.expected_sequence,
                 item.update,
                 item.encoded,
+                item.checkpoint,
             )
         except (SequenceConflict, SessionNotFound) as exc:
             _restore(item.events, sequences)
@@ -803,6 +809,7 @@ def _plain_appends(batch: list[_Append]) -> list[int]:
         i
         for i, item in enumerate(batch)
         if item.update is None
+        and item.checkpoint is None
         and item.expected_sequence is not None
         and 0 < _count(item.events, item.encoded) <= _VIEW_MAX_EVENTS
         and per_session[item.session_id] == 1
@@ -828,6 +835,7 @@ def _append_rows(
     expected_sequence: int | None,
     update: SessionUpdate | None,
     encoded: Sequence[bytes] | None = None,
+    checkpoint: Checkpoint | None = None,
 ) -> int:
     """One append inside the caller's transaction; raises before writing anything."""
     if update is None and expected_sequence is not None:
@@ -835,9 +843,11 @@ def _append_rows(
         # moves the end; decoding the whole record would cost more than the insert.
         last = expected_sequence + _count(events, encoded)
         if conn.execute(_ADVANCE_LAST_SEQUENCE, (last, session_id, expected_sequence)).rowcount:
-            return _insert_events(
+            last = _insert_events(
                 conn, session_id, events, expected_sequence, expected_sequence, encoded
             )
+            _write_checkpoint(conn, checkpoint)
+            return last
         row = conn.execute(_LAST_SEQUENCE, (session_id,)).fetchone()
         if row is None:
             raise SessionNotFound(session_id)
@@ -855,6 +865,7 @@ def _append_rows(
     )
     record = update.apply(record, now=time.time())
     conn.execute(_WRITE_STATE, _session_params(dataclasses.replace(record, last_sequence=last)))
+    _write_checkpoint(conn, checkpoint)  # check_checkpoint made sure it is at ``last``
     return last
 
 
@@ -919,6 +930,19 @@ def _insert_rows(count: int) -> str:
 
 
 def _save_checkpoint(conn: sqlite3.Connection, checkpoint: Checkpoint) -> None:
+    with _transaction(conn):
+        row = conn.execute(
+            "SELECT last_sequence FROM sessions WHERE session_id = ?", (checkpoint.session_id,)
+        ).fetchone()
+        if row is not None and row[0] != checkpoint.last_sequence:
+            raise SequenceConflict(checkpoint.session_id, checkpoint.last_sequence, row[0])
+        _write_checkpoint(conn, checkpoint)
+
+
+def _write_checkpoint(conn: sqlite3.Connection, checkpoint: Checkpoint | None) -> None:
+    """Replace the session's checkpoint, inside the caller's transaction."""
+    if checkpoint is None:
+        return
     params = (
         checkpoint.session_id,
         checkpoint.step,
@@ -927,13 +951,7 @@ def _save_checkpoint(conn: sqlite3.Connection, checkpoint: Checkpoint) -> None:
         checkpoint.last_sequence,
         json.dumps(checkpoint.state),
     )
-    with _transaction(conn):
-        row = conn.execute(
-            "SELECT last_sequence FROM sessions WHERE session_id = ?", (checkpoint.session_id,)
-        ).fetchone()
-        if row is not None and row[0] != checkpoint.last_sequence:
-            raise SequenceConflict(checkpoint.session_id, checkpoint.last_sequence, row[0])
-        conn.execute("INSERT OR REPLACE INTO checkpoints VALUES (?, ?, ?, ?, ?, ?)", params)
+    conn.execute("INSERT OR REPLACE INTO checkpoints VALUES (?, ?, ?, ?, ?, ?)", params)
 
 
 def _load_checkpoint(conn: sqlite3.Connection, session_id: str) -> Checkpoint | None:

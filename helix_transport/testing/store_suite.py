@@ -418,6 +418,39 @@ class StoreConformance:
         assert await store.load_checkpoint("s-1") == second
         assert await store.load_checkpoint("s-other") is None
 
+    async def test_append_carries_a_checkpoint(self, store: Store) -> None:
+        # A step's events, its record update and its checkpoint in one append.
+        await store.create_session(make_record())
+        checkpoint = Checkpoint(
+            session_id="s-1", step=1, messages=[{"role": "user", "content": "x"}], last_sequence=2
+        )
+        update = SessionUpdate(step_count=1)
+        events = [make_event("a"), make_event("b")]
+        assert (
+            await store.append(
+                "s-1", events, expected_sequence=0, update=update, checkpoint=checkpoint
+            )
+            == 2
+        )
+        assert await store.load_checkpoint("s-1") == checkpoint
+        record = await store.get_session("s-1")
+        assert record is not None and (record.last_sequence, record.step_count) == (2, 1)
+        # Without a record update too.
+        later = Checkpoint(session_id="s-1", step=2, messages=[], last_sequence=3)
+        await store.append("s-1", [make_event("c")], expected_sequence=2, checkpoint=later)
+        assert await store.load_checkpoint("s-1") == later
+        # Refused before anything is written: unfenced, or not where the append ends.
+        stray = Checkpoint(session_id="s-1", step=9, messages=[], last_sequence=5)
+        with pytest.raises(UsageError, match="expected_sequence"):
+            await store.append("s-1", [make_event("d")], checkpoint=stray)
+        with pytest.raises(UsageError, match="the append ends the log at 4"):
+            await store.append("s-1", [make_event("d")], expected_sequence=3, checkpoint=stray)
+        # A fence that misses stores neither the events nor the checkpoint.
+        with pytest.raises(SequenceConflict):
+            await store.append("s-1", [make_event("d")], expected_sequence=4, checkpoint=stray)
+        assert _texts(await store.read("s-1")) == ["a", "b", "c"]
+        assert await store.load_checkpoint("s-1") == later
+
     async def test_checkpoint_is_fenced_by_the_log(self, store: Store) -> None:
         await store.create_session(make_record("s-1"))
         await store.append("s-1", [make_event("a"), make_event("b")])
