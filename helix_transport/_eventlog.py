@@ -360,13 +360,22 @@ class SessionWriter:
             await asyncio.shield(self._task)
         if self._error is not None:
             raise self._error
-        if update is not None and self._update is not None:  # no batch carried it
+        if checkpoint is not None and self._checkpoint is not None:  # no batch carried it
+            # An append of no events: the update (if no batch carried it either) and
+            # the checkpoint in one fenced write.
+            self._checkpoint = None
+            update, self._update = self._update, None
+            await self._store.append(
+                self.session_id,
+                (),
+                expected_sequence=self.last_sequence,
+                update=update,
+                encoded=[],
+                checkpoint=dataclasses.replace(checkpoint, last_sequence=self.last_sequence),
+            )
+        elif update is not None and self._update is not None:  # no batch carried it
             self._update = None
             await self._store.update_session(self.session_id, update)
-        if checkpoint is not None and self._checkpoint is not None:
-            self._checkpoint = None
-            checkpoint = dataclasses.replace(checkpoint, last_sequence=self.last_sequence)
-            await self._store.save_checkpoint(checkpoint)
 
     async def finish(self, event: StreamEvent, update: SessionUpdate) -> None:
         """Append a terminal ``event`` together with the session ``update``, atomically.

@@ -272,9 +272,11 @@ async def test_a_checkpoint_rides_with_the_pending_events() -> None:
     assert await store.load_checkpoint("s") == dataclasses.replace(step, last_sequence=2)
     record = await store.get_session("s")
     assert record is not None and record.step_count == 1
-    # Nothing pending: the checkpoint is saved on its own, where the log ends.
+    # Nothing pending: an append of no events carries the update and the checkpoint.
     store.calls.clear()
-    await writer.flush(checkpoint=dataclasses.replace(step, step=2))
-    assert store.calls == ["save_checkpoint"]
+    await writer.flush(SessionUpdate(step_count=2), checkpoint=dataclasses.replace(step, step=2))
+    assert store.calls == ["append+checkpoint"]
     saved = await store.load_checkpoint("s")
     assert saved is not None and (saved.step, saved.last_sequence) == (2, 2)
+    record = await store.get_session("s")
+    assert record is not None and (record.step_count, record.last_sequence) == (2, 2)

@@ -439,6 +439,16 @@ class StoreConformance:
         later = Checkpoint(session_id="s-1", step=2, messages=[], last_sequence=3)
         await store.append("s-1", [make_event("c")], expected_sequence=2, checkpoint=later)
         assert await store.load_checkpoint("s-1") == later
+        # No events: the update and the checkpoint alone, still fenced.
+        idle = Checkpoint(session_id="s-1", step=3, messages=[], last_sequence=3)
+        update = SessionUpdate(step_count=3)
+        await store.append(
+            "s-1", (), expected_sequence=3, encoded=[], update=update, checkpoint=idle
+        )
+        assert await store.load_checkpoint("s-1") == idle
+        record = await store.get_session("s-1")
+        assert record is not None and (record.last_sequence, record.step_count) == (3, 3)
+        later = idle
         # Refused before anything is written: unfenced, or not where the append ends.
         stray = Checkpoint(session_id="s-1", step=9, messages=[], last_sequence=5)
         with pytest.raises(UsageError, match="expected_sequence"):
