@@ -232,6 +232,11 @@ def given_bytes(
     return encoded
 
 
+def appended_count(events: Sequence[StreamEvent], given: Sequence[bytes] | None) -> int:
+    """How many events an append adds: its bytes when ``given_bytes`` returned some."""
+    return len(given) if given is not None else len(events)
+
+
 def check_checkpoint(
     checkpoint: Checkpoint | None, expected_sequence: int | None, count: int
 ) -> None:

@@ -13,7 +13,12 @@ from typing import Any
 from helix_transport._exceptions import SequenceConflict, SessionNotFound, UsageError
 from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
 from helix_transport._status import SessionStatus
-from helix_transport.store._base import READ_LIMIT, check_checkpoint, given_bytes
+from helix_transport.store._base import (
+    READ_LIMIT,
+    appended_count,
+    check_checkpoint,
+    given_bytes,
+)
 from helix_transport.store._records import (
     Checkpoint,
     SessionRecord,
@@ -109,7 +114,7 @@ class MemoryStore:
             SequenceConflict: the log does not end at ``expected_sequence``.
         """
         data = given_bytes(events, expected_sequence, encoded)
-        check_checkpoint(checkpoint, expected_sequence, len(events if data is None else data))
+        check_checkpoint(checkpoint, expected_sequence, appended_count(events, data))
         record = self._require_session(session_id)
         last = record.last_sequence
         if expected_sequence is not None and expected_sequence != last:

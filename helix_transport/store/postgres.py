@@ -36,7 +36,12 @@ from helix_transport._exceptions import (
 )
 from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
 from helix_transport._status import SessionStatus
-from helix_transport.store._base import READ_LIMIT, check_checkpoint, given_bytes
+from helix_transport.store._base import (
+    READ_LIMIT,
+    appended_count,
+    check_checkpoint,
+    given_bytes,
+)
 from helix_transport.store._records import (
     Checkpoint,
     RemoteCursor,
@@ -418,7 +423,7 @@ class PostgresStore:
         queue up. When the append fails, the events keep their previous sequences.
         """
         given = given_bytes(events, expected_sequence, encoded)
-        check_checkpoint(checkpoint, expected_sequence, len(events if given is None else given))
+        check_checkpoint(checkpoint, expected_sequence, appended_count(events, given))
         previous = [event.sequence for event in events]
         try:
             async with self._transaction() as conn:
@@ -429,8 +434,7 @@ class PostgresStore:
                 last = record.last_sequence
                 if expected_sequence is not None and expected_sequence != last:
                     raise SequenceConflict(session_id, expected_sequence, last)
-                count = len(given) if given is not None else len(events)
-                sequences = list(range(last + 1, last + 1 + count))
+                sequences = list(range(last + 1, last + 1 + appended_count(events, given)))
                 for sequence, event in enumerate(events, last + 1):  # events may be () here
                     event.sequence = sequence
                 if sequences:

@@ -40,7 +40,12 @@ from helix_transport._exceptions import (
 )
 from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
 from helix_transport._status import SessionStatus
-from helix_transport.store._base import READ_LIMIT, check_checkpoint, given_bytes
+from helix_transport.store._base import (
+    READ_LIMIT,
+    appended_count,
+    check_checkpoint,
+    given_bytes,
+)
 from helix_transport.store._records import (
     Checkpoint,
     RemoteCursor,
@@ -358,7 +363,7 @@ class RedisStore:
         # it back onto each event. So events are stored without one, or with the one
         # the writer's fence implies (``encoded``; a conflict stores nothing).
         given = given_bytes(events, expected_sequence, encoded)
-        check_checkpoint(checkpoint, expected_sequence, len(events if given is None else given))
+        check_checkpoint(checkpoint, expected_sequence, appended_count(events, given))
         payloads = (
             list(given)
             if given is not None

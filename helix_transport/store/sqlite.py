@@ -35,7 +35,12 @@ from helix_transport._exceptions import (
 )
 from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
 from helix_transport._status import SessionStatus
-from helix_transport.store._base import READ_LIMIT, check_checkpoint, given_bytes
+from helix_transport.store._base import (
+    READ_LIMIT,
+    appended_count,
+    check_checkpoint,
+    given_bytes,
+)
 from helix_transport.store._records import (
     Checkpoint,
     RemoteCursor,
@@ -348,7 +353,7 @@ class SqliteStore:
         # go together into its next transaction (an append's conflict is found before
         # it writes, so it fails only that append).
         encoded = given_bytes(events, expected_sequence, encoded)
-        check_checkpoint(checkpoint, expected_sequence, _count(events, encoded))
+        check_checkpoint(checkpoint, expected_sequence, appended_count(events, encoded))
         done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._appends.append(
             _Append(session_id, events, expected_sequence, update, encoded, checkpoint, done)
@@ -811,7 +816,7 @@ def _plain_appends(batch: list[_Append]) -> list[int]:
         if item.update is None
         and item.checkpoint is None
         and item.expected_sequence is not None
-        and 0 < _count(item.events, item.encoded) <= _VIEW_MAX_EVENTS
+        and 0 < appended_count(item.events, item.encoded) <= _VIEW_MAX_EVENTS
         and per_session[item.session_id] == 1
     ]
 
@@ -841,7 +846,7 @@ def _append_rows(
     if update is None and expected_sequence is not None:
         # The usual append (fenced, no record update): one UPDATE checks the fence and
         # moves the end; decoding the whole record would cost more than the insert.
-        last = expected_sequence + _count(events, encoded)
+        last = expected_sequence + appended_count(events, encoded)
         if conn.execute(_ADVANCE_LAST_SEQUENCE, (last, session_id, expected_sequence)).rowcount:
             last = _insert_events(
                 conn, session_id, events, expected_sequence, expected_sequence, encoded
@@ -903,10 +908,6 @@ def _event_rows(
         last += 1
         params += (session_id, last, data)
     return last
-
-
-def _count(events: Sequence[StreamEvent], encoded: Sequence[bytes] | None) -> int:
-    return len(encoded) if encoded is not None else len(events)
 
 
 def _insert_params(conn: sqlite3.Connection, params: list[object]) -> None:
