@@ -7,7 +7,7 @@ setup), then alternates one hop (leaf -> client) and two hops (leaf -> parent ->
 client) of ``--events`` text deltas. For every run it prints the wall time from
 Start to the terminal event and, for two hops, when the leaf stamped its first and
 last delta, when the parent stamped them (forwarded) and when this client received
-them, all in ms after Start, plus each service's CPU for the run (``/proc``). The
+them, all in ms after Start, plus the CPU of each service (``/proc``) and of this client for each run. The
 medians at the end are the figures the README quotes for two-hop changes; compare
 runs of two versions of the code alternated on one host, not across hosts.
 """
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import os
 import statistics
 import tempfile
@@ -34,16 +35,37 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _cpu_all(pids: dict[str, int]) -> dict[str, float]:
+    return {"client": time.process_time(), **{name: _cpu_s(pid) for name, pid in pids.items()}}
+
+
+def _cpu_used(pids: dict[str, int], before: dict[str, float]) -> dict[str, float]:
+    return {name: (now - before[name]) * 1000 for name, now in _cpu_all(pids).items()}
+
+
+def _shown(cpu: dict[str, float]) -> str:
+    return "  ".join(f"{name} {ms:.0f}" for name, ms in cpu.items())
+
+
 def _stamp_ms(event: pb.StreamEvent, started: float) -> float:
     return (event.time.seconds + event.time.nanos / 1e9 - started) * 1000
 
 
-async def _one_hop(client: AgentClient, session_id: str, events: int) -> float:
+async def _one_hop(client: AgentClient, session_id: str, events: int) -> dict[str, float]:
     started = time.time()
     await client.start(leaf_input(mode="emit", n=events), session_id=session_id)
-    async for _ in client.stream(session_id):
-        pass
-    return (time.time() - started) * 1000
+    received: list[tuple[float, pb.StreamEvent]] = []
+    async for event in client.stream(session_id):
+        received.append((time.time(), event))
+    total = (time.time() - started) * 1000
+    deltas = [(at, event) for at, event in received if event.WhichOneof("payload") == "text_delta"]
+    (_, first), (last_at, last) = deltas[0], deltas[-1]
+    return {
+        "total": total,
+        "leaf first": _stamp_ms(first, started),
+        "leaf last": _stamp_ms(last, started),
+        "received last": (last_at - started) * 1000,
+    }
 
 
 async def _two_hops(client: AgentClient, session_id: str, events: int) -> dict[str, float]:
@@ -92,8 +114,12 @@ async def main() -> None:
                 env={address_env_var("bench-leaf"): leaf_proc.address},
             )
         await services.start("leaf", "parent")
+        # As `helix-mesh bench` does: this process imported litellm too, and a full
+        # collection of it (~75 ms) would land in the middle of some run.
+        gc.collect()
+        gc.freeze()
         pids = {name: services.pid(name) for name in ("leaf", "parent")}
-        one: list[float] = []
+        one: list[dict[str, float]] = []
         two: list[dict[str, float]] = []
         try:
             async with (
@@ -103,20 +129,26 @@ async def main() -> None:
                 await _one_hop(leaf, "warm-1", args.events)
                 await _two_hops(parent, "warm-2", args.events)
                 for run in range(args.runs):
+                    cpu = _cpu_all(pids)
                     one.append(await _one_hop(leaf, f"one-{run}", args.events))
-                    cpu = {name: _cpu_s(pid) for name, pid in pids.items()}
+                    one_cpu = _cpu_used(pids, cpu)
+                    one_shown = "  ".join(f"{k} {v:.1f}" for k, v in one[-1].items())
+                    cpu = _cpu_all(pids)
                     stages = await _two_hops(parent, f"two-{run}", args.events)
-                    used = {name: (_cpu_s(pid) - cpu[name]) * 1000 for name, pid in pids.items()}
+                    used = _cpu_used(pids, cpu)
                     two.append(stages)
                     shown = "  ".join(f"{k} {v:.1f}" for k, v in stages.items())
-                    cpus = "  ".join(f"{k} {v:.0f}" for k, v in used.items())
-                    print(f"one hop {one[-1]:.1f} ms | two hops {shown} | CPU ms {cpus}")
+                    print(
+                        f"one hop {one_shown} (CPU ms {_shown(one_cpu)})\n  two hops {shown}"
+                        f" | CPU ms {_shown(used)}"
+                    )
         finally:
             await services.stop()
+    one_total = statistics.median(s["total"] for s in one)
     two_total = statistics.median(s["total"] for s in two)
     print(
-        f"median of {args.runs}: one hop {statistics.median(one):.1f} ms, two hops "
-        f"{two_total:.1f} ms, ratio {statistics.median(one) / two_total:.2f}"
+        f"median of {args.runs}: one hop {one_total:.1f} ms, two hops "
+        f"{two_total:.1f} ms, ratio {one_total / two_total:.2f}"
     )
 
 
