@@ -64,6 +64,8 @@ class _Tail:
     nbytes: int = 0
     ended: bool = False
     """It ends with a terminal event: kept only for the readers still draining it."""
+    writing: bool = False
+    """A local writer fills it (see ``EventHub.expect``)."""
 
     @property
     def last(self) -> int:
@@ -169,6 +171,17 @@ class EventHub:
             tail.first += drop
             tail.nbytes = nbytes
 
+    def expect(self, session_id: str, first: int) -> None:
+        """A local writer starts: it publishes from sequence ``first`` on.
+
+        Until it does, a reader that already has everything before ``first`` is told
+        to wait for the publish (``since`` gives an empty batch), not sent to the store.
+        """
+        tail = self._tail(session_id)
+        tail.writing = True
+        if not tail.encoded:
+            tail.first = first
+
     def forget(self, session_id: str) -> None:
         """The local writer stopped: drop the tail, waking anyone still waiting on it.
 
@@ -184,8 +197,10 @@ class EventHub:
     def since(self, session_id: str, after: int, limit: int) -> Batch | None:
         """Cached events with ``sequence > after``; ``None`` when the cache can't tell."""
         tail = self._tails.get(session_id)
-        if tail is None or not tail.encoded:
+        if tail is None:
             return None
+        if not tail.encoded:  # caught up with a local writer that has yet to publish?
+            return Batch([]) if tail.writing and after + 1 == tail.first else None
         if after + 1 < tail.first or (tail.ended and after >= tail.last):
             # Before the tail, or past a session's end: the store says which (at once,
             # where waiting on an ended tail would last a poll interval).
@@ -219,7 +234,7 @@ class EventHub:
             if not readers:
                 del self._readers[session_id]
                 tail = self._tails.get(session_id)
-                if tail is not None and (tail.ended or not tail.encoded):
+                if tail is not None and (tail.ended or not (tail.encoded or tail.writing)):
                     del self._tails[session_id]
 
 
@@ -260,6 +275,7 @@ class SessionWriter:
         """A checkpoint to save with the next batch, at its end (see ``flush``)."""
         self._task: asyncio.Task[None] | None = None
         self._error: BaseException | None = None
+        hub.expect(session_id, self._next_sequence)
 
     def _stamp(self, event: StreamEvent) -> StreamEvent:
         event.session_id = self.session_id
@@ -270,9 +286,14 @@ class SessionWriter:
         event.time.seconds, event.time.nanos = divmod(time.time_ns(), 1_000_000_000)
         return event
 
-    def emit(self, event: StreamEvent) -> None:
+    def emit(self, event: StreamEvent, *, defer: bool = False) -> None:
         """Queue ``event`` for the log (stamps session, agent type, step, time and the
-        sequence it will have)."""
+        sequence it will have).
+
+        With ``defer`` no write starts for it: the next ``emit`` or ``flush`` carries
+        it. For an event the caller follows at once with more (a run's last events
+        before its end), so they go in one write, not two.
+        """
         if self._error is not None:
             raise self._error
         self._stamp(event).sequence = self._next_sequence
@@ -280,7 +301,7 @@ class SessionWriter:
         # Serialized once, here: the store, the hub and every reader's response use these bytes.
         self._pending.append(event.SerializeToString())
         self._terminal = is_terminal(event)
-        if self._task is None:
+        if self._task is None and not defer:
             self._task = asyncio.create_task(self._drain())
 
     def emit_encoded(self, payloads: Sequence[bytes]) -> None:
@@ -350,11 +371,13 @@ class SessionWriter:
         atomic write as the pending events when there are any (one store round trip,
         not two or three), else on their own.
         """
+        if self._error is not None:
+            raise self._error
         if update is not None:
             self._update = update
         if checkpoint is not None:
             self._checkpoint = checkpoint
-        if (update is not None or checkpoint is not None) and self._task is None and self._pending:
+        if self._task is None and self._pending:  # events emitted with defer
             self._task = asyncio.create_task(self._drain())
         while self._task is not None:
             await asyncio.shield(self._task)

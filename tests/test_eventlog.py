@@ -7,7 +7,7 @@ import dataclasses
 import gc
 from typing import Any
 
-from helix_transport._eventlog import EventHub, SessionWriter, follow
+from helix_transport._eventlog import Batch, EventHub, SessionWriter, follow
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._status import SessionStatus
 from helix_transport.store import READ_LIMIT, Checkpoint, SessionRecord, SessionUpdate
@@ -280,3 +280,52 @@ async def test_a_checkpoint_rides_with_the_pending_events() -> None:
     assert saved is not None and (saved.step, saved.last_sequence) == (2, 2)
     record = await store.get_session("s")
     assert record is not None and (record.step_count, record.last_sequence) == (2, 2)
+
+
+async def test_deferred_events_wait_for_the_next_write_and_go_in_it() -> None:
+    store = _RecordingAppends()
+    writer = await _new_session(store, EventHub())
+    writer.emit(pb.StreamEvent(tool_start=pb.ToolStart(tool_name="__finish__")), defer=True)
+    writer.emit(pb.StreamEvent(output=pb.Output(output_json="{}")), defer=True)
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert store.encoded == []  # nothing started a write
+    await writer.finish(
+        pb.StreamEvent(completed=pb.Completed(output_json="{}")),
+        SessionUpdate(status=SessionStatus.COMPLETED),
+    )
+    assert [len(batch) for batch in store.encoded] == [3]  # one write for all three
+    record = await store.get_session("s")
+    assert record is not None and record.status is SessionStatus.COMPLETED
+    # A plain flush writes deferred events too: flush means "all emitted is durable".
+    writer.emit(pb.StreamEvent(text_delta=pb.TextDelta(text="late")), defer=True)
+    await writer.flush()
+    assert [len(batch) for batch in store.encoded] == [3, 1]
+
+
+async def test_a_reader_caught_up_with_a_starting_writer_waits_instead_of_reading_the_store() -> (
+    None
+):
+    store = _CountingReads()
+    hub = EventHub()
+    writer = await _new_session(store, hub)  # expects its first publish at sequence 1
+    seen: list[int] = []
+
+    async def read() -> None:
+        async for batch in follow(store, hub, "s", from_sequence=0, poll_interval_s=30):
+            seen.extend(e.sequence for e in batch.decode())
+
+    reader = asyncio.create_task(read())
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert store.reads == 0
+    writer.emit(pb.StreamEvent(run_started=pb.RunStarted()))
+    await writer.finish(
+        pb.StreamEvent(completed=pb.Completed()), SessionUpdate(status=SessionStatus.COMPLETED)
+    )
+    await asyncio.wait_for(reader, 5)
+    assert seen == [1, 2] and store.reads == 0
+    # A resumed writer starts past events only the store has: a reader from 0 reads them.
+    hub.expect("t", 3)
+    assert hub.since("t", 0, limit=10) is None
+    assert hub.since("t", 2, limit=10) == Batch([])

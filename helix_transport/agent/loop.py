@@ -4,7 +4,9 @@ A run is a function of its checkpoint and its log, never of memory: every step
 ends with a checkpoint, and the model's tool calls are checkpointed before the
 tools run, so a resumed run repeats the tools of a cut-off step with the same
 tool call ids (a remote child started by one is reached again, not duplicated)
-instead of asking the model again.
+instead of asking the model again. (A step whose only call is the finish tool,
+which has no effects, is written once, with the run's end: cut off before that,
+it asks the model again, as a step cut off during its model call does.)
 
 Contract on cancellation: an interrupt *requested through the store* ends the
 run with status ``interrupted`` and an ``interrupted`` event. An external
@@ -105,17 +107,18 @@ class RunLoop:
 
     async def run(self, *, resume_reason: str = "") -> SessionStatus:
         """Run (or resume) the session until it completes, fails or is interrupted."""
-        state = await self._start_or_resume(resume_reason)
+        state, save = await self._start_or_resume(resume_reason)
         status = SessionStatus.RUNNING  # unless set below: stopped, to be resumed
         try:
-            status = await self._steps(state)
+            status = await self._steps(state, save=save)
         except AgentRunError as exc:
             status = await self._fail(state, str(exc), exc.failure_reason)
         finally:
             self.hooks.on_run_end(status=status, usage=state.usage, error=state.error)
         return status
 
-    async def _start_or_resume(self, resume_reason: str) -> _RunState:
+    async def _start_or_resume(self, resume_reason: str) -> tuple[_RunState, bool]:
+        """The run's state, and whether it needs a checkpoint before its first step."""
         # A checkpoint is saved only after run_started is in the log, so a record whose
         # log is empty has none: skip the read. (Were the record stale, the writer's
         # first append would be fenced off by the run that did write.)
@@ -138,12 +141,13 @@ class RunLoop:
                 )
             )
             self.hooks.on_run_start(resumed=True, step=checkpoint.step + 1)
-            return _RunState(
+            state = _RunState(
                 step=checkpoint.step,
                 messages=list(checkpoint.messages),
                 usage=checkpoint.usage,
                 state=dict(checkpoint.state),
             )
+            return state, False
         record = self.record
         self.writer.emit(
             pb.StreamEvent(
@@ -156,10 +160,8 @@ class RunLoop:
         )
         # The model sees the validated input, defaults filled in.
         user = self.agent.input_model.model_validate_json(record.input_json).model_dump_json()
-        state = _RunState(step=0, messages=self._first_messages(user))
-        await self._checkpoint(state)
         self.hooks.on_run_start(resumed=False, step=1)
-        return state
+        return _RunState(step=0, messages=self._first_messages(user)), True
 
     def _first_messages(self, user: str) -> list[dict[str, Any]]:
         system = "\n\n".join(p for p in (self.agent.system_prompt, FINISH_INSTRUCTIONS) if p)
@@ -167,7 +169,7 @@ class RunLoop:
 
     async def _begin_turn(
         self, checkpoint: Checkpoint, turn: StartedTurn, resume_reason: str
-    ) -> _RunState:
+    ) -> tuple[_RunState, bool]:
         """Start a continued session's new turn (see ``helix_transport._turns``)."""
         # Steps go on numbering across turns; the budget counts from the turn's start.
         base = max(checkpoint.step, self.record.step_count)
@@ -193,13 +195,12 @@ class RunLoop:
             self.writer.emit(
                 pb.StreamEvent(run_resumed=pb.RunResumed(step=base + 1, reason=resume_reason))
             )
-        await self._checkpoint(state)
         self.hooks.on_run_start(resumed=bool(resume_reason), step=base + 1)
-        return state
+        return state, True
 
-    async def _steps(self, state: _RunState) -> SessionStatus:
+    async def _steps(self, state: _RunState, *, save: bool) -> SessionStatus:
+        reason = await self._boundary(state, save=save)
         while True:
-            reason = await self.store.take_interrupt(self.session_id)
             if reason is not None:
                 return await self._interrupted(state, reason)
             if state.step - int(state.state.get(TURN_BASE_KEY, 0)) >= self.agent.max_steps:
@@ -215,7 +216,33 @@ class RunLoop:
             state.step = step
             if isinstance(outcome, str):
                 return await self._complete(state, outcome)
-            await self._checkpoint(state)
+            reason = await self._boundary(state)
+
+    async def _boundary(self, state: _RunState, *, save: bool = True) -> str | None:
+        """Between steps: the checkpoint (with ``save``) and the interrupt check, side by
+        side (one store round trip's wait, not two). Returns the interrupt's reason."""
+        check = asyncio.ensure_future(self.store.take_interrupt(self.session_id))
+        try:
+            if save:
+                await self._checkpoint(state)
+        except BaseException:
+            # Not ours to run any more (or the store failed): an interrupt the check
+            # took goes back for whoever runs the session next.
+            await self._put_back(check)
+            raise
+        return await check
+
+    async def _put_back(self, check: asyncio.Future[str | None]) -> None:
+        try:
+            reason = await check
+            if reason is not None:
+                await self.store.set_interrupt(self.session_id, reason)
+        except Exception:
+            logger.warning(
+                "session %s: an interrupt may be lost with the failed checkpoint",
+                self.session_id,
+                exc_info=True,
+            )
 
     async def _step(self, state: _RunState) -> str | None:
         """One step; returns the output JSON when the run is done."""
@@ -228,7 +255,7 @@ class RunLoop:
             state.usage = state.usage + response.usage
             state.messages.append(response.to_message())
             calls = response.tool_calls
-            if calls:
+            if any(c.name != FINISH_TOOL for c in calls):
                 # Durable before any tool runs: a resume re-runs these same calls.
                 await self._checkpoint(state, step=state.step)
         if not calls:
@@ -265,19 +292,22 @@ class RunLoop:
             self.hooks.on_generation_end(model=model, output=response, latency_s=latency_s)
 
     async def _run_tool(self, state: _RunState, call: ToolCall) -> _ToolOutcome:
+        # The finish tool's events, its output and the run's end go in one write.
+        finishing = call.name == FINISH_TOOL
         self.writer.emit(
             pb.StreamEvent(
                 tool_start=pb.ToolStart(
                     tool_call_id=call.id, tool_name=call.name, arguments_json=call.arguments_json
                 )
-            )
+            ),
+            defer=finishing,
         )
         self.hooks.on_tool_start(
             name=call.name, tool_call_id=call.id, arguments_json=call.arguments_json
         )
         output_json: str | None = None
         try:
-            if call.name == FINISH_TOOL:
+            if finishing:
                 output = self.agent.output_model.model_validate_json(call.arguments_json or "{}")
                 output_json = output.model_dump_json()
                 result, is_error = json.dumps({"ok": True}), False
@@ -303,7 +333,8 @@ class RunLoop:
                 tool_end=pb.ToolEnd(
                     tool_call_id=call.id, tool_name=call.name, result_json=result, is_error=is_error
                 )
-            )
+            ),
+            defer=output_json is not None,  # the run ends with this step: _complete writes it
         )
         self.hooks.on_tool_end(
             name=call.name, tool_call_id=call.id, result_json=result, is_error=is_error
@@ -369,7 +400,7 @@ class RunLoop:
         )
 
     async def _complete(self, state: _RunState, output_json: str) -> SessionStatus:
-        self.writer.emit(pb.StreamEvent(output=pb.Output(output_json=output_json)))
+        self.writer.emit(pb.StreamEvent(output=pb.Output(output_json=output_json)), defer=True)
         await self.writer.finish(
             pb.StreamEvent(completed=pb.Completed(output_json=output_json)),
             SessionUpdate(

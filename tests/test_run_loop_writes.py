@@ -1,0 +1,105 @@
+"""What the run loop writes at its step boundaries, and what a failed write leaves behind."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+
+from helix_transport._eventlog import EventHub, SessionWriter
+from helix_transport._exceptions import SequenceConflict
+from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
+from helix_transport._status import SessionStatus
+from helix_transport.agent.definition import Agent
+from helix_transport.agent.loop import RunLoop
+from helix_transport.store import Checkpoint, SessionRecord
+from helix_transport.store.memory import MemoryStore
+from helix_transport.transport._pool import ClientPool
+from tests.agents import counter
+
+
+class _RecordingStore(MemoryStore):
+    """Notes each append's events (by kind) and the step of the checkpoint it carries."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.appends: list[tuple[list[str], int | None]] = []
+
+    async def append(self, session_id: str, events: Any, **options: Any) -> int:
+        kinds = [
+            pb.StreamEvent.FromString(e).WhichOneof("payload") or "" for e in options["encoded"]
+        ]
+        checkpoint: Checkpoint | None = options.get("checkpoint")
+        self.appends.append((kinds, None if checkpoint is None else checkpoint.step))
+        return await super().append(session_id, events, **options)
+
+
+async def _create(store: MemoryStore, input_json: str = "{}") -> None:
+    await store.create_session(
+        SessionRecord(session_id="s", agent_type=counter.name, input_json=input_json, input_hash="")
+    )
+
+
+async def _run(agent: Agent, store: MemoryStore) -> SessionStatus:
+    """Run session ``s`` (already in ``store``) to its end, as a server's runner would."""
+    record = await store.get_session("s")
+    assert record is not None
+    writer = SessionWriter(
+        store, EventHub(), session_id="s", agent_type=agent.name, last_sequence=0
+    )
+    loop = RunLoop(
+        agent,
+        record,
+        store=store,
+        writer=writer,
+        interrupt_signal=asyncio.Event(),
+        clients=ClientPool(),
+    )
+    return await loop.run()
+
+
+async def test_a_step_that_only_finishes_is_written_once_with_the_runs_end() -> None:
+    store = _RecordingStore()
+    await _create(store, json.dumps({"steps": 1, "words": 2}))
+    status = await _run(counter, store)
+    assert status is SessionStatus.COMPLETED
+    # Run start, the tick's calls before it runs, the end of step 1; none for step 2.
+    assert [step for _, step in store.appends if step is not None] == [0, 0, 1]
+    last_kinds, last_checkpoint = store.appends[-1]
+    assert last_checkpoint is None
+    assert last_kinds[-4:] == ["tool_start", "tool_end", "output", "completed"]
+    events = await store.read("s")
+    assert [e.sequence for e in events] == list(range(1, len(events) + 1))
+
+
+async def test_an_interrupt_requested_before_the_first_step_stops_the_run_there() -> None:
+    store = MemoryStore()
+    await _create(store)
+    await store.set_interrupt("s", "changed my mind")
+    assert await _run(counter, store) is SessionStatus.INTERRUPTED
+    events = await store.read("s")
+    assert [e.WhichOneof("payload") for e in events] == ["run_started", "interrupted"]
+    assert events[-1].interrupted.reason == "changed my mind"
+
+
+class _LosesTheSession(MemoryStore):
+    """Another process took the session over: every checkpointing append is refused."""
+
+    async def append(self, session_id: str, events: Any, **options: Any) -> int:
+        if options.get("checkpoint") is not None:
+            raise SequenceConflict(session_id, options["expected_sequence"], 99)
+        return await super().append(session_id, events, **options)
+
+
+async def test_an_interrupt_taken_beside_a_refused_checkpoint_is_put_back() -> None:
+    # The boundary checks for an interrupt while it checkpoints; when the checkpoint is
+    # refused this process no longer runs the session, and the new owner must still
+    # see the interrupt.
+    store = _LosesTheSession()
+    await _create(store)
+    await store.set_interrupt("s", "stop")
+    with pytest.raises(SequenceConflict):
+        await _run(counter, store)
+    assert await store.take_interrupt("s") == "stop"
