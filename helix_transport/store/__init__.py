@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import urllib.parse
+from typing import TYPE_CHECKING, Any
 
 from helix_transport._exceptions import UsageError
 from helix_transport.store._base import READ_LIMIT, Store
@@ -17,9 +18,11 @@ from helix_transport.store._records import (
     input_fingerprint,
 )
 from helix_transport.store.memory import MemoryStore
-from helix_transport.store.postgres import PostgresStore
-from helix_transport.store.redis import RedisStore
 from helix_transport.store.sqlite import SqliteStore
+
+if TYPE_CHECKING:
+    from helix_transport.store.postgres import PostgresStore
+    from helix_transport.store.redis import RedisStore
 
 __all__ = [
     "READ_LIMIT",
@@ -39,6 +42,21 @@ __all__ = [
     "open_store",
     "store_url_from_env",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # The Redis and PostgreSQL clients load on first use (about 6 MiB a process that
+    # uses neither), through open_store or these names.
+    if name == "PostgresStore":
+        from helix_transport.store.postgres import PostgresStore
+
+        return PostgresStore
+    if name == "RedisStore":
+        from helix_transport.store.redis import RedisStore
+
+        return RedisStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 STORE_URL_ENV = "HELIX_STORE_URL"
 """The environment variable that names the store URL."""
@@ -83,9 +101,13 @@ async def open_store(url: str) -> Store:
         )
     scheme = url.partition("://")[0] if "://" in url else ""
     if scheme in ("redis", "rediss"):
+        from helix_transport.store.redis import RedisStore
+
         base, prefix = _pop_query(url, "prefix")
         return await RedisStore.from_url(base, prefix=prefix or "helix")
     if scheme in ("postgres", "postgresql"):
+        from helix_transport.store.postgres import PostgresStore
+
         base, schema = _pop_query(url, "schema")
         return await PostgresStore.open(base, schema=schema or "helix")
     raise UsageError(
