@@ -270,9 +270,13 @@ class _ChildCall:
                 error=error,
             )
         )
-        await ctx.flush()
-        await self._save(
-            status=status, output_json=output_json, error=error, completed_at=time.time()
+        # Side by side, not one after the other: after a crash the parent's log, not the
+        # ref, says what was forwarded (see _last_forwarded), so either may land first.
+        await asyncio.gather(
+            ctx.flush(),
+            self._save(
+                status=status, output_json=output_json, error=error, completed_at=time.time()
+            ),
         )
         if status is not SessionStatus.COMPLETED:
             raise ToolError(error)
