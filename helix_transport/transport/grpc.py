@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import time
 import uuid
@@ -98,6 +99,25 @@ class AgentClient:
             channel = grpc.aio.secure_channel(address, credentials, options=options)
         return cls(channel, address=address, config=config, auth=auth)
 
+    async def _reconnected(self, *, within_s: float) -> None:
+        """Wait ``within_s``, or only until the channel is connected again if it drops.
+
+        A stream broken by its server going away resumes as soon as grpc reaches the
+        server again (grpc retries the connection on its own backoff), not at our next
+        retry. A channel that stays connected all along gets the whole wait: that break
+        was the server's doing (a drain, say), and retrying at once could spin.
+        """
+        channel = self._channel
+        ready = grpc.ChannelConnectivity.READY
+        dropped = False
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(within_s):
+                state = channel.get_state(try_to_connect=True)
+                while not (dropped and state is ready):
+                    dropped = dropped or state is not ready
+                    await channel.wait_for_state_change(state)
+                    state = channel.get_state(try_to_connect=True)
+
     def _check_open(self) -> None:
         if self._state is _State.CLOSED:
             raise UsageError(f"client for {self.address} is closed")
@@ -149,7 +169,11 @@ class AgentClient:
                 spent = time.monotonic() - started
                 if delay is None or spent >= retry.deadline.total_seconds():
                     raise to_helix_error(exc, address=self.address, session_id=session_id) from exc
-            await asyncio.sleep(delay)
+                unavailable = exc.code() == grpc.StatusCode.UNAVAILABLE
+            if unavailable:
+                await self._reconnected(within_s=delay)
+            else:
+                await asyncio.sleep(delay)  # as the server's retry hint says
             attempt += 1
 
     async def continue_session(
@@ -180,7 +204,11 @@ class AgentClient:
                 spent = time.monotonic() - started
                 if delay is None or spent >= retry.deadline.total_seconds():
                     raise to_helix_error(exc, address=self.address, session_id=session_id) from exc
-            await asyncio.sleep(delay)
+                unavailable = exc.code() == grpc.StatusCode.UNAVAILABLE
+            if unavailable:
+                await self._reconnected(within_s=delay)
+            else:
+                await asyncio.sleep(delay)  # as the server's retry hint says
             attempt += 1
 
     def stream(self, session_id: str, *, from_sequence: int = 0) -> EventStream:
@@ -370,7 +398,10 @@ class EventStream:
             broken_since = broken_since or now
             if now - broken_since >= retry.deadline.total_seconds():
                 raise StreamInterrupted(self.session_id, self.last_sequence, detail)
-            await asyncio.sleep(max(retry.backoff_s(attempt), told_to_wait))
+            if told_to_wait:
+                await asyncio.sleep(max(retry.backoff_s(attempt), told_to_wait))
+            else:
+                await client._reconnected(within_s=retry.backoff_s(attempt))
             attempt += 1
             self.reconnects += 1
 
