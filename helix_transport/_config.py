@@ -18,8 +18,8 @@ class RetryConfig:
     initial_backoff: timedelta = timedelta(milliseconds=50)
     """Delay before the first retry."""
     max_backoff: timedelta = timedelta(seconds=1)
-    """Largest delay between two attempts (also how late, at worst, a stream notices
-    that its restarted server is back)."""
+    """Largest delay between two attempts. A stream whose server went away does not
+    wait it out: it retries once grpc has connected to the server again."""
     multiplier: float = 2.0
     """Growth of the delay per failed attempt."""
     deadline: timedelta = timedelta(seconds=30)

@@ -297,7 +297,8 @@ class EventStream:
 
     Connects when iterated. Tracks ``last_sequence``; when the stream breaks
     (server restart, network drop, a replica that went away) it reconnects with
-    ``from_sequence=last_sequence`` after a jittered backoff, until the client's
+    ``from_sequence=last_sequence`` after a jittered backoff (cut short when the
+    channel, seen down, connects again), until the client's
     reconnect deadline passes without progress, then raises ``StreamInterrupted``.
     Events at or below ``last_sequence`` (duplicates) are dropped; a skipped
     sequence raises ``SequenceGap``. Iteration ends after the terminal event.
