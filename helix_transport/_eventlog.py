@@ -400,14 +400,17 @@ class SessionWriter:
             self._update = None
             await self._store.update_session(self.session_id, update)
 
-    async def finish(self, event: StreamEvent, update: SessionUpdate) -> None:
-        """Append a terminal ``event`` together with the session ``update``, atomically.
+    async def finish(
+        self, event: StreamEvent, update: SessionUpdate, *, checkpoint: Checkpoint | None = None
+    ) -> None:
+        """Append a terminal ``event`` together with the session ``update`` (and a
+        ``checkpoint``, see ``flush``), atomically.
 
         Events still pending go in the same write (the run's last events, its output
         and its end: usually one store round trip, not two).
         """
         self.emit(event)
-        await self.flush(update)
+        await self.flush(update, checkpoint=checkpoint)
 
 
 async def follow(

@@ -65,13 +65,20 @@ async def test_a_step_that_only_finishes_is_written_once_with_the_runs_end() -> 
     await _create(store, json.dumps({"steps": 1, "words": 2}))
     status = await _run(counter, store)
     assert status is SessionStatus.COMPLETED
-    # Run start, the tick's calls before it runs, the end of step 1; none for step 2.
-    assert [step for _, step in store.appends if step is not None] == [0, 0, 1]
+    # Run start, the tick's calls before it runs, the end of step 1, then step 2 only
+    # with the run's end: its finish call has no checkpoint of its own.
+    assert [step for _, step in store.appends if step is not None] == [0, 0, 1, 2]
     last_kinds, last_checkpoint = store.appends[-1]
-    assert last_checkpoint is None
+    assert last_checkpoint == 2
     assert last_kinds[-4:] == ["tool_start", "tool_end", "output", "completed"]
     events = await store.read("s")
     assert [e.sequence for e in events] == list(range(1, len(events) + 1))
+    # The end's checkpoint holds the whole conversation, for a new turn to start from.
+    saved = await store.load_checkpoint("s")
+    assert saved is not None and saved.last_sequence == events[-1].sequence
+    finish_call, finish_result = saved.messages[-2:]
+    assert finish_call["tool_calls"][0]["function"]["name"] == "__finish__"
+    assert finish_result["role"] == "tool" and finish_result["name"] == "__finish__"
 
 
 async def test_an_interrupt_requested_before_the_first_step_stops_the_run_there() -> None:

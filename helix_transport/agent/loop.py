@@ -409,6 +409,15 @@ class RunLoop:
                 step_count=state.step,
                 usage=state.usage,
             ),
+            # The whole conversation, its last step included: what a new turn
+            # (Continue) starts from. It rides with the end: still one write.
+            checkpoint=Checkpoint(
+                session_id=self.session_id,
+                step=state.step,
+                messages=state.messages,
+                usage=state.usage,
+                state=state.state,
+            ),
         )
         return SessionStatus.COMPLETED
 

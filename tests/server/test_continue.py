@@ -13,8 +13,10 @@ import asyncio
 import json
 
 import pytest
+from pydantic import BaseModel
 
 from helix_transport import (
+    Agent,
     AgentClient,
     InvalidArgument,
     SessionExists,
@@ -22,6 +24,7 @@ from helix_transport import (
     SessionStateConflict,
 )
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
+from helix_transport.agent.scripted import ScriptedTurn, finish, register_script
 from services.critic import agent as critic
 from tests.agents import counter, looper
 from tests.conftest import Serve
@@ -65,6 +68,54 @@ async def test_a_continued_session_remembers_and_gets_a_fresh_step_budget(serve:
     assert [e.step for e in log if e.WhichOneof("payload") == "step_started"] == [1, 2, 3, 4]
     assert status.status == pb.SESSION_STATUS_COMPLETED and status.step_count == 4
     assert json.loads(status.output_json) == verdict2
+
+
+class _Said(BaseModel):
+    said: str = ""
+    earlier: list[str] = []
+
+
+def _recall(messages: list[dict[str, object]]) -> ScriptedTurn:
+    # What this agent answered before: the arguments of its earlier __finish__ calls.
+    earlier = [
+        json.loads(call["function"]["arguments"])["said"]
+        for message in messages
+        if message.get("role") == "assistant"
+        for call in message.get("tool_calls") or []  # type: ignore[attr-defined]
+        if call["function"]["name"] == "__finish__"
+    ]
+    return finish(said=f"answer {len(earlier) + 1}", earlier=earlier)
+
+
+recaller = Agent(
+    name="recaller",
+    description="Answers with a new answer and all its earlier ones.",
+    input_model=_Said,
+    output_model=_Said,
+    model=register_script("recaller", _recall),
+    max_steps=2,
+)
+
+
+async def test_a_new_turn_sees_the_answer_that_ended_the_last_one(serve: Serve) -> None:
+    # A run's last step (its finish call and that call's result) is in the conversation
+    # a new turn starts from, though it is written only with the run's end.
+    async with serve(recaller) as (_, client):
+        await client.start("{}", session_id="m1")
+        await collect(client, "m1")
+        reply = await client.continue_session("m1", "{}", turn=2)
+        second = await collect(client, "m1", after=reply.from_sequence)
+        reply = await client.continue_session("m1", "{}", turn=3)
+        third = await collect(client, "m1", after=reply.from_sequence)
+
+    assert json.loads(second[-1].completed.output_json) == {
+        "said": "answer 2",
+        "earlier": ["answer 1"],
+    }
+    assert json.loads(third[-1].completed.output_json) == {
+        "said": "answer 3",
+        "earlier": ["answer 1", "answer 2"],
+    }
 
 
 async def test_continue_is_idempotent_on_the_turn_and_checks_the_state(serve: Serve) -> None:
