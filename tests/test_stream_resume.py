@@ -75,3 +75,15 @@ async def test_a_channel_that_stays_connected_waits_the_whole_backoff() -> None:
         started = time.monotonic()
         await client._reconnected(within_s=0.3)
         assert time.monotonic() - started >= 0.29
+
+
+async def test_a_reconnect_never_retries_sooner_than_the_floor() -> None:
+    # A channel that connects at once (here: never connected yet, its server up) still
+    # waits a little, so a server that drops every connection cannot make a client spin.
+    async with (
+        await create_server(counter, MemoryStore(), allow_unauthenticated=True) as server,
+        await AgentClient.connect(server.address) as client,
+    ):
+        started = time.monotonic()
+        await client._reconnected(within_s=5)
+        assert 0.045 <= time.monotonic() - started < 2

@@ -109,6 +109,7 @@ class AgentClient:
         """
         channel = self._channel
         ready = grpc.ChannelConnectivity.READY
+        started = time.monotonic()
         dropped = False
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(within_s):
@@ -117,6 +118,10 @@ class AgentClient:
                     dropped = dropped or state is not ready
                     await channel.wait_for_state_change(state)
                     state = channel.get_state(try_to_connect=True)
+                # A server that accepts connections and drops them at once cannot make
+                # a client spin either.
+                floor = min(within_s, _RECONNECT_FLOOR_S)
+                await asyncio.sleep(floor - (time.monotonic() - started))
 
     def _check_open(self) -> None:
         if self._state is _State.CLOSED:
@@ -273,6 +278,10 @@ def _stream_response(message: bytes) -> pb.StreamResponse | None:
         return pb.StreamResponse.FromString(message)
     except DecodeError:
         return None
+
+
+_RECONNECT_FLOOR_S = 0.05
+"""The shortest wait before a retry, even when the channel reconnects sooner."""
 
 
 def _retry_delay(
