@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.agent.loop import FINISH_INSTRUCTIONS
@@ -222,6 +223,8 @@ class _Concurrent:
     wall: float
     busy: dict[str, int]
     """CPU busy % of the server process and of this (client) process."""
+    timeline: dict[str, Any] = field(default_factory=dict)
+    """Where in the run the latency was (see ``_Latencies.timeline``)."""
     errors: list[str] = field(default_factory=list)
 
 
@@ -257,6 +260,31 @@ class _Latencies:
     def streaming(self) -> list[float]:
         window = [ms for t, ms in self.samples if self.all_streaming < t < self.first_done]
         return window or [float("nan")]
+
+    def timeline(self, started: float, bin_s: float = 0.25) -> dict[str, Any]:
+        """Latency per ``bin_s`` of receipt time since ``started`` (perf_counter), with
+        when every stream had started and when the first one ended: which part of a
+        run (the start burst, the streaming, the ends) a window's p99 comes from."""
+        bins: dict[int, list[float]] = {}
+        for at, ms in self.samples:
+            bins.setdefault(int((at - started) / bin_s), []).append(ms)
+
+        def since(at: float) -> float | None:
+            return round(at - started, 3) if at != float("inf") else None
+
+        return {
+            "all_streaming_s": since(self.all_streaming),
+            "first_end_s": since(self.first_done),
+            "bins": [
+                {
+                    "from_s": round(index * bin_s, 3),
+                    "events": len(window),
+                    "p50_ms": round(percentile(window, 50), 2),
+                    "p99_ms": round(percentile(window, 99), 2),
+                }
+                for index, window in sorted(bins.items())
+            ],
+        }
 
 
 async def concurrency(
@@ -368,6 +396,7 @@ async def concurrency(
         "helix_wall_s": round(helix.wall, 2),
         "raw_wall_s": round(raw.wall, 2),
         "cpu_busy_pct": {"helix": helix.busy, "raw": raw.busy},
+        "helix_timeline": helix.timeline,
     }
 
 
@@ -424,6 +453,7 @@ async def _helix_concurrent(
         errors=errors,
         wall=wall,
         busy=meter.busy(),
+        timeline=latencies.timeline(started),
     )
 
 

@@ -68,3 +68,20 @@ def test_bench_parses_a_list_of_loads() -> None:
     assert _parser().parse_args(["--concurrent-fewer", ""]).concurrent_fewer == ()
     with pytest.raises(SystemExit):
         _parser().parse_args(["--concurrent-fewer", "a,b"])
+
+
+def test_scenario_6_timeline_says_where_in_the_run_latency_was() -> None:
+    from helix_transport.bench.streams import _Latencies
+
+    latencies = _Latencies(2)
+    latencies.samples = [(100.1, 10.0), (100.3, 20.0), (100.35, 40.0), (101.0, 5.0)]
+    latencies.all_streaming, latencies.first_done = 100.3, 100.9
+    timeline = latencies.timeline(100.0)
+    assert timeline["all_streaming_s"] == pytest.approx(0.3)
+    assert timeline["first_end_s"] == pytest.approx(0.9)
+    assert [(b["from_s"], b["events"], b["p99_ms"]) for b in timeline["bins"]] == [
+        (0.0, 1, 10.0),
+        (0.25, 2, pytest.approx(39.8)),
+        (1.0, 1, 5.0),
+    ]
+    assert _Latencies(1).timeline(0.0) == {"all_streaming_s": None, "first_end_s": None, "bins": []}
