@@ -7,12 +7,12 @@ import contextlib
 import enum
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 import grpc
-from google.protobuf.message import DecodeError
+from google.protobuf.message import DecodeError, Message
 
 from helix_transport._config import ClientConfig, RetryConfig
 from helix_transport._eventlog import is_terminal
@@ -33,6 +33,9 @@ from helix_transport.transport._errors import RESUMABLE, map_grpc_errors, to_hel
 class _State(enum.Enum):
     OPENED = "opened"
     CLOSED = "closed"
+
+
+_Reply = TypeVar("_Reply")
 
 
 class AgentClient:
@@ -161,25 +164,7 @@ class AgentClient:
             parent_session_id=parent_session_id,
             metadata=dict(metadata or {}),
         )
-        retry = self.config.reconnect
-        started = time.monotonic()
-        attempt = 0
-        while True:
-            try:
-                return await self._stub.Start(
-                    request, timeout=self._timeout, metadata=self._metadata()
-                )
-            except grpc.aio.AioRpcError as exc:
-                delay = _retry_delay(exc, retry, attempt, address=self.address)
-                spent = time.monotonic() - started
-                if delay is None or spent >= retry.deadline.total_seconds():
-                    raise to_helix_error(exc, address=self.address, session_id=session_id) from exc
-                unavailable = exc.code() == grpc.StatusCode.UNAVAILABLE
-            if unavailable:
-                await self._reconnected(within_s=delay)
-            else:
-                await asyncio.sleep(delay)  # as the server's retry hint says
-            attempt += 1
+        return await self._idempotent(self._stub.Start, request, session_id)
 
     async def continue_session(
         self, session_id: str, message: str, *, turn: int, fresh: bool = False
@@ -196,14 +181,21 @@ class AgentClient:
         """
         self._check_open()
         request = pb.ContinueRequest(session_id=session_id, message=message, turn=turn, fresh=fresh)
+        return await self._idempotent(self._stub.Continue, request, session_id)
+
+    async def _idempotent(
+        self, rpc: Callable[..., Awaitable[_Reply]], request: Message, session_id: str
+    ) -> _Reply:
+        """Call ``rpc``, retrying while the service is unavailable (from when the
+        channel reconnects) or refuses with a retry hint (after it), within the
+        reconnect deadline; then the last error as a helix error. Only for calls a
+        retry cannot repeat (``Start`` and ``Continue`` name what they create)."""
         retry = self.config.reconnect
         started = time.monotonic()
         attempt = 0
         while True:
             try:
-                return await self._stub.Continue(
-                    request, timeout=self._timeout, metadata=self._metadata()
-                )
+                return await rpc(request, timeout=self._timeout, metadata=self._metadata())
             except grpc.aio.AioRpcError as exc:
                 delay = _retry_delay(exc, retry, attempt, address=self.address)
                 spent = time.monotonic() - started
