@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import contextvars
 import logging
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from helix_transport._eventlog import EventHub, SessionWriter
 from helix_transport._exceptions import LeaseLost, SequenceConflict, StoreUnavailable
@@ -69,6 +70,8 @@ class SessionRunner:
         self._runs: dict[str, _Run] = {}
         self._starting: set[str] = set()
         """Sessions between ``start`` being called and their run being registered."""
+        self._creating: collections.Counter[str] = collections.Counter()
+        """Sessions ``create_and_start`` is creating: leased to us, not yet started."""
         self._renewer: asyncio.Task[None] | None = None
         self._next_lapse = math.inf
         """The soonest a lease the last orphan scan saw held elsewhere would lapse."""
@@ -78,8 +81,32 @@ class SessionRunner:
         """Runs executing in this process now."""
         return len(self._runs)
 
-    async def start(self, record: SessionRecord, *, resume_reason: str = "") -> bool:
-        """Run ``record`` here if its lease can be taken; False when another process owns it."""
+    async def create_and_start(self, record: SessionRecord) -> tuple[SessionRecord, bool]:
+        """Create ``record`` leased to this process and start its run, in one store round
+        trip before the run; or return the existing session (untouched) and ``False``."""
+        session_id = record.session_id
+        # The orphan scan must not take a session created here, leased to us, for one
+        # this process left behind before a restart.
+        self._creating[session_id] += 1
+        try:
+            existing, created = await self.store.create_session(
+                replace(record, owner=self.owner), lease_ttl_s=self.lease_ttl_s
+            )
+            if created:
+                await self.start(existing, leased=True)
+            return existing, created
+        finally:
+            self._creating[session_id] -= 1
+            if not self._creating[session_id]:
+                del self._creating[session_id]
+
+    async def start(
+        self, record: SessionRecord, *, resume_reason: str = "", leased: bool = False
+    ) -> bool:
+        """Run ``record`` here if its lease can be taken; False when another process owns it.
+
+        ``leased``: the store created it leased to this process (``create_and_start``).
+        """
         session_id = record.session_id
         # Claimed before the first await: a Start and the orphan scan (or a retried
         # Start) racing for one session must not both build a run of it here.
@@ -87,12 +114,12 @@ class SessionRunner:
             return True
         self._starting.add(session_id)
         try:
-            return await self._start(record, resume_reason)
+            return await self._start(record, resume_reason, leased)
         finally:
             self._starting.discard(session_id)
 
-    async def _start(self, record: SessionRecord, resume_reason: str) -> bool:
-        if not await self.store.acquire_lease(
+    async def _start(self, record: SessionRecord, resume_reason: str, leased: bool) -> bool:
+        if not leased and not await self.store.acquire_lease(
             record.session_id, self.owner, ttl_s=self.lease_ttl_s
         ):
             return False
@@ -193,10 +220,10 @@ class SessionRunner:
         resumed = 0
         next_lapse = math.inf
         for record in await self.store.list_sessions(status=SessionStatus.RUNNING):
-            if record.session_id in self._runs:
+            if record.session_id in self._runs or record.session_id in self._creating:
                 continue
-            # Never leased and younger than a lease: its Start (maybe on another
-            # replica) is still between create and lease. Older, its creator died.
+            # Never leased and younger than a lease: its Start (on a replica of a version
+            # that leased after creating) may be between the two. Older, its creator died.
             if not record.owner and time.time() - record.created_at < self.lease_ttl_s:
                 next_lapse = min(next_lapse, record.created_at + self.lease_ttl_s)
                 continue

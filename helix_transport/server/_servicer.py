@@ -124,11 +124,8 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
 
     async def _create_and_run(self, record: SessionRecord) -> tuple[SessionRecord, bool]:
         try:
-            # One atomic round trip: create, or get the existing session back.
-            existing, created = await self.store.create_session(record)
-            if created:
-                await self.runner.start(existing)
-            return existing, created
+            # One atomic round trip: create (leased to us), or get the existing session back.
+            return await self.runner.create_and_start(record)
         finally:
             self._starting -= 1  # in the same step the run joined runner.running
 

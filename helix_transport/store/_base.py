@@ -37,10 +37,16 @@ class Store(Protocol):
       ``expected_sequence`` to ``append``, which is what actually stops a second writer.
     """
 
-    async def create_session(self, record: SessionRecord) -> tuple[SessionRecord, bool]:
+    async def create_session(
+        self, record: SessionRecord, *, lease_ttl_s: float | None = None
+    ) -> tuple[SessionRecord, bool]:
         """Create ``record`` unless its id exists; of concurrent creators exactly one wins.
 
-        ``record`` is a fresh session: ``last_sequence`` 0, no owner.
+        ``record`` is a fresh session: ``last_sequence`` 0. With ``lease_ttl_s``, the
+        session is created leased to ``record.owner`` for that long, judged by the
+        store's clock as ``acquire_lease`` judges it (its ``lease_expires_at`` is
+        ignored): one atomic write where a create then a lease were two round trips.
+        An existing session is returned untouched, lease and all.
 
         Returns:
             The stored record and whether this call created it. When the id exists,
@@ -255,3 +261,17 @@ def check_checkpoint(
             f"append: the checkpoint is at {checkpoint.last_sequence}, the append ends the "
             f"log at {expected_sequence + count}"
         )
+
+
+def check_lease(record: SessionRecord, lease_ttl_s: float | None) -> None:
+    """Refuse a ``create_session`` lease with no owner or no time.
+
+    Raises:
+        UsageError: ``lease_ttl_s`` given but not positive, or ``record.owner`` empty.
+    """
+    if lease_ttl_s is None:
+        return
+    if not record.owner:
+        raise UsageError("create_session: a lease needs record.owner")
+    if not lease_ttl_s > 0:
+        raise UsageError(f"create_session: lease_ttl_s must be positive, not {lease_ttl_s}")

@@ -17,6 +17,7 @@ from helix_transport.store._base import (
     READ_LIMIT,
     appended_count,
     check_checkpoint,
+    check_lease,
     given_bytes,
 )
 from helix_transport.store._records import (
@@ -57,12 +58,17 @@ class MemoryStore:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
-    async def create_session(self, record: SessionRecord) -> tuple[SessionRecord, bool]:
+    async def create_session(
+        self, record: SessionRecord, *, lease_ttl_s: float | None = None
+    ) -> tuple[SessionRecord, bool]:
         """Create ``record`` unless its id exists (see ``Store.create_session``)."""
         self._check_open()
+        check_lease(record, lease_ttl_s)
         existing = self._sessions.get(record.session_id)
         if existing is not None:
             return copy.deepcopy(existing), False
+        if lease_ttl_s is not None:
+            record = dataclasses.replace(record, lease_expires_at=time.time() + lease_ttl_s)
         self._sessions[record.session_id] = copy.deepcopy(record)
         self._events[record.session_id] = []
         return copy.deepcopy(record), True

@@ -40,6 +40,7 @@ from helix_transport.store._base import (
     READ_LIMIT,
     appended_count,
     check_checkpoint,
+    check_lease,
     given_bytes,
 )
 from helix_transport.store._records import (
@@ -166,6 +167,16 @@ _RELEASE_LEASE = (
     "UPDATE {s}.sessions SET owner = '', lease_expires_at = 0 WHERE session_id = $1 AND owner = $2"
 )
 _DB_NOW = "extract(epoch FROM clock_timestamp())::double precision"
+# _INSERT_SESSION, leased: the lease_expires_at parameter is the TTL, added to the
+# database's clock (as _ACQUIRE_LEASE does).
+_INSERT_SESSION_LEASED = (
+    f"INSERT INTO {{s}}.sessions ({', '.join(_SESSION_COLUMNS)}) VALUES ("
+    + ", ".join(
+        f"{_DB_NOW} + ${n}::double precision" if column == "lease_expires_at" else f"${n}"
+        for n, column in enumerate(_SESSION_COLUMNS, start=1)
+    )
+    + ") ON CONFLICT (session_id) DO NOTHING RETURNING *"
+)
 _RENEW_LEASES = f"""
     UPDATE {{s}}.sessions SET owner = $2, lease_expires_at = {_DB_NOW} + $3
     WHERE session_id = ANY($1::text[])
@@ -358,9 +369,16 @@ class PostgresStore:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
-    async def create_session(self, record: SessionRecord) -> tuple[SessionRecord, bool]:
+    async def create_session(
+        self, record: SessionRecord, *, lease_ttl_s: float | None = None
+    ) -> tuple[SessionRecord, bool]:
         """Create ``record`` unless its id exists (see ``Store.create_session``)."""
-        row = await self._call("fetchrow", _INSERT_SESSION, *_columns(record).values())
+        check_lease(record, lease_ttl_s)
+        if lease_ttl_s is None:
+            row = await self._call("fetchrow", _INSERT_SESSION, *_columns(record).values())
+        else:
+            values = _columns(record) | {"lease_expires_at": lease_ttl_s}
+            row = await self._call("fetchrow", _INSERT_SESSION_LEASED, *values.values())
         if row is not None:
             return _session_from_row(row), True
         # The INSERT waited for a racing creator to commit, so a new statement sees its row.

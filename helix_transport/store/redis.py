@@ -44,6 +44,7 @@ from helix_transport.store._base import (
     READ_LIMIT,
     appended_count,
     check_checkpoint,
+    check_lease,
     given_bytes,
 )
 from helix_transport.store._records import (
@@ -75,10 +76,16 @@ local function apply_update(key, index_prefix, now, terminal, first)
 end
 """
 
-# KEYS: session hash, its status set. ARGV: session id, field/value pairs.
+# KEYS: session hash, its status set. ARGV: session id, lease ttl seconds or '',
+# field/value pairs. A lease's expiry is set by the server's clock, as in _ACQUIRE_LEASE.
 _CREATE = """
 if redis.call('EXISTS', KEYS[1]) == 0 then
-  redis.call('HSET', KEYS[1], unpack(ARGV, 2))
+  redis.call('HSET', KEYS[1], unpack(ARGV, 3))
+  if ARGV[2] ~= '' then
+    local t = redis.call('TIME')
+    local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+    redis.call('HSET', KEYS[1], 'lease_expires_at', string.format('%.17g', now + tonumber(ARGV[2])))
+  end
   redis.call('SADD', KEYS[2], ARGV[1])
   return {1, redis.call('HGETALL', KEYS[1])}
 end
@@ -278,11 +285,15 @@ class RedisStore:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
-    async def create_session(self, record: SessionRecord) -> tuple[SessionRecord, bool]:
+    async def create_session(
+        self, record: SessionRecord, *, lease_ttl_s: float | None = None
+    ) -> tuple[SessionRecord, bool]:
         """Create ``record`` unless its id exists (see ``Store.create_session``)."""
         self._check_open()
+        check_lease(record, lease_ttl_s)
         keys = [self._key("session", record.session_id), self._key("status", record.status.value)]
-        args = [record.session_id, *_field_pairs(record)]
+        ttl = "" if lease_ttl_s is None else repr(float(lease_ttl_s))
+        args = [record.session_id, ttl, *_field_pairs(record)]
         with _map_redis_errors():
             created, fields = await self._create(keys=keys, args=args)
         return _decode_session(fields), created == 1

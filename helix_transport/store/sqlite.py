@@ -39,6 +39,7 @@ from helix_transport.store._base import (
     READ_LIMIT,
     appended_count,
     check_checkpoint,
+    check_lease,
     given_bytes,
 )
 from helix_transport.store._records import (
@@ -298,9 +299,12 @@ class SqliteStore:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
-    async def create_session(self, record: SessionRecord) -> tuple[SessionRecord, bool]:
+    async def create_session(
+        self, record: SessionRecord, *, lease_ttl_s: float | None = None
+    ) -> tuple[SessionRecord, bool]:
         """Create ``record`` unless its id exists (see ``Store.create_session``)."""
-        return await self._run(lambda conn: _create_session(conn, record))
+        check_lease(record, lease_ttl_s)
+        return await self._run(lambda conn: _create_session(conn, record, lease_ttl_s))
 
     async def get_session(self, session_id: str) -> SessionRecord | None:
         """The session, or ``None`` when it does not exist."""
@@ -669,7 +673,11 @@ def _require_session(conn: sqlite3.Connection, session_id: str) -> SessionRecord
     return record
 
 
-def _create_session(conn: sqlite3.Connection, record: SessionRecord) -> tuple[SessionRecord, bool]:
+def _create_session(
+    conn: sqlite3.Connection, record: SessionRecord, lease_ttl_s: float | None
+) -> tuple[SessionRecord, bool]:
+    if lease_ttl_s is not None:  # the clock acquire_lease judges by: this process's
+        record = dataclasses.replace(record, lease_expires_at=time.time() + lease_ttl_s)
     with _transaction(conn):
         created = conn.execute(_INSERT_SESSION, _session_params(record)).rowcount == 1
         return _require_session(conn, record.session_id), created

@@ -582,6 +582,30 @@ class StoreConformance:
         assert released is not None and released.owner == ""
         assert await store.acquire_lease("s-1", "A", ttl_s=30) is True
 
+    async def test_a_session_created_leased_is_held_until_its_lease_lapses(
+        self, store: Store
+    ) -> None:
+        # The record's own lease_expires_at is ignored: the TTL counts from the store's clock.
+        record = make_record(owner="A", lease_expires_at=1.0)
+        stored, created = await store.create_session(record, lease_ttl_s=0.4)
+        assert created is True and stored.owner == "A"
+        assert time.time() < stored.lease_expires_at <= time.time() + 5
+        assert await store.get_session("s-1") == stored
+        assert await store.acquire_lease("s-1", "B", ttl_s=30) is False
+        assert await store.acquire_lease("s-1", "A", ttl_s=0.4) is True  # its owner renews
+        await asyncio.sleep(0.6)
+        assert await store.acquire_lease("s-1", "B", ttl_s=30) is True  # lapsed: taken over
+        # An existing session comes back untouched: no lease taken, none changed.
+        again, created = await store.create_session(
+            make_record(owner="C", input_json='{"a": 2}'), lease_ttl_s=30
+        )
+        assert created is False and again.owner == "B"
+        with pytest.raises(UsageError):
+            await store.create_session(make_record("s-2"), lease_ttl_s=30)  # no owner
+        with pytest.raises(UsageError):
+            await store.create_session(make_record("s-2", owner="A"), lease_ttl_s=0)
+        assert await store.get_session("s-2") is None
+
     async def test_aclose_is_idempotent(self, store: Store) -> None:
         await store.aclose()
         await store.aclose()

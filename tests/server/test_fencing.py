@@ -99,6 +99,52 @@ async def test_orphan_scan_leaves_a_session_between_create_and_lease() -> None:
         assert await server.runner.resume_orphans() == 0
 
 
+class _HeldCreate(MemoryStore):
+    """Holds each create_session's answer (the session is already stored) until released."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.created = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def create_session(
+        self, record: SessionRecord, *, lease_ttl_s: float | None = None
+    ) -> tuple[SessionRecord, bool]:
+        answer = await super().create_session(record, lease_ttl_s=lease_ttl_s)
+        self.created.set()
+        await self.release.wait()
+        return answer
+
+
+async def test_a_session_is_created_leased_and_the_scan_leaves_it_to_its_start() -> None:
+    # Start creates the session leased to this replica, in one store call. Until its run
+    # is registered, this replica's orphan scan must not take it for a session it left
+    # behind before a restart (its owner is our own id): one fresh run, never a resume.
+    store = _HeldCreate()
+    async with await create_server(counter, store, allow_unauthenticated=True) as server:
+        start = asyncio.create_task(
+            server.servicer.Start(
+                pb.StartRequest(session_id="s1", input_json=json.dumps({"steps": 1, "words": 1})),
+                None,  # type: ignore[arg-type]
+            )
+        )
+        await asyncio.wait_for(store.created.wait(), 5)
+        held = await store.get_session("s1")
+        assert held is not None and held.owner == server.runner.owner
+        assert held.lease_expires_at > time.time()
+        assert await server.runner.resume_orphans() == 0
+        store.release.set()
+        await asyncio.wait_for(start, 5)
+
+        async def done() -> bool:
+            record = await store.get_session("s1")
+            return record is not None and record.status is SessionStatus.COMPLETED
+
+        await assert_eventually(done)
+    kinds = [event.WhichOneof("payload") for event in await store.read("s1")]
+    assert kinds.count("run_started") == 1 and "run_resumed" not in kinds
+
+
 class _CheckpointReads(MemoryStore):
     def __init__(self) -> None:
         super().__init__()
