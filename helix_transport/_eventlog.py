@@ -433,10 +433,10 @@ async def follow(
     Raises:
         SessionNotFound: the session does not exist.
     """
-    # A heartbeat interval shorter than the poll interval shortens the waits too.
-    poll_interval_s = poll_interval_s if idle_s is None else min(poll_interval_s, idle_s)
-    with hub.reading(session_id, after=from_sequence) as cursor, _Waits(poll_interval_s) as waits:
-        async for batch in _follow(store, hub, session_id, cursor, waits, batch_limit, idle_s):
+    with hub.reading(session_id, after=from_sequence) as cursor:
+        async for batch in _follow(
+            store, hub, session_id, cursor, batch_limit, poll_interval_s, idle_s
+        ):
             yield batch
 
 
@@ -445,13 +445,15 @@ async def _follow(
     hub: EventHub,
     session_id: str,
     cursor: ReaderCursor,
-    waits: _Waits,
     batch_limit: int,
-    idle_s: float | None,
+    poll_interval_s: float,
+    idle_s: float | None = None,
 ) -> AsyncIterator[Batch]:
     last = cursor.after
     force_store = False
     quiet_since = time.monotonic()
+    # A heartbeat interval shorter than the poll interval shortens the waits too.
+    poll_interval_s = poll_interval_s if idle_s is None else min(poll_interval_s, idle_s)
     while True:
         if idle_s is not None and time.monotonic() - quiet_since >= idle_s:
             yield Batch([])  # quiet for idle_s: a heartbeat is due
@@ -461,7 +463,7 @@ async def _follow(
         if batch is not None and not batch.encoded:
             # Caught up with this process's writer: wait for its next publish, and
             # after a quiet poll interval check the store (another process may write).
-            force_store = not await waits.wait(waiter)
+            force_store = not await _wait(waiter, poll_interval_s)
             continue
         if batch is None:
             events = await store.read(session_id, from_sequence=last, limit=batch_limit)
@@ -485,9 +487,9 @@ async def _follow(
         if record.status.is_terminal and record.last_sequence <= last:
             return  # finished, and the reader already has everything
         if isinstance(store, EventNotifier):
-            await _wait_either(waiter, store, session_id, last, waits.timeout_s)
+            await _wait_either(waiter, store, session_id, last, poll_interval_s)
         else:
-            await waits.wait(waiter)
+            await _wait(waiter, poll_interval_s)
 
 
 async def _wait_either(
@@ -515,59 +517,27 @@ async def _wait_either(
                 task.exception()  # a store error here resurfaces at the next read
 
 
-class _Waits:
-    """One reader's waits for its session's next publish, each given up after ``timeout_s``.
+async def _wait(waiter: asyncio.Future[None], timeout_s: float) -> bool:
+    """Wait for ``waiter``; False on timeout.
 
-    A streaming session wakes its reader at every event, so a timer per wait meant a
-    timer created, cancelled and sifted through the loop's heap per event per reader.
-    Here one timer serves every wait: a wait only moves the deadline, and the timer,
-    when it fires before the deadline, re-arms for the rest (one per ``timeout_s``).
-    The reader awaits a future of its own, never the shared ``waiter``, which its
-    cancellation would cancel for every reader.
+    The reader awaits a future of its own, never the shared ``waiter`` (which its
+    cancellation would cancel for every reader). A done-callback and a timer cost
+    about half of ``asyncio.timeout`` around ``asyncio.shield``, and this runs once
+    per wake-up per reader.
     """
+    if waiter.done():
+        return True
+    loop = asyncio.get_running_loop()
+    woken: asyncio.Future[bool] = loop.create_future()
 
-    def __init__(self, timeout_s: float) -> None:
-        self._loop = asyncio.get_running_loop()
-        self.timeout_s = timeout_s
-        self._deadline = 0.0
-        self._timer: asyncio.TimerHandle | None = None
-        self._woken: asyncio.Future[bool] | None = None
-        self._waiter: asyncio.Future[None] | None = None
+    def wake(_: object = None, value: bool = True) -> None:
+        if not woken.done():
+            woken.set_result(value)
 
-    async def wait(self, waiter: asyncio.Future[None]) -> bool:
-        """Wait for ``waiter``; False when ``timeout_s`` passed first."""
-        if waiter.done():
-            return True
-        woken: asyncio.Future[bool] = self._loop.create_future()
-        self._woken, self._waiter = woken, waiter
-        waiter.add_done_callback(self._wake)
-        self._deadline = self._loop.time() + self.timeout_s
-        if self._timer is None:
-            self._timer = self._loop.call_at(self._deadline, self._expire)
-        try:
-            return await woken
-        finally:
-            waiter.remove_done_callback(self._wake)
-            self._woken = self._waiter = None
-
-    def __enter__(self) -> _Waits:
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-
-    def _wake(self, waiter: asyncio.Future[None]) -> None:
-        # Not a wake-up left over from an earlier wait (already scheduled when it ended).
-        if waiter is self._waiter and self._woken is not None and not self._woken.done():
-            self._woken.set_result(True)
-
-    def _expire(self) -> None:
-        self._timer = None
-        if self._woken is None or self._woken.done():
-            return  # no wait under way: the next one arms a timer again
-        if self._loop.time() < self._deadline:  # a later wait moved the deadline
-            self._timer = self._loop.call_at(self._deadline, self._expire)
-        else:
-            self._woken.set_result(False)
+    waiter.add_done_callback(wake)
+    timer = loop.call_later(timeout_s, wake, None, False)
+    try:
+        return await woken
+    finally:
+        timer.cancel()
+        waiter.remove_done_callback(wake)

@@ -7,7 +7,7 @@ import dataclasses
 import gc
 from typing import Any
 
-from helix_transport._eventlog import Batch, EventHub, SessionWriter, _Waits, follow
+from helix_transport._eventlog import Batch, EventHub, SessionWriter, follow
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._status import SessionStatus
 from helix_transport.store import READ_LIMIT, Checkpoint, SessionRecord, SessionUpdate
@@ -329,53 +329,3 @@ async def test_a_reader_caught_up_with_a_starting_writer_waits_instead_of_readin
     hub.expect("t", 3)
     assert hub.since("t", 0, limit=10) is None
     assert hub.since("t", 2, limit=10) == Batch([])
-
-
-async def test_a_reader_woken_at_every_event_arms_one_poll_timer_not_one_per_wait() -> None:
-    store, hub = MemoryStore(), EventHub()
-    writer = await _new_session(store, hub)
-    loop = asyncio.get_running_loop()
-    timers: list[float] = []
-    call_at = loop.call_at
-
-    def counting_call_at(when: float, *args: Any, **kwargs: Any) -> asyncio.TimerHandle:
-        timers.append(when)
-        return call_at(when, *args, **kwargs)
-
-    seen: list[int] = []
-
-    async def read() -> None:
-        async for batch in follow(store, hub, "s", from_sequence=0, poll_interval_s=30):
-            seen.extend(e.sequence for e in batch.decode())
-
-    reader = asyncio.create_task(read())
-    loop.call_at = counting_call_at  # type: ignore[method-assign]
-    try:
-        for _ in range(200):  # one publish, and one wait of the reader, per event
-            writer.emit(pb.StreamEvent(text_delta=pb.TextDelta(text="x")))
-            await writer.flush()
-            for _ in range(3):
-                await asyncio.sleep(0)
-    finally:
-        del loop.call_at
-    await writer.finish(
-        pb.StreamEvent(completed=pb.Completed()), SessionUpdate(status=SessionStatus.COMPLETED)
-    )
-    await asyncio.wait_for(reader, 5)
-    assert seen == list(range(1, 202))
-    assert len(timers) <= 2, f"{len(timers)} timers for 200 waits"
-
-
-async def test_a_wait_after_earlier_woken_ones_still_times_out_on_its_own_deadline() -> None:
-    # Each woken wait moved the shared timer's deadline; the timer, firing early, must
-    # re-arm, so a wait that nothing wakes ends after its own timeout: not sooner,
-    # not never (a reader whose session's writer is in another process polls this way).
-    loop = asyncio.get_running_loop()
-    with _Waits(0.2) as waits:
-        for _ in range(6):  # 0.3 s of waits, each woken within the timeout
-            waiter = loop.create_future()
-            loop.call_later(0.05, waiter.set_result, None)
-            assert await waits.wait(waiter) is True
-        started = loop.time()
-        assert await asyncio.wait_for(waits.wait(loop.create_future()), 2) is False
-        assert 0.19 <= loop.time() - started < 1.0
