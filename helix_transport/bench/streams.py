@@ -209,6 +209,26 @@ async def _model_call() -> None:
 # ---------------------------------------------------------------- 6
 
 
+@asynccontextmanager
+async def leaf_service(store_url: str, log_path: Path) -> AsyncIterator[tuple[AgentClient, int]]:
+    """The bench's leaf agent served by a process of its own, as scenario 6 serves it:
+    a client to it and its pid (to read its CPU)."""
+    proc = ServiceProcess(
+        "helix_transport.bench.agents:leaf",
+        port=free_port(),
+        store_url=store_url,
+        log_path=log_path,
+        env=SERVICE_ENV,
+    )
+    await proc.start(timeout_s=60)
+    try:
+        assert proc.proc is not None
+        async with await AgentClient.connect(proc.address) as client:
+            yield client, proc.proc.pid
+    finally:
+        await proc.stop()
+
+
 @dataclass
 class _Concurrent:
     rate: float
@@ -305,31 +325,20 @@ async def concurrency(
     with the same count and pacing. ``fewer`` repeats the latency figure at lighter
     loads (as many sessions each), so the table shows where one process saturates.
     """
-    proc = ServiceProcess(
-        "helix_transport.bench.agents:leaf",
-        port=free_port(),
-        # HELIX_BENCH_CONCURRENCY_STORE (a store URL) runs it on another backend.
-        store_url=os.environ.get("HELIX_BENCH_CONCURRENCY_STORE")
-        or f"sqlite:///{tmp / 'concurrency.db'}",
-        log_path=tmp / "concurrency.log",
-        env=SERVICE_ENV,
+    # HELIX_BENCH_CONCURRENCY_STORE (a store URL) runs it on another backend.
+    store_url = (
+        os.environ.get("HELIX_BENCH_CONCURRENCY_STORE") or f"sqlite:///{tmp / 'concurrency.db'}"
     )
-    await proc.start(timeout_s=60)
-    try:
-        assert proc.proc is not None
-        pid = proc.proc.pid
-        async with await AgentClient.connect(proc.address) as client:
-            helix = await _helix_concurrent(
-                client, ids, pid, sessions=sessions, events=events, pace_ms=pace_ms
+    async with leaf_service(store_url, tmp / "concurrency.log") as (client, pid):
+        helix = await _helix_concurrent(
+            client, ids, pid, sessions=sessions, events=events, pace_ms=pace_ms
+        )
+        lighter = [
+            await _helix_concurrent(
+                client, ids, pid, sessions=n, events=events, pace_ms=pace_ms, warm_up=False
             )
-            lighter = [
-                await _helix_concurrent(
-                    client, ids, pid, sessions=n, events=events, pace_ms=pace_ms, warm_up=False
-                )
-                for n in fewer
-            ]
-    finally:
-        await proc.stop()
+            for n in fewer
+        ]
     async with raw_process(free_port()) as (stub, raw_pid):
         raw = await _raw_concurrent(
             stub, raw_pid, sessions=sessions, events=events, pace_ms=pace_ms

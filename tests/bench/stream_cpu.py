@@ -23,8 +23,9 @@ import os
 import statistics
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 from helix_transport import AgentClient
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
@@ -32,11 +33,11 @@ from helix_transport.bench._measure import instrument_without_gc
 from helix_transport.bench._raw import RawCall, raw_process, raw_receive
 from helix_transport.bench._report import percentile
 from helix_transport.bench.agents import leaf_input
-from helix_transport.bench.delegation import SERVICE_ENV
-from helix_transport.testing.processes import ServiceProcess, free_port
+from helix_transport.bench.streams import leaf_service
+from helix_transport.testing.processes import free_port
 from tests.bench.two_hops import _cpu_s
 
-Receive = Callable[[int, Callable[[pb.StreamEvent], None]], Awaitable[object]]
+Receive = Callable[[int, Callable[[pb.StreamEvent], None]], Coroutine[Any, Any, None]]
 """Stream session ``index`` to its end, calling back with each text delta."""
 
 
@@ -133,25 +134,12 @@ async def main() -> None:
     gc.freeze()  # as helix-mesh bench does: the client's collections are not the service's
     with tempfile.TemporaryDirectory(prefix="helix-stream-cpu-") as tmp:
         store = f"sqlite:///{Path(tmp) / 'leaf.db'}" if args.store == "sqlite" else args.store
-        proc = ServiceProcess(
-            "helix_transport.bench.agents:leaf",
-            port=free_port(),
-            store_url=store,
-            log_path=Path(tmp) / "leaf.log",
-            env=SERVICE_ENV,
-        )
-        await proc.start(timeout_s=60)
-        try:
-            assert proc.proc is not None
-            pid = proc.proc.pid
-            async with await AgentClient.connect(proc.address) as client:
-                warm = _helix(client, events=30, pace_ms=5)
-                await _run(warm, pid, sessions=10, window_s=0.01, warn=False)
-                helix = await _runs(
-                    "helix", _helix(client, events=args.events, pace_ms=args.pace_ms), pid, args
-                )
-        finally:
-            await proc.stop()
+        async with leaf_service(store, Path(tmp) / "leaf.log") as (client, pid):
+            warm = _helix(client, events=30, pace_ms=5)
+            await _run(warm, pid, sessions=10, window_s=0.01, warn=False)
+            helix = await _runs(
+                "helix", _helix(client, events=args.events, pace_ms=args.pace_ms), pid, args
+            )
     async with raw_process(free_port()) as (stub, raw_pid):
         raw = await _runs(
             "raw", _raw(stub, events=args.events, pace_ms=args.pace_ms), raw_pid, args
