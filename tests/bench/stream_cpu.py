@@ -29,13 +29,12 @@ from typing import Any
 
 from helix_transport import AgentClient
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
-from helix_transport.bench._measure import instrument_without_gc
+from helix_transport.bench._measure import cpu_seconds, instrument_without_gc
 from helix_transport.bench._raw import RawCall, raw_process, raw_receive
 from helix_transport.bench._report import percentile
 from helix_transport.bench.agents import leaf_input
 from helix_transport.bench.streams import leaf_service
 from helix_transport.testing.processes import free_port
-from tests.bench.two_hops import _cpu_s
 
 Receive = Callable[[int, Callable[[pb.StreamEvent], None]], Coroutine[Any, Any, None]]
 """Stream session ``index`` to its end, calling back with each text delta."""
@@ -85,11 +84,11 @@ async def _run(
     ]
     await all_streaming.wait()
     await asyncio.sleep(0.5)  # past the burst of first model calls
-    cpu0, client0, wall0 = _cpu_s(pid), time.process_time(), time.perf_counter()
+    cpu0, client0, wall0 = cpu_seconds(pid), time.process_time(), time.perf_counter()
     measuring = True
     await asyncio.sleep(window_s)
     measuring = False
-    cpu1, client1, wall1 = _cpu_s(pid), time.process_time(), time.perf_counter()
+    cpu1, client1, wall1 = cpu_seconds(pid), time.process_time(), time.perf_counter()
     ended_inside = any(task.done() for task in tasks)
     await asyncio.gather(*tasks)
     if ended_inside and warn:

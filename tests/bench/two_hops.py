@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import os
 import statistics
 import tempfile
 import time
@@ -26,17 +25,13 @@ from pathlib import Path
 from helix_transport import AgentClient
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.bench import delegation
+from helix_transport.bench._measure import cpu_seconds
 from helix_transport.bench.agents import leaf_input, parent_input
 from helix_transport.registry import address_env_var
 
 
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def _cpu_all(pids: dict[str, int]) -> dict[str, float]:
-    return {"client": time.process_time(), **{name: _cpu_s(pid) for name, pid in pids.items()}}
+    return {"client": time.process_time(), **{name: cpu_seconds(pid) for name, pid in pids.items()}}
 
 
 def _cpu_used(pids: dict[str, int], before: dict[str, float]) -> dict[str, float]:
