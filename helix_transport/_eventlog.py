@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import operator
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -35,6 +36,17 @@ TERMINAL_PAYLOADS = frozenset({"completed", "failed", "interrupted", "terminated
 def is_terminal(event: StreamEvent) -> bool:
     """True for the events that end a session's stream."""
     return event.WhichOneof("payload") in TERMINAL_PAYLOADS
+
+
+_PAYLOAD = operator.methodcaller("WhichOneof", "payload")
+
+
+def through_terminal(events: Sequence[StreamEvent]) -> int:
+    """How many of ``events`` one stream delivers: all, or up to and with the first
+    terminal one (a continued session's log goes on after it with the next turn)."""
+    if TERMINAL_PAYLOADS.isdisjoint(map(_PAYLOAD, events[:-1])):  # the usual case, in C
+        return len(events)
+    return next(n for n, event in enumerate(events, 1) if is_terminal(event))
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +76,8 @@ class _Tail:
     nbytes: int = 0
     ended: bool = False
     """It ends with a terminal event: kept only for the readers still draining it."""
+    terminals: list[int] = field(default_factory=list)
+    """Sequences of its terminal events: a continued session's next turn follows one."""
     writing: bool = False
     """A local writer fills it (see ``EventHub.expect``)."""
 
@@ -135,11 +149,13 @@ class EventHub:
         tail = self._tail(session_id)
         if tail.encoded and tail.last + 1 != first:
             # Another writer took over: the cached tail is no longer contiguous.
-            tail.encoded, tail.nbytes = [], 0
+            tail.encoded, tail.nbytes, tail.terminals = [], 0, []
         if not tail.encoded:
             tail.first = first
         tail.encoded.extend(encoded)
         tail.nbytes += sum(map(len, encoded))
+        if terminal:
+            tail.terminals.append(tail.last)
         self._trim(tail, self._readers.get(session_id))
         waiter, tail.waiter = tail.waiter, asyncio.get_running_loop().create_future()
         waiter.set_result(None)
@@ -170,6 +186,8 @@ class EventHub:
             del tail.encoded[:drop]
             tail.first += drop
             tail.nbytes = nbytes
+            if tail.terminals and tail.terminals[0] < tail.first:
+                tail.terminals = [n for n in tail.terminals if n >= tail.first]
 
     def expect(self, session_id: str, first: int) -> None:
         """A local writer starts: it publishes from sequence ``first`` on.
@@ -206,9 +224,11 @@ class EventHub:
             # where waiting on an ended tail would last a poll interval).
             return None
         start = after + 1 - tail.first
-        encoded = tail.encoded[start : start + limit]
+        end = next((n for n in tail.terminals if n > after), None)  # where the stream ends
+        stop = start + limit if end is None else min(start + limit, end + 1 - tail.first)
+        encoded = tail.encoded[start:stop]
         last = after + len(encoded)
-        return Batch(encoded, last, tail.ended and last == tail.last)
+        return Batch(encoded, last, last == end)
 
     def waiter(self, session_id: str) -> asyncio.Future[None]:
         """A future resolved at the session's next ``publish``."""
@@ -467,6 +487,8 @@ async def _follow(
             continue
         if batch is None:
             events = await store.read(session_id, from_sequence=last, limit=batch_limit)
+            if events and (through := through_terminal(events)) < len(events):
+                events = events[:through]
             batch = Batch(
                 [event.SerializeToString() for event in events],
                 events[-1].sequence if events else 0,

@@ -112,6 +112,32 @@ async def test_a_reader_already_past_the_end_is_sent_to_the_store_not_left_waiti
         assert rest is not None and (rest.last_sequence, rest.terminal) == (4, True)
 
 
+async def test_a_reader_of_an_ended_turn_stops_at_its_end_while_the_next_turn_is_cached() -> None:
+    hub = EventHub()
+    with hub.reading("s"):  # a reader still draining turn 1 keeps its tail
+        hub.publish("s", [*_events(1, 3), _terminal(4)])
+        hub.publish("s", _events(5, 3))  # Continue: turn 2 goes on in the same tail
+        turn_1 = hub.since("s", 0, limit=10)
+        assert turn_1 is not None and (turn_1.last_sequence, turn_1.terminal) == (4, True)
+        assert [e.sequence for e in turn_1.decode()] == [1, 2, 3, 4]
+        turn_2 = hub.since("s", 4, limit=10)
+        assert turn_2 is not None and (turn_2.last_sequence, turn_2.terminal) == (7, False)
+
+
+async def test_a_replay_from_the_store_stops_at_the_first_end_after_it() -> None:
+    store = MemoryStore()
+    await store.create_session(
+        SessionRecord(session_id="s", agent_type="a", input_json="{}", input_hash="h")
+    )
+    # Two turns (a continued session), each ending in its own terminal event.
+    await store.append("s", [*_events(1, 3), _terminal(4), *_events(5, 2), _terminal(7)])
+    hub = EventHub()
+    turn_1 = [b async for b in follow(store, hub, "s", from_sequence=0)]
+    turn_2 = [b async for b in follow(store, hub, "s", from_sequence=4)]
+    assert [e.sequence for b in turn_1 for e in b.decode()] == [1, 2, 3, 4]
+    assert [e.sequence for b in turn_2 for e in b.decode()] == [5, 6, 7]
+
+
 async def test_the_tail_keeps_bytes_not_message_objects() -> None:
     # Message objects are tracked by the garbage collector: hundreds of sessions' tails
     # of them made every full collection traverse them all.

@@ -47,6 +47,14 @@ async def test_a_continued_session_remembers_and_gets_a_fresh_step_budget(serve:
         second = await collect(client, "c1", after=reply.from_sequence)
         status = await client.get_status("c1")
         whole = await collect(client, "c1")
+        # What the server itself sends, not what the client keeps of it.
+        sent = [
+            event
+            async for response in client._stub.Stream(
+                pb.StreamRequest(session_id="c1"), metadata=client._metadata()
+            )
+            for event in response.events
+        ]
 
     assert verdict1 == {
         "verdict": "revise",
@@ -63,6 +71,7 @@ async def test_a_continued_session_remembers_and_gets_a_fresh_step_budget(serve:
     assert verdict2["previous"] == "v1: code"
     # One log, gapless; a stream from 0 ends at turn 1's terminal event.
     assert whole == first
+    assert sent == first
     log = first + second
     assert [e.sequence for e in log] == list(range(1, len(log) + 1))
     assert [e.step for e in log if e.WhichOneof("payload") == "step_started"] == [1, 2, 3, 4]
