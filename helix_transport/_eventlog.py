@@ -26,7 +26,7 @@ from typing import Any
 
 from helix_transport._exceptions import SessionNotFound
 from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
-from helix_transport._wire import sequenced
+from helix_transport._wire import sequenced_all
 from helix_transport.store import READ_LIMIT, Checkpoint, SessionUpdate, Store
 from helix_transport.store._base import EventNotifier
 
@@ -287,8 +287,10 @@ class SessionWriter:
         one stops the writer, so an event's sequence is known when it is emitted."""
         self._pending: list[bytes] = []
         """Emitted events not yet written, serialized with their sequences."""
-        self._terminal = False
-        """Whether the last pending event ends the session's stream."""
+        self._last: StreamEvent | None = None
+        """The last pending event, when emitted as a message: whether it ends the
+        session's stream is asked once per write, not of every event (forwarded bytes
+        never do)."""
         self._update: SessionUpdate | None = None
         """A record update to apply with the next batch (see ``flush``)."""
         self._checkpoint: Checkpoint | None = None
@@ -320,7 +322,7 @@ class SessionWriter:
         self._next_sequence += 1
         # Serialized once, here: the store, the hub and every reader's response use these bytes.
         self._pending.append(event.SerializeToString())
-        self._terminal = is_terminal(event)
+        self._last = event
         if self._task is None and not defer:
             self._task = asyncio.create_task(self._drain())
 
@@ -338,9 +340,9 @@ class SessionWriter:
         head.time.seconds, head.time.nanos = divmod(time.time_ns(), 1_000_000_000)
         stamp = head.SerializeToString()
         sequence = self._next_sequence
-        self._pending += [sequenced(n, stamp + p) for n, p in enumerate(payloads, sequence)]
+        self._pending += sequenced_all(sequence, stamp, payloads)
         self._next_sequence = sequence + len(payloads)
-        self._terminal = False
+        self._last = None
         if self._task is None:
             self._task = asyncio.create_task(self._drain())
 
@@ -354,7 +356,8 @@ class SessionWriter:
                     checkpoint = dataclasses.replace(
                         checkpoint, last_sequence=self._next_sequence - 1
                     )
-                await self._write(batch, self._terminal, update, checkpoint)
+                terminal = self._last is not None and is_terminal(self._last)
+                await self._write(batch, terminal, update, checkpoint)
         except BaseException as exc:
             self._error = exc
             if not isinstance(exc, Exception):

@@ -7,9 +7,11 @@ import pytest
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._wire import (
     child_event_payload,
+    child_event_payloads,
     child_event_prefix,
     repeated_field,
     sequenced,
+    sequenced_all,
     varint,
 )
 
@@ -48,6 +50,33 @@ def test_a_wrapped_child_event_is_the_message_protobuf_builds(size: int) -> None
     wrapper.child_event.tool_call_id = "call_1"
     wrapper.child_event.event.CopyFrom(child)
     assert payload == wrapper.SerializeToString()
+
+
+@pytest.mark.parametrize("first", [1, 100, 0x3FFF - 2, 300_000])
+def test_a_batch_sequenced_at_once_is_byte_for_byte_protobufs(first: int) -> None:
+    head = pb.StreamEvent(session_id="parent", agent_type="root", step=3)
+    head.time.seconds = 1_700_000_000
+    bodies = [
+        pb.StreamEvent(text_delta=pb.TextDelta(text="x" * n)).SerializeToString() for n in range(5)
+    ]
+    expected = []
+    for sequence, n in enumerate(range(5), first):
+        event = pb.StreamEvent()
+        event.CopyFrom(head)
+        event.sequence = sequence
+        event.text_delta.text = "x" * n
+        expected.append(event.SerializeToString())
+    assert sequenced_all(first, head.SerializeToString(), bodies) == expected
+
+
+def test_a_batch_of_child_events_wraps_each_as_protobuf_does() -> None:
+    # Sizes on both sides of a one-byte length, in one batch.
+    children = [_event(7, "y" * size).SerializeToString() for size in (0, 80, 90, 100, 5_000)]
+    assert len(children[1]) < 0x80 <= len(children[3])
+    prefix = child_event_prefix("call_1")
+    assert child_event_payloads(prefix, children) == [
+        child_event_payload(prefix, child) for child in children
+    ]
 
 
 def test_repeated_field_splits_a_response_into_its_events() -> None:

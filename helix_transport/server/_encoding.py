@@ -12,6 +12,7 @@ them through (it still serializes messages, e.g. heartbeats).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import chain
 from typing import Any
 
 import grpc
@@ -36,6 +37,10 @@ def _head(size: int) -> bytes:
 def encode_responses(encoded: Sequence[bytes]) -> list[bytes]:
     """Serialized events as encoded ``StreamResponse`` messages, split only where one
     would pass ``MAX_RESPONSE_BYTES`` (an event larger than that goes alone)."""
+    heads = [_SHORT_HEADS[n] if n < 0x80 else _EVENTS_KEY + varint(n) for n in map(len, encoded)]
+    if sum(map(len, heads)) + sum(map(len, encoded)) <= MAX_RESPONSE_BYTES:
+        # The usual batch, one response: joined in one call, not a loop per event.
+        return [b"".join(chain.from_iterable(zip(heads, encoded, strict=True)))] if heads else []
     responses: list[bytes] = []
     parts: list[bytes] = []
     size = 0

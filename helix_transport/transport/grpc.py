@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import operator
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
@@ -15,7 +16,7 @@ import grpc
 from google.protobuf.message import DecodeError, Message
 
 from helix_transport._config import ClientConfig, RetryConfig
-from helix_transport._eventlog import is_terminal
+from helix_transport._eventlog import is_terminal, through_terminal
 from helix_transport._exceptions import (
     RemoteError,
     ResourceExhausted,
@@ -265,6 +266,9 @@ class AgentClient:
         await self.aclose()
 
 
+_SEQUENCE = operator.attrgetter("sequence")
+
+
 def _stream_response(message: bytes) -> pb.StreamResponse | None:
     try:
         return pb.StreamResponse.FromString(message)
@@ -366,17 +370,18 @@ class EventStream:
                         )
                     if response.HasField("heartbeat"):
                         self.heartbeats += 1
-                    events = response.events
+                    # Listed once: each access to a repeated message field makes a wrapper.
+                    events = list(response.events)
                     fresh = self._fresh(events)
-                    if not fresh:
+                    batch = events if fresh is None else [events[i] for i in fresh]
+                    if not batch:
                         continue
-                    batch = [events[i] for i in fresh]
                     data: list[bytes] = []
                     if encoded:
                         parts = repeated_field(message, 1)  # StreamResponse.events
                         if parts is None or len(parts) != len(events):
                             parts = [event.SerializeToString() for event in events]
-                        data = [parts[i] for i in fresh]
+                        data = parts if fresh is None else [parts[i] for i in fresh]
                     broken_since, attempt = None, 0
                     self.last_sequence = batch[-1].sequence
                     yield batch, data
@@ -407,11 +412,20 @@ class EventStream:
             attempt += 1
             self.reconnects += 1
 
-    def _fresh(self, events: Sequence[pb.StreamEvent]) -> list[int]:
+    def _fresh(self, events: list[pb.StreamEvent]) -> list[int] | None:
         """Where in ``events`` those after ``last_sequence`` are, up to a terminal one,
-        checked for gaps."""
-        fresh: list[int] = []
+        checked for gaps; ``None`` for all of them."""
         expected = self.last_sequence + 1
+        count = len(events)
+        if (
+            count
+            and list(map(_SEQUENCE, events)) == list(range(expected, expected + count))
+            and through_terminal(events) == count
+        ):
+            # The usual response: exactly the next ``count`` events, none ending the
+            # stream before the last: checked in C loops, not a Python one per event.
+            return None
+        fresh: list[int] = []
         for index, event in enumerate(events):
             sequence = event.sequence
             if sequence < expected:
