@@ -224,8 +224,12 @@ class EventHub:
             # where waiting on an ended tail would last a poll interval).
             return None
         start = after + 1 - tail.first
-        end = next((n for n in tail.terminals if n > after), None)  # where the stream ends
-        stop = start + limit if end is None else min(start + limit, end + 1 - tail.first)
+        stop = start + limit
+        end = None  # where the reader's stream ends: the first terminal event after it
+        if tail.terminals:  # none while the session runs (the usual case: no loop)
+            end = next((n for n in tail.terminals if n > after), None)
+            if end is not None:
+                stop = min(stop, end + 1 - tail.first)
         encoded = tail.encoded[start:stop]
         last = after + len(encoded)
         return Batch(encoded, last, last == end)

@@ -37,10 +37,16 @@ def _head(size: int) -> bytes:
 def encode_responses(encoded: Sequence[bytes]) -> list[bytes]:
     """Serialized events as encoded ``StreamResponse`` messages, split only where one
     would pass ``MAX_RESPONSE_BYTES`` (an event larger than that goes alone)."""
-    heads = [_SHORT_HEADS[n] if n < 0x80 else _EVENTS_KEY + varint(n) for n in map(len, encoded)]
-    if sum(map(len, heads)) + sum(map(len, encoded)) <= MAX_RESPONSE_BYTES:
-        # The usual batch, one response: joined in one call, not a loop per event.
-        return [b"".join(chain.from_iterable(zip(heads, encoded, strict=True)))] if heads else []
+    count = len(encoded)
+    if count == 1:  # a live stream's usual response (alone, whatever its size)
+        data = encoded[0]
+        return [_head(len(data)) + data]
+    if count > 16:  # a reader behind: a batch that fits one response is joined in one call
+        heads = [
+            _SHORT_HEADS[n] if n < 0x80 else _EVENTS_KEY + varint(n) for n in map(len, encoded)
+        ]
+        if sum(map(len, heads)) + sum(map(len, encoded)) <= MAX_RESPONSE_BYTES:
+            return [b"".join(chain.from_iterable(zip(heads, encoded, strict=False)))]
     responses: list[bytes] = []
     parts: list[bytes] = []
     size = 0
