@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import Any
+
+import grpc
 
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.testing.processes import ServiceProcess, free_port
@@ -18,6 +22,7 @@ __all__ = [
     "TcpProxy",
     "assert_eventually",
     "free_port",
+    "serve_stream",
     "stream_response",
 ]
 
@@ -25,6 +30,27 @@ __all__ = [
 def stream_response(response: pb.StreamResponse | bytes) -> pb.StreamResponse:
     """What the servicer's ``Stream`` yielded, as a message (events come pre-encoded)."""
     return pb.StreamResponse.FromString(response) if isinstance(response, bytes) else response
+
+
+@contextlib.asynccontextmanager
+async def serve_stream(
+    stream: Callable[[bytes, Any], AsyncIterator[Any]],
+    *,
+    serializer: Callable[[Any], bytes] | None = None,
+) -> AsyncIterator[str]:
+    """A gRPC server on 127.0.0.1 whose ``AgentService.Stream`` is ``stream`` alone
+    (it gets the request's bytes): a server that misbehaves exactly as a test says."""
+    handler = grpc.unary_stream_rpc_method_handler(stream, response_serializer=serializer)
+    server = grpc.aio.server()
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler("helix.agent.v1.AgentService", {"Stream": handler}),)
+    )
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        await server.stop(None)
 
 
 async def assert_eventually(

@@ -6,12 +6,12 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-import grpc
 import pytest
 
 from helix_transport import AgentClient
 from helix_transport._exceptions import RemoteError
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
+from tests.helpers import serve_stream
 
 
 @pytest.fixture
@@ -21,17 +21,8 @@ async def junk_server() -> AsyncIterator[str]:
     async def stream(request: bytes, context: Any) -> AsyncIterator[bytes]:
         yield b"\x0a\x05abc"  # events: a length past the end of the message
 
-    handler = grpc.unary_stream_rpc_method_handler(stream)
-    server = grpc.aio.server()
-    server.add_generic_rpc_handlers(
-        (grpc.method_handlers_generic_handler("helix.agent.v1.AgentService", {"Stream": handler}),)
-    )
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    try:
-        yield f"127.0.0.1:{port}"
-    finally:
-        await server.stop(None)
+    async with serve_stream(stream) as address:
+        yield address
 
 
 async def _first(batches: AsyncIterator[Any]) -> Any:

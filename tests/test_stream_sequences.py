@@ -9,12 +9,12 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
-import grpc
 import pytest
 
 from helix_transport import AgentClient
 from helix_transport._exceptions import SequenceGap
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
+from tests.helpers import serve_stream
 
 Responses = list[list[int]]
 """Each response as the sequences of its events; the last of all is ``completed``."""
@@ -38,19 +38,8 @@ async def _server(responses: Responses, final: int) -> AsyncIterator[str]:
             yield pb.StreamResponse(events=[_event(n, last=n == final) for n in sequences])
         await asyncio.sleep(30)  # the reader must stop at the terminal event on its own
 
-    handler = grpc.unary_stream_rpc_method_handler(
-        stream, response_serializer=pb.StreamResponse.SerializeToString
-    )
-    server = grpc.aio.server()
-    server.add_generic_rpc_handlers(
-        (grpc.method_handlers_generic_handler("helix.agent.v1.AgentService", {"Stream": handler}),)
-    )
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    try:
-        yield f"127.0.0.1:{port}"
-    finally:
-        await server.stop(None)
+    async with serve_stream(stream, serializer=pb.StreamResponse.SerializeToString) as address:
+        yield address
 
 
 Read = Callable[[AgentClient], AsyncIterator[tuple[list[pb.StreamEvent], list[bytes]]]]
