@@ -39,17 +39,11 @@ def varint(value: int) -> bytes:
     return bytes(out)
 
 
-def sequenced(sequence: int, body: bytes) -> bytes:
-    """An event's bytes with its ``sequence``, from its bytes without one (``body``).
-
-    The sequence is field 1, so this is also how protobuf itself lays it out."""
-    return SEQUENCE_KEY + varint(sequence) + body
-
-
 def sequenced_all(first: int, head: bytes, bodies: Sequence[bytes]) -> list[bytes]:
-    """``sequenced(first + i, head + bodies[i])`` for each body, in one pass.
+    """Each event's bytes with its sequence (``first``, ``first + 1``...), from ``head +
+    body`` without one: the sequence is field 1, so this is also how protobuf lays it out.
 
-    For a batch of forwarded events: the per-event function calls were most of the cost.
+    In one pass for a batch: per-event function calls were most of the cost.
     """
     one = _ONE_BYTE
     return [

@@ -10,7 +10,6 @@ from helix_transport._wire import (
     child_event_payloads,
     child_event_prefix,
     repeated_field,
-    sequenced,
     sequenced_all,
     varint,
 )
@@ -39,7 +38,7 @@ def test_an_event_sequenced_from_its_body_is_byte_for_byte_protobufs(sequence: i
     event = _event(0, "x" * 200)
     body = event.SerializeToString()
     event.sequence = sequence
-    assert sequenced(sequence, body) == event.SerializeToString()
+    assert sequenced_all(sequence, b"", [body]) == [event.SerializeToString()]
 
 
 @pytest.mark.parametrize("size", [0, 1, 100, 0x3FFF, 0x4000, 70_000])
