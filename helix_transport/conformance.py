@@ -21,7 +21,8 @@ promises:
 - ``Continue`` (optional: ``UNIMPLEMENTED`` makes it a skip) starts a fresh second
   turn on the finished main session once, even when retried; the turn's stream
   begins with ``turn_started`` right after the old terminal event and ends at its
-  own; another message for that turn is ``ALREADY_EXISTS``, a turn out of order
+  own, and a replay from 0 still ends at the first turn's terminal event; another
+  message for that turn is ``ALREADY_EXISTS``, a turn out of order
   ``FAILED_PRECONDITION``. It runs last, since it adds to the main session.
 
 The caller gives a valid input; an input the schema rejects is derived from
@@ -822,6 +823,16 @@ class _Kit:
             _kind(first) == "turn_started" and first.turn_started.turn == 2,
             f"the new turn begins with {_kind(first)}, not turn_started{{turn: 2}}",
         )
+        # A replay of the whole log is turn 1 alone: its stream ends at turn 1's
+        # terminal event even though the log goes on with turn 2.
+        whole = await self.read(session_id, 0)
+        whole.require_complete("a replay from 0 of the continued session")
+        _require(
+            whole.events[-1].sequence == reply.from_sequence,
+            f"a replay from 0 of the continued session ended at sequence "
+            f"{whole.events[-1].sequence}, not at turn 1's terminal event "
+            f"({reply.from_sequence})",
+        )
         after = await self.status(session_id)
         final = _kind(read.events[-1])
         _require(
@@ -842,8 +853,9 @@ class _Kit:
             self.stub.Continue(skip, timeout=self.rpc_timeout_s),
         )
         return (
-            f"turn 2 ran after sequence {reply.from_sequence} and ended {final}; a retry "
-            "was created=false; another message ALREADY_EXISTS; turn 4 FAILED_PRECONDITION"
+            f"turn 2 ran after sequence {reply.from_sequence} and ended {final}; a replay "
+            "from 0 ended at turn 1's end; a retry was created=false; another message "
+            "ALREADY_EXISTS; turn 4 FAILED_PRECONDITION"
         )
 
     async def check_not_found(self) -> str:

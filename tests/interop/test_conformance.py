@@ -207,6 +207,20 @@ class ContinueNotIdempotent(AgentServicer):
         return response
 
 
+class ReplaysPastTheTurn(AgentServicer):
+    """Runs a stream on past a turn's terminal event into the next turn (what our own
+    server did until 372ec09, for a continued session's replay)."""
+
+    async def Stream(self, request: pb.StreamRequest, context: Any) -> AsyncIterator[Any]:
+        last = request.from_sequence
+        async for response in super().Stream(request, context):
+            yield response
+            if events := stream_response(response).events:
+                last = events[-1].sequence
+        if more := await self.store.read(request.session_id, from_sequence=last):
+            yield pb.StreamResponse(events=more)
+
+
 class CannotStart(AgentServicer):
     """Fails every Start."""
 
@@ -224,6 +238,7 @@ class CannotStart(AgentServicer):
         (UnknownIsInternal, {"errors.not_found"}),
         (CannotStart, {"start.generated_id", "stream.gapless", "interrupt.running"}),
         (ContinueNotIdempotent, {"continue.new_turn"}),
+        (ReplaysPastTheTurn, {"continue.new_turn"}),
     ],
     ids=[
         "gap",
@@ -233,6 +248,7 @@ class CannotStart(AgentServicer):
         "internal-not-found",
         "cannot-start",
         "continue-not-idempotent",
+        "replays-past-the-turn",
     ],
 )
 async def test_kit_fails_a_broken_server(
