@@ -11,13 +11,15 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from helix_transport.bench._report import (
     Report,
     Row,
+    compare,
+    format_comparison,
     format_markdown,
     format_table,
     to_document,
@@ -87,6 +89,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     parser.add_argument("--markdown", action="store_true", help="print a Markdown table")
     parser.add_argument("--save", default="", help="also write the JSON document to this file")
+    parser.add_argument(
+        "--compare",
+        default="",
+        metavar="FILE",
+        help="print each row beside the same row of a run saved with --save",
+    )
     parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run")
     for name, default in Params().__dict__.items():
         flag = "--" + name.replace("_", "-")
@@ -119,6 +127,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown := (scenarios - set(SCENARIOS)) | (set(stores) - set(STORES)):
         print(f"helix-mesh bench: unknown scenario or store {sorted(unknown)}", file=sys.stderr)
         return 2
+    saved = None
+    if args.compare:  # read now: a bad file should not cost a whole run
+        try:
+            with open(args.compare) as f:
+                saved = json.load(f)
+            compare(saved, Report())
+        except (OSError, ValueError) as exc:
+            print(f"helix-mesh bench: --compare {args.compare}: {exc}", file=sys.stderr)
+            return 2
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("LiteLLM").setLevel(logging.WARNING)
     started = time.perf_counter()
@@ -130,16 +147,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         "scenarios": ",".join(sorted(scenarios)),
         "stores": ",".join(stores),
     }
+    document = to_document(report, params=shown, elapsed_s=elapsed)
     if args.save:
         with open(args.save, "w") as f:
-            json.dump(to_document(report, params=shown, elapsed_s=elapsed), f, indent=2)
+            json.dump(document, f, indent=2)
+    changes, notes = compare(saved, report) if saved is not None else ([], [])
     if args.json:
-        json.dump(to_document(report, params=shown, elapsed_s=elapsed), sys.stdout, indent=2)
+        if saved is not None:
+            document["compared_with"] = {
+                "file": args.compare,
+                "rows": [asdict(c) for c in changes],
+                "notes": notes,
+            }
+        json.dump(document, sys.stdout, indent=2)
         print()
-    elif args.markdown:
-        print(format_markdown(report, params=shown, elapsed_s=elapsed))
     else:
-        print(format_table(report, params=shown, elapsed_s=elapsed))
+        form = format_markdown if args.markdown else format_table
+        print(form(report, params=shown, elapsed_s=elapsed))
+        if saved is not None:
+            print("\n" + format_comparison(changes, notes, saved_from=args.compare))
     return 1 if failed else 0
 
 

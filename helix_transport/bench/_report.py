@@ -6,6 +6,7 @@ import math
 import os
 import platform
 import statistics
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -151,6 +152,22 @@ def _fmt(value: float, unit: Unit) -> str:
     return f"{value:,.2f} ms"
 
 
+def _aligned(table: Sequence[Sequence[str]], *, left: set[int]) -> list[str]:
+    """A header row and data rows as aligned columns (``left`` ones left-aligned), with
+    a rule under the header."""
+    widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
+    lines = []
+    for i, line in enumerate(table):
+        cells = [
+            c.ljust(w) if j in left else c.rjust(w)
+            for j, (c, w) in enumerate(zip(line, widths, strict=True))
+        ]
+        lines.append("  ".join(cells).rstrip())
+        if i == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return lines
+
+
 def format_table(report: Report, *, params: dict[str, Any], elapsed_s: float) -> str:
     """The report as a plain-text table with a header and the notes."""
     info = machine()
@@ -174,16 +191,7 @@ def format_table(report: Report, *, params: dict[str, Any], elapsed_s: float) ->
         )
         for r in report.rows
     ]
-    widths = [max(len(line[i]) for line in table) for i in range(len(header))]
-    left = {0, 1, 5, 6, 7}
-    for i, line in enumerate(table):
-        cells = [
-            c.ljust(w) if j in left else c.rjust(w)
-            for j, (c, w) in enumerate(zip(line, widths, strict=True))
-        ]
-        lines.append("  ".join(cells).rstrip())
-        if i == 0:
-            lines.append("  ".join("-" * w for w in widths))
+    lines += _aligned(table, left={0, 1, 5, 6, 7})
     lines += [
         "",
         "ratio = helix / baseline: for ev/s below 1x is slower; for ms and MB above 1x is more.",
@@ -224,3 +232,91 @@ def to_document(report: Report, *, params: dict[str, Any], elapsed_s: float) -> 
         "details": report.details,
         "notes": report.notes,
     }
+
+
+@dataclass(frozen=True, kw_only=True)
+class Change:
+    """One row of this run beside the same row (scenario and setup) of a saved run."""
+
+    scenario: str
+    setup: str
+    measure: Literal["ratio", "value"]
+    """The ratio to the same-run baseline when both runs have one (it travels across
+    runs on a noisy host), else the absolute value (restart latency, say)."""
+    unit: Unit
+    before: float
+    now: float
+    change: float
+    """now / before."""
+    better: Literal["higher", "lower"]
+    """Which way is better for this row: higher for events/s, lower for ms and MB."""
+
+
+def compare(saved: dict[str, Any], report: Report) -> tuple[list[Change], list[str]]:
+    """This run's rows beside the rows of ``saved`` (a document from ``--save``), and
+    notes on the rows only one of the two has.
+
+    Raises:
+        ValueError: ``saved`` is not a document ``to_document`` wrote.
+    """
+    try:
+        previous = {
+            (row["scenario"], row["setup"]): (float(row["value"]), float(row["ratio"]))
+            for row in saved["rows"]
+        }
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"not a saved bench run (--save): {exc!r}") from None
+    changes: list[Change] = []
+    matched: set[tuple[str, str]] = set()
+    for row in report.rows:
+        key = (row.scenario, row.setup)
+        if key not in previous:
+            continue
+        matched.add(key)
+        value, ratio = previous[key]
+        by_ratio = math.isfinite(ratio) and math.isfinite(row.ratio)
+        before, now = (ratio, row.ratio) if by_ratio else (value, row.value)
+        changes.append(
+            Change(
+                scenario=row.scenario,
+                setup=row.setup,
+                measure="ratio" if by_ratio else "value",
+                unit=row.unit,
+                before=before,
+                now=now,
+                change=now / before if before else float("nan"),
+                better="higher" if row.unit == "events/s" else "lower",
+            )
+        )
+    notes = []
+    if only_now := len(report.rows) - len(matched):
+        notes.append(f"{only_now} row(s) of this run are not in the saved run")
+    if only_before := len(previous) - len(matched):
+        notes.append(f"{only_before} row(s) of the saved run are not in this run")
+    return changes, notes
+
+
+def format_comparison(changes: list[Change], notes: list[str], *, saved_from: str) -> str:
+    """``compare``'s rows as a plain-text table."""
+    lines = [
+        f"compared with {saved_from} (ratios to each run's own baseline where both have one;",
+        "absolute values, which follow the host's speed, otherwise)",
+        "",
+    ]
+    header = ("scenario", "setup", "before", "now", "now/before", "better")
+
+    def shown(c: Change, x: float) -> str:
+        return f"{x:.2f}x" if c.measure == "ratio" else _fmt(x, c.unit)
+
+    table = [header] + [
+        (
+            c.scenario,
+            c.setup,
+            shown(c, c.before),
+            shown(c, c.now),
+            "n/a" if math.isnan(c.change) else f"{c.change:.2f}",
+            c.better,
+        )
+        for c in changes
+    ]
+    return "\n".join(lines + _aligned(table, left={0, 1, 5}) + notes)

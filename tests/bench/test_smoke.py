@@ -9,6 +9,7 @@ import asyncio
 import json
 import math
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -20,15 +21,39 @@ ROW_KEYS = {
 
 
 @pytest.mark.timeout(240)
-async def test_quick_bench_json() -> None:
+async def test_quick_bench_json(tmp_path: Path) -> None:
+    # An earlier run to compare with: one row this run also has, one it does not.
+    saved = tmp_path / "before.json"
+    saved.write_text(
+        json.dumps(
+            {
+                "rows": [
+                    {"scenario": "1 live stream, 300 events", "setup": "memory, in-process",
+                     "value": 1000.0, "ratio": 2.0},
+                    {"scenario": "9 retired", "setup": "", "value": 1.0, "ratio": 1.0},
+                ]
+            }
+        )
+    )  # fmt: skip
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "helix_transport.cli", "bench", "--quick", "--json",
-        "--stores", "memory", "--scenarios", "1,2,3,4,5,7",
+        "--stores", "memory", "--scenarios", "1,2,3,4,5,7", "--compare", str(saved),
         cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     out, err = await proc.communicate()
     assert proc.returncode == 0, err.decode()[-3000:]
     document = json.loads(out)
+    compared = document.pop("compared_with")
+    live = next(r for r in document["rows"] if r["scenario"] == "1 live stream, 300 events")
+    assert compared["rows"] == [
+        {"scenario": "1 live stream, 300 events", "setup": "memory, in-process",
+         "measure": "ratio", "unit": "events/s", "before": 2.0, "now": live["ratio"],
+         "change": pytest.approx(live["ratio"] / 2.0), "better": "higher"},
+    ]  # fmt: skip
+    assert compared["notes"] == [
+        f"{len(document['rows']) - 1} row(s) of this run are not in the saved run",
+        "1 row(s) of the saved run are not in this run",
+    ]
 
     assert document["machine"]["nproc"] >= 1
     assert document["params"]["events"] == 300 and document["params"]["stores"] == "memory"
@@ -58,6 +83,43 @@ async def test_bench_rejects_unknown_scenario() -> None:
     )  # fmt: skip
     _, err = await proc.communicate()
     assert proc.returncode == 2 and "unknown scenario or store ['42']" in err.decode()
+
+
+async def test_bench_refuses_a_bad_comparison_file_before_running(tmp_path: Path) -> None:
+    for content, problem in (("", "Expecting value"), ('{"rows": [{}]}', "not a saved bench run")):
+        bad = tmp_path / "bad.json"
+        bad.write_text(content)
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "helix_transport.cli", "bench", "--compare", str(bad),
+            cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        out, err = await proc.communicate()
+        assert proc.returncode == 2 and not out, err.decode()
+        assert f"--compare {bad}: " in err.decode() and problem in err.decode()
+
+
+def test_comparison_uses_ratios_and_falls_back_to_values() -> None:
+    from helix_transport.bench._report import Report, compare, format_comparison
+
+    report = Report()
+    report.add("3 round trip p50", "sqlite", "ms", 12.0, 1.0, "raw")
+    report.add("8 restart p50", "sqlite", "ms", 4.0, float("nan"), "none")
+    saved = {
+        "rows": [
+            {"scenario": "3 round trip p50", "setup": "sqlite", "value": 30.0, "ratio": 15.0},
+            {"scenario": "8 restart p50", "setup": "sqlite", "value": 8.0, "ratio": float("nan")},
+        ]
+    }
+    changes, notes = compare(saved, report)
+    assert [(c.measure, c.before, c.now, c.change, c.better) for c in changes] == [
+        ("ratio", 15.0, 12.0, 0.8, "lower"),
+        ("value", 8.0, 4.0, 0.5, "lower"),
+    ]
+    assert notes == []
+    text = format_comparison(changes, notes, saved_from="before.json")
+    *_, ratio_row, value_row = [line.split() for line in text.splitlines()]
+    assert ratio_row[-4:] == ["15.00x", "12.00x", "0.80", "lower"]
+    assert value_row[-6:] == ["8.00", "ms", "4.00", "ms", "0.50", "lower"]
 
 
 def test_bench_parses_a_list_of_loads() -> None:
