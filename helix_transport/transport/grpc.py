@@ -150,10 +150,12 @@ class AgentClient:
     ) -> pb.StartResponse:
         """Start a session (idempotent on ``session_id``).
 
-        Retries while the service is unavailable, or refuses with a retry hint (rate
-        limited, at capacity: after the hinted delay), within the reconnect deadline:
+        Retries while the service is unavailable, refuses with a retry hint (rate
+        limited, at capacity: after the hinted delay) or does not answer within
+        ``rpc_timeout`` (a queued, overloaded service), within the reconnect deadline:
         ``Start`` is idempotent, so a retry can never run the session twice. Past the
-        deadline the last error is raised (``ResourceExhausted`` with ``retry_after_s``).
+        deadline the last error is raised (``ResourceExhausted`` with ``retry_after_s``,
+        ``DeadlineExceeded``, ``ConnectError``).
         """
         self._check_open()
         # Name the session here, not on the server: then every Start is idempotent and
@@ -206,7 +208,7 @@ class AgentClient:
             if unavailable:
                 await self._reconnected(within_s=delay)
             else:
-                await asyncio.sleep(delay)  # as the server's retry hint says
+                await asyncio.sleep(delay)  # as the server's retry hint says, or backing off
             attempt += 1
 
     def stream(self, session_id: str, *, from_sequence: int = 0) -> EventStream:
@@ -285,10 +287,12 @@ def _retry_delay(
 ) -> float | None:
     """Seconds to wait before retrying an idempotent unary call; None: do not retry.
 
-    UNAVAILABLE backs off; RESOURCE_EXHAUSTED waits as the server's RetryInfo says (and
-    is not retried without one: a message too large stays too large).
+    UNAVAILABLE and DEADLINE_EXCEEDED back off; RESOURCE_EXHAUSTED waits as the server's
+    RetryInfo says (and is not retried without one: a message too large stays too large).
+    A timed-out attempt may have created its session anyway: the retry, naming the same
+    session, then gets it back (``created=false``) instead of a second one.
     """
-    if exc.code() == grpc.StatusCode.UNAVAILABLE:
+    if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
         return retry.backoff_s(attempt)
     if exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
         error = to_helix_error(exc, address=address)
