@@ -200,8 +200,9 @@ async def _call(args: argparse.Namespace) -> int:
 
 
 async def _status(args: argparse.Namespace) -> int:
+    wait = None if args.wait is None else timedelta(seconds=args.wait)
     async with await _connect(args) as client:
-        print(_proto_json(await client.get_status(args.session_id)))
+        print(_proto_json(await client.get_status(args.session_id, wait=wait)))
     return 0
 
 
@@ -322,6 +323,12 @@ def _parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="show a session's status")
     status.add_argument("address")
     status.add_argument("session_id")
+    status.add_argument(
+        "--wait",
+        type=float,
+        metavar="SECONDS",
+        help="if the session is running, answer when it ends or after SECONDS (at most 60)",
+    )
     _client_options(status)
 
     interrupt = sub.add_parser("interrupt", help="interrupt a running session")

@@ -11,8 +11,10 @@ parent step:
 - as soon as every task of the batch has ended, at the next step; or
 - when the parent's pass ends (a step without tool calls) while a batch is
   still out: the run *parks* at the start of its next step until the batch is
-  done, then goes on in the same run and the same stream. While it waits, the
-  stream sends heartbeats (``StreamResponse.heartbeat``, not logged).
+  done, then goes on in the same run and the same stream. While it waits, it
+  asks each running task's status with a long poll, so the batch is delivered
+  as its last task ends, and its own stream sends heartbeats
+  (``StreamResponse.heartbeat``, not logged).
 
 **Deadline.** With ``run_deadline_s``, the run has a wall-clock deadline counted
 from the first step of each turn (kept in the checkpointed state, so a restarted
@@ -38,6 +40,7 @@ import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from pydantic import BaseModel, Field, field_validator
@@ -58,8 +61,12 @@ from helix_transport.remote import (
 )
 
 STATE_KEY = "helix.dispatch"
+WAIT = timedelta(seconds=20)
+"""While parked, each running task's status is a long poll of this length (see
+``GetStatusRequest.wait``): its reply comes as the task ends."""
 POLL_S = 0.25
-"""While parked, how often the running tasks' statuses are re-read."""
+"""While parked, how often a task is asked again when its service cannot be reached or
+does not implement the long poll."""
 MAX_TASKS = 64
 """Tasks one call may dispatch."""
 
@@ -267,15 +274,44 @@ class Dispatcher:
     async def _park(
         self, ctx: ToolContext, batches: list[dict[str, Any]], deadline: float | None
     ) -> None:
-        """Wait until one outstanding batch is done (or the deadline passes)."""
+        """Wait until one outstanding batch is done (or the deadline passes).
+
+        Each running task's status is a long poll, so a batch is delivered as its last
+        task ends, not at the next poll.
+        """
+        changed = asyncio.Event()
+        running = [t for b in batches for t in b["tasks"] if t["status"] == "running"]
+        watchers = [asyncio.create_task(self._watch(ctx, t)) for t in running]
+        for watcher in watchers:
+            watcher.add_done_callback(lambda _: changed.set())
+        try:
+            while not any(all(t["status"] != "running" for t in b["tasks"]) for b in batches):
+                left = None if deadline is None else deadline - time.time()
+                if left is not None and left <= 0:
+                    return
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(left):
+                        await changed.wait()
+                changed.clear()
+                for watcher in watchers:  # a bug in one fails the run, as it would unparked
+                    if watcher.done() and (error := watcher.exception()) is not None:
+                        raise error
+        finally:
+            for watcher in watchers:
+                watcher.cancel()
+            await asyncio.gather(*watchers, return_exceptions=True)
+
+    async def _watch(self, ctx: ToolContext, task: dict[str, Any]) -> None:
+        """Until ``task`` ends: ask its status with a long poll, so the reply comes as
+        it ends. An unreachable service, or one that answers a running task at once
+        (it does not implement the wait), is asked again every ``POLL_S``."""
         while True:
-            await self._refresh(ctx, batches)
-            if any(all(t["status"] != "running" for t in b["tasks"]) for b in batches):
+            asked = time.monotonic()
+            status = await self._read_status(ctx, task, wait=WAIT)
+            if task["status"] != "running":
                 return
-            if deadline is not None and time.time() >= deadline:
-                return
-            pause = POLL_S if deadline is None else min(POLL_S, max(0.0, deadline - time.time()))
-            await asyncio.sleep(pause)
+            if status is None or time.monotonic() - asked < WAIT.total_seconds() / 2:
+                await asyncio.sleep(POLL_S)
 
     async def _deadline(
         self, ctx: ToolContext, batches: list[dict[str, Any]], state: dict[str, Any]
@@ -313,21 +349,24 @@ class Dispatcher:
 
     async def _refresh(self, ctx: ToolContext, batches: list[dict[str, Any]]) -> None:
         running = [t for b in batches for t in b["tasks"] if t["status"] == "running"]
+        await asyncio.gather(*(self._read_status(ctx, t) for t in running))
 
-        async def one(task: dict[str, Any]) -> None:
-            try:
-                client = await ctx.clients.get(task["address"])
-                status = await client.get_status(task["session_id"])
-            except HelixError:
-                return  # unreachable for now; still running as far as we know
-            if status.status in (pb.SESSION_STATUS_RUNNING, pb.SESSION_STATUS_UNSPECIFIED):
-                return
+    async def _read_status(
+        self, ctx: ToolContext, task: dict[str, Any], *, wait: timedelta | None = None
+    ) -> pb.GetStatusResponse | None:
+        """``task``'s status, recorded in the task and its ref once it has ended; None
+        while its service cannot be reached (still running, as far as we know)."""
+        try:
+            client = await ctx.clients.get(task["address"])
+            status = await client.get_status(task["session_id"], wait=wait)
+        except HelixError:
+            return None
+        if status.status not in (pb.SESSION_STATUS_RUNNING, pb.SESSION_STATUS_UNSPECIFIED):
             task["status"] = SessionStatus.from_proto(status.status).value
             task["output_json"] = status.output_json
             task["error"] = status.error
             await _save_ref(ctx, _Task(**task))
-
-        await asyncio.gather(*(one(t) for t in running))
+        return status
 
 
 def _state(ctx: ToolContext) -> dict[str, Any]:

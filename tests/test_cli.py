@@ -6,7 +6,9 @@ import asyncio
 import json
 import sys
 
-from helix_transport import create_server
+import pytest
+
+from helix_transport import AgentClient, create_server
 from helix_transport.store import MemoryStore
 from tests.agents import counter
 from tests.helpers import ROOT
@@ -46,6 +48,21 @@ async def test_call_status_interrupt_describe() -> None:
         )
         lines = [json.loads(line) for line in out.splitlines()]
         assert code == 0 and int(lines[0]["sequence"]) == 4
+
+
+async def test_status_waits_for_a_running_session_to_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HELIX_SCRIPTED_DELAY_MS", "20")  # a run of about 4 s
+    async with (
+        await create_server(counter, MemoryStore(), allow_unauthenticated=True) as server,
+        await AgentClient.connect(server.address) as client,
+    ):
+        await client.start(json.dumps({"steps": 20, "words": 10}), session_id="w1")
+        code, out, _ = await cli("status", server.address, "w1")
+        assert code == 0 and json.loads(out)["status"] == "SESSION_STATUS_RUNNING"
+        code, out, _ = await cli("status", server.address, "w1", "--wait", "60")
+        assert code == 0 and json.loads(out)["status"] == "SESSION_STATUS_COMPLETED"
+        code, _, err = await cli("status", server.address, "w1", "--wait", "61")
+        assert code == 1 and err.strip() == "helix-mesh: wait: longer than 60s; ask again instead"
 
 
 async def test_errors_are_one_line_and_non_zero() -> None:

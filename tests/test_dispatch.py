@@ -20,7 +20,7 @@ from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.registry import address_env_var
 from helix_transport.store import MemoryStore
 from services.researcher import agent as researcher
-from tests.companion_agents import stubborn
+from tests.companion_agents import coordinator, stubborn
 from tests.helpers import ROOT, ServiceProcess, free_port
 
 TOPICS = ["event sourcing", "grpc streaming", "backoff"]
@@ -66,7 +66,8 @@ def kinds(events: list[pb.StreamEvent]) -> list[str]:
 
 async def test_results_arrive_in_one_batch_in_the_same_run_and_stream(tmp_path: Path) -> None:
     async with (
-        mesh("coordinator", tmp_path, child_delay_ms=15) as (_, parent),
+        # Researchers of ~1 s: the parent parks long enough to send heartbeats.
+        mesh("coordinator", tmp_path, child_delay_ms=40) as (_, parent),
         await AgentClient.connect(parent.address) as client,
     ):
         await client.start(json.dumps({"topics": TOPICS}), session_id="co")
@@ -93,6 +94,39 @@ async def test_results_arrive_in_one_batch_in_the_same_run_and_stream(tmp_path: 
     assert len(ends) == 3 and {e.status for e in ends} == {pb.SESSION_STATUS_COMPLETED}
     waiting = kinds(events).index("subagent_end")
     assert kinds(events)[waiting - 1] == "step_started"  # delivered at a step's start
+
+
+async def test_a_parked_parent_gets_its_batch_when_a_killed_childs_service_returns(
+    tmp_path: Path,
+) -> None:
+    # While parked the parent follows each child's stream; SIGKILL the children's service
+    # under it and start it again on the same store: the streams resume (or fall back to
+    # reading the status) and the batch arrives complete, in the same run.
+    async with (
+        mesh("coordinator", tmp_path, child_delay_ms=40) as (researcher, parent),
+        await AgentClient.connect(parent.address) as client,
+    ):
+        await client.start(json.dumps({"topics": TOPICS}), session_id="k")
+        stream = client.stream("k")
+        events: list[pb.StreamEvent] = []
+        killed_after: list[str] | None = None
+        async for event in stream:
+            events.append(event)
+            # Step 4 starts parked: step 3 ended the pass with a batch still out.
+            parked = event.WhichOneof("payload") == "step_started" and event.step == 4
+            if parked and killed_after is None:
+                killed_after = kinds(events)
+                await researcher.kill()
+                await asyncio.sleep(0.5)
+                await researcher.start()
+
+    assert killed_after is not None, "the parent never parked"
+    assert "subagent_end" not in killed_after  # the batch was still out when its service died
+    assert [k for k in kinds(events) if k in {"completed", "failed"}] == ["completed"]
+    output = json.loads(events[-1].completed.output_json)
+    assert output["batches"] == 1
+    assert {r["status"] for r in output["results"]} == {"completed"}
+    assert {r["output"]["topic"] for r in output["results"]} == set(TOPICS)
 
 
 async def test_a_run_deadline_times_children_out_and_gets_a_partial_answer(
@@ -134,6 +168,46 @@ async def test_a_run_still_going_after_its_last_pass_fails_with_deadline(
     assert events[-1].failed.failure_reason == "deadline"
     ends = [e.subagent_end for e in events if e.WhichOneof("payload") == "subagent_end"]
     assert [e.error for e in ends] == ["the run's deadline passed"]
+
+
+async def test_a_child_service_without_the_long_poll_is_asked_at_a_pace(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A service in another language may not implement GetStatusRequest.wait and answer
+    # at once: the parked parent then asks every POLL_S, it does not spin.
+    from helix_transport.dispatch import POLL_S
+    from helix_transport.server._servicer import AgentServicer
+
+    answer = AgentServicer.GetStatus
+    calls: list[float] = []
+
+    async def at_once(
+        self: AgentServicer, request: pb.GetStatusRequest, context: object
+    ) -> pb.GetStatusResponse:
+        calls.append(asyncio.get_running_loop().time())
+        request.ClearField("wait")
+        return await answer(self, request, context)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(AgentServicer, "GetStatus", at_once)
+    monkeypatch.setenv("HELIX_SCRIPTED_DELAY_MS", "40")
+    async with (
+        await create_server(researcher, MemoryStore(), allow_unauthenticated=True) as child,
+    ):
+        monkeypatch.setenv(address_env_var("researcher"), child.address)
+        async with (
+            await create_server(coordinator, MemoryStore(), allow_unauthenticated=True) as parent,
+            await AgentClient.connect(parent.address) as client,
+        ):
+            await client.start(json.dumps({"topics": TOPICS}), session_id="p1")
+            events = [e async for e in client.stream("p1")]
+
+    assert kinds(events)[-1] == "completed"
+    output = json.loads(events[-1].completed.output_json)
+    assert {r["status"] for r in output["results"]} == {"completed"}
+    # Three children, each asked at most once per POLL_S while parked (plus the first
+    # ask and the step's refreshes): a spinning watcher would ask thousands of times.
+    span = calls[-1] - calls[0]
+    assert 3 <= len(calls) <= 3 * (span / POLL_S + 4), (len(calls), span)
 
 
 async def test_a_continued_turn_gets_a_fresh_deadline_and_pass() -> None:

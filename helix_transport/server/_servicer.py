@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -153,7 +154,11 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
     async def GetStatus(
         self, request: pb.GetStatusRequest, context: Context
     ) -> pb.GetStatusResponse:
-        record = await self._record(check.session_id(request.session_id))
+        session_id = check.session_id(request.session_id)
+        wait_s = check.wait(request.wait) if request.HasField("wait") else 0.0
+        record = await self._record(session_id)
+        if wait_s > 0 and not record.status.is_terminal:
+            record = await self._until_end(record, wait_s)
         response = pb.GetStatusResponse(
             session_id=record.session_id,
             agent_type=record.agent_type,
@@ -239,6 +244,24 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
                 if child is not None and visible(child):
                     total = total + await self._total_usage(child, seen=seen)
         return total
+
+    async def _until_end(self, record: SessionRecord, wait_s: float) -> SessionRecord:
+        """The session once its terminal event is in the log, or as it is after ``wait_s``.
+
+        Follows the log as ``Stream`` does (this process's writer, else the store), so
+        a caller waiting for a child's end makes one call, not one per poll.
+        """
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(wait_s):
+                async for _ in follow(
+                    self.store,
+                    self.hub,
+                    record.session_id,
+                    from_sequence=record.last_sequence,
+                    poll_interval_s=self.poll_interval_s,
+                ):
+                    pass  # follow ends after the terminal event
+        return await self._record(record.session_id)
 
     async def _record(self, session_id: str) -> SessionRecord:
         record = await self.store.get_session(session_id)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import uuid
 
+from google.protobuf.duration_pb2 import Duration
 from pydantic import BaseModel, ValidationError
 
 from helix_transport._exceptions import InvalidArgument
@@ -128,6 +129,23 @@ def from_sequence(value: int) -> int:
     if value > MAX_SEQUENCE:
         raise InvalidArgument("from_sequence", f"larger than {MAX_SEQUENCE}, past any log")
     return value
+
+
+MAX_WAIT_S = 60.0
+"""Longest ``GetStatus`` long poll; a caller wanting longer asks again."""
+
+
+def wait(value: Duration) -> float:
+    """A ``GetStatus`` long poll in seconds: a valid Duration, 0 to ``MAX_WAIT_S``."""
+    seconds, nanos = value.seconds, value.nanos
+    if abs(nanos) > 999_999_999 or (seconds and nanos and (seconds < 0) != (nanos < 0)):
+        raise InvalidArgument("wait", "not a valid Duration (seconds and nanos disagree)")
+    total = seconds + nanos / 1e9
+    if total < 0:
+        raise InvalidArgument("wait", "must not be negative")
+    if total > MAX_WAIT_S:
+        raise InvalidArgument("wait", f"longer than {MAX_WAIT_S:g}s; ask again instead")
+    return total
 
 
 def reason(value: str) -> str:

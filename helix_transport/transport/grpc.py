@@ -9,6 +9,7 @@ import operator
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from datetime import timedelta
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
@@ -217,19 +218,28 @@ class AgentClient:
         return EventStream(self, session_id, from_sequence=from_sequence)
 
     async def get_status(
-        self, session_id: str, *, include_children: bool = False
+        self,
+        session_id: str,
+        *,
+        include_children: bool = False,
+        wait: timedelta | None = None,
     ) -> pb.GetStatusResponse:
         """The session's status, output and counters.
 
         With ``include_children`` the reply's ``total_usage`` adds the usage of every
         sub-agent session below this one (remote ones asked of their services).
+        With ``wait`` (at most 60 s) the call is a long poll: a running session's reply
+        comes when it ends, or after ``wait`` with it still running. A service that
+        does not implement the wait answers at once.
         """
         self._check_open()
         request = pb.GetStatusRequest(session_id=session_id, include_children=include_children)
+        timeout = self._timeout
+        if wait is not None:
+            request.wait.FromTimedelta(wait)
+            timeout += max(wait.total_seconds(), 0.0)
         with map_grpc_errors(self.address, session_id):
-            return await self._stub.GetStatus(
-                request, timeout=self._timeout, metadata=self._metadata()
-            )
+            return await self._stub.GetStatus(request, timeout=timeout, metadata=self._metadata())
 
     async def interrupt(self, session_id: str, *, reason: str = "") -> pb.InterruptResponse:
         """Ask a running session to stop (durable; a finished one is left as it is)."""

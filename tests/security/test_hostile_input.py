@@ -12,6 +12,7 @@ import json
 
 import grpc
 import pytest
+from google.protobuf.duration_pb2 import Duration
 
 from helix_transport import AgentClient, InvalidArgument, Limits
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
@@ -54,6 +55,10 @@ BAD_REQUESTS: list[tuple[str, object, str]] = [
     ("Stream", pb.StreamRequest(session_id="s", from_sequence=MAX_SEQUENCE + 1), "from_sequence"),
     ("GetStatus", pb.GetStatusRequest(session_id=""), "session_id"),
     ("GetStatus", pb.GetStatusRequest(session_id="é"), "session_id"),
+    ("GetStatus", pb.GetStatusRequest(session_id="s", wait=Duration(seconds=-1)), "wait"),
+    ("GetStatus", pb.GetStatusRequest(session_id="s", wait=Duration(seconds=61)), "wait"),
+    ("GetStatus", pb.GetStatusRequest(session_id="s", wait=Duration(seconds=1, nanos=-1)), "wait"),
+    ("GetStatus", pb.GetStatusRequest(session_id="s", wait=Duration(nanos=10**9)), "wait"),
     ("Interrupt", pb.InterruptRequest(session_id="x" * 10_000), "session_id"),
     ("Interrupt", pb.InterruptRequest(session_id="s", reason="x" * 5000), "reason"),
     ("Interrupt", pb.InterruptRequest(session_id="s", reason="stop\x00"), "reason"),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import timedelta
 
 import grpc
 import pytest
@@ -92,6 +93,48 @@ async def test_status_reports_output_counters_and_usage(serve: Serve) -> None:
     assert status.usage.total_tokens > 0
     assert status.usage.total_tokens == status.usage.prompt_tokens + status.usage.completion_tokens
     assert status.finished_at.ToNanoseconds() >= status.created_at.ToNanoseconds() > 0
+
+
+async def test_status_with_a_wait_answers_when_the_session_ends(
+    serve: Serve, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HELIX_SCRIPTED_DELAY_MS", "20")  # a run of about half a second
+    async with serve(counter) as (_, client):
+        await client.start(json.dumps({"steps": 3, "words": 5}), session_id="s1")
+        first = await client.get_status("s1")
+        loop = asyncio.get_running_loop()
+        asked_at = loop.time()
+        ended = await client.get_status("s1", wait=timedelta(seconds=30))
+        waited = loop.time() - asked_at
+        events = await collect(client, "s1")
+        asked_at = loop.time()
+        again = await client.get_status("s1", wait=timedelta(seconds=30))
+        at_once = loop.time() - asked_at
+
+    assert first.status == pb.SESSION_STATUS_RUNNING
+    assert ended.status == pb.SESSION_STATUS_COMPLETED
+    assert json.loads(ended.output_json) == {"total": 3, "steps": 3}
+    assert ended.last_sequence == events[-1].sequence  # the end, as logged
+    assert waited < 15  # woken by the end, not by the wait running out
+    assert again.status == pb.SESSION_STATUS_COMPLETED and at_once < 5  # finished: no wait
+
+
+async def test_status_with_a_wait_reports_a_running_session_when_the_wait_is_over(
+    serve: Serve, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HELIX_SCRIPTED_DELAY_MS", "100")
+    async with serve(counter) as (_, client):
+        await client.start(json.dumps({"steps": 20, "words": 10}), session_id="s1")
+        loop = asyncio.get_running_loop()
+        asked_at = loop.time()
+        status = await client.get_status("s1", wait=timedelta(seconds=0.4))
+        waited = loop.time() - asked_at
+        await client.interrupt("s1")
+        stopped = await client.get_status("s1", wait=timedelta(seconds=30))
+
+    assert status.status == pb.SESSION_STATUS_RUNNING and status.last_sequence > 0
+    assert waited >= 0.39
+    assert stopped.status == pb.SESSION_STATUS_INTERRUPTED
 
 
 async def test_readers_at_once_and_mid_run_see_the_same_log(

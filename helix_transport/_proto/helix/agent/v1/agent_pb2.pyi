@@ -109,6 +109,7 @@ once it accepts sessions, NOT_SERVING while it drains before stopping.
 
 from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
+from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import message as _message
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
@@ -969,6 +970,7 @@ class GetStatusRequest(_message.Message):
 
     SESSION_ID_FIELD_NUMBER: _builtins.int
     INCLUDE_CHILDREN_FIELD_NUMBER: _builtins.int
+    WAIT_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """The session to report on; required."""
     include_children: _builtins.bool
@@ -976,15 +978,26 @@ class GetStatusRequest(_message.Message):
     that of every sub-agent session below it, remote ones included (asked of
     their services), each counted once. Costs one `GetStatus` per remote child.
     """
+    @_builtins.property
+    def wait(self) -> _duration_pb2.Duration:
+        """A long poll: when set and the session is running, the reply waits until the
+        session's terminal event is in the log (then reports that end) or until
+        `wait` has passed (then reports the session as it is). At most 60 s, and
+        not negative (INVALID_ARGUMENT, field `wait`). A server that does not
+        implement it answers at once, which a caller can tell by the early reply of
+        a running session: such a caller should pace its calls.
+        """
+
     def __init__(
         self,
         *,
         session_id: _builtins.str = ...,
         include_children: _builtins.bool = ...,
+        wait: _duration_pb2.Duration | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["wait", b"wait"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["include_children", b"include_children", "session_id", b"session_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["include_children", b"include_children", "session_id", b"session_id", "wait", b"wait"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
