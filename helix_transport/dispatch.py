@@ -305,13 +305,17 @@ class Dispatcher:
         """Until ``task`` ends: ask its status with a long poll, so the reply comes as
         it ends. An unreachable service, or one that answers a running task at once
         (it does not implement the wait), is asked again every ``POLL_S``."""
+        wait: timedelta | None = WAIT
         while True:
             asked = time.monotonic()
-            status = await self._read_status(ctx, task, wait=WAIT)
+            status = await self._read_status(ctx, task, wait=wait)
             if task["status"] != "running":
                 return
             if status is None or time.monotonic() - asked < WAIT.total_seconds() / 2:
                 await asyncio.sleep(POLL_S)
+            # After a failed long poll, ask once without the wait: a service that
+            # refuses it (a limit below ours) still reports the end, a little later.
+            wait = None if status is None and wait is not None else WAIT
 
     async def _deadline(
         self, ctx: ToolContext, batches: list[dict[str, Any]], state: dict[str, Any]

@@ -170,25 +170,30 @@ async def test_a_run_still_going_after_its_last_pass_fails_with_deadline(
     assert [e.error for e in ends] == ["the run's deadline passed"]
 
 
+@pytest.mark.parametrize("wait", ["ignored", "refused"])
 async def test_a_child_service_without_the_long_poll_is_asked_at_a_pace(
-    monkeypatch: pytest.MonkeyPatch,
+    wait: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A service in another language may not implement GetStatusRequest.wait and answer
-    # at once: the parked parent then asks every POLL_S, it does not spin.
+    # at once, or (against the contract) refuse the wait as too long: the parked parent
+    # then asks every POLL_S, without a wait after a refusal, and does not spin.
+    from helix_transport import InvalidArgument
     from helix_transport.dispatch import POLL_S
     from helix_transport.server._servicer import AgentServicer
 
     answer = AgentServicer.GetStatus
     calls: list[float] = []
 
-    async def at_once(
+    async def without_wait(
         self: AgentServicer, request: pb.GetStatusRequest, context: object
     ) -> pb.GetStatusResponse:
         calls.append(asyncio.get_running_loop().time())
+        if wait == "refused" and request.HasField("wait"):
+            raise InvalidArgument("wait", "longer than 1s")
         request.ClearField("wait")
         return await answer(self, request, context)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(AgentServicer, "GetStatus", at_once)
+    monkeypatch.setattr(AgentServicer, "GetStatus", without_wait)
     monkeypatch.setenv("HELIX_SCRIPTED_DELAY_MS", "40")
     async with (
         await create_server(researcher, MemoryStore(), allow_unauthenticated=True) as child,
@@ -204,10 +209,11 @@ async def test_a_child_service_without_the_long_poll_is_asked_at_a_pace(
     assert kinds(events)[-1] == "completed"
     output = json.loads(events[-1].completed.output_json)
     assert {r["status"] for r in output["results"]} == {"completed"}
-    # Three children, each asked at most once per POLL_S while parked (plus the first
-    # ask and the step's refreshes): a spinning watcher would ask thousands of times.
+    # Three children, each asked at most twice per POLL_S while parked (a refused ask is
+    # followed by one without the wait; plus the first asks and the steps' refreshes):
+    # a spinning watcher would ask thousands of times.
     span = calls[-1] - calls[0]
-    assert 3 <= len(calls) <= 3 * (span / POLL_S + 4), (len(calls), span)
+    assert 3 <= len(calls) <= 3 * 2 * (span / POLL_S + 4), (len(calls), span)
 
 
 async def test_a_continued_turn_gets_a_fresh_deadline_and_pass() -> None:

@@ -139,7 +139,9 @@ def wait(value: Duration) -> float:
     """A ``GetStatus`` long poll in seconds: a valid Duration, 0 to ``MAX_WAIT_S``."""
     seconds, nanos = value.seconds, value.nanos
     if abs(nanos) > 999_999_999 or (seconds and nanos and (seconds < 0) != (nanos < 0)):
-        raise InvalidArgument("wait", "not a valid Duration (seconds and nanos disagree)")
+        raise InvalidArgument(
+            "wait", "not a valid Duration (nanos out of range or of another sign)"
+        )
     total = seconds + nanos / 1e9
     if total < 0:
         raise InvalidArgument("wait", "must not be negative")
