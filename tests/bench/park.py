@@ -25,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from google.protobuf.timestamp_pb2 import Timestamp
+
 from helix_transport import AgentClient, create_server
 from helix_transport.registry import address_env_var
 from helix_transport.store import MemoryStore
@@ -40,8 +42,8 @@ def _cpu_s(service: ServiceProcess) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
 
 
-def _seconds(stamp: object) -> float:
-    return float(stamp.ToNanoseconds()) / 1e9  # type: ignore[attr-defined]
+def _seconds(stamp: Timestamp) -> float:
+    return stamp.ToNanoseconds() / 1e9
 
 
 async def main() -> None:
