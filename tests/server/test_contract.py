@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Awaitable
 from datetime import timedelta
+from typing import TypeVar
 
 import grpc
 import pytest
@@ -20,6 +22,8 @@ from helix_transport._proto.helix.agent.v1 import agent_pb2_grpc as pb_grpc
 from tests.agents import counter, fixer, looper
 from tests.conftest import Serve
 
+T = TypeVar("T")
+
 
 async def collect(
     client: AgentClient, session_id: str, from_sequence: int = 0
@@ -29,6 +33,13 @@ async def collect(
 
 def kinds(events: list[pb.StreamEvent]) -> list[str]:
     return [e.WhichOneof("payload") or "" for e in events]
+
+
+async def timed(call: Awaitable[T]) -> tuple[T, float]:
+    """``call``'s result and the seconds it took."""
+    started = asyncio.get_running_loop().time()
+    result = await call
+    return result, asyncio.get_running_loop().time() - started
 
 
 async def test_session_runs_to_completion_with_gapless_sequences(serve: Serve) -> None:
@@ -102,14 +113,9 @@ async def test_status_with_a_wait_answers_when_the_session_ends(
     async with serve(counter) as (_, client):
         await client.start(json.dumps({"steps": 3, "words": 5}), session_id="s1")
         first = await client.get_status("s1")
-        loop = asyncio.get_running_loop()
-        asked_at = loop.time()
-        ended = await client.get_status("s1", wait=timedelta(seconds=30))
-        waited = loop.time() - asked_at
+        ended, waited = await timed(client.get_status("s1", wait=timedelta(seconds=30)))
         events = await collect(client, "s1")
-        asked_at = loop.time()
-        again = await client.get_status("s1", wait=timedelta(seconds=30))
-        at_once = loop.time() - asked_at
+        again, at_once = await timed(client.get_status("s1", wait=timedelta(seconds=30)))
 
     assert first.status == pb.SESSION_STATUS_RUNNING
     assert ended.status == pb.SESSION_STATUS_COMPLETED
@@ -125,10 +131,7 @@ async def test_status_with_a_wait_reports_a_running_session_when_the_wait_is_ove
     monkeypatch.setenv("HELIX_SCRIPTED_DELAY_MS", "100")
     async with serve(counter) as (_, client):
         await client.start(json.dumps({"steps": 20, "words": 10}), session_id="s1")
-        loop = asyncio.get_running_loop()
-        asked_at = loop.time()
-        status = await client.get_status("s1", wait=timedelta(seconds=0.4))
-        waited = loop.time() - asked_at
+        status, waited = await timed(client.get_status("s1", wait=timedelta(seconds=0.4)))
         await client.interrupt("s1")
         stopped = await client.get_status("s1", wait=timedelta(seconds=30))
 
