@@ -86,11 +86,25 @@ class _Tail:
         return self.first + len(self.encoded) - 1
 
 
-@dataclass
+@dataclass(eq=False)  # each reader is itself: two at one sequence are not the same reader
 class ReaderCursor:
     """Where one local reader of a session is: the last sequence it was given."""
 
     after: int = 0
+
+
+def _over(tail: _Tail, size: int, nbytes: int, limit: int) -> tuple[int, int]:
+    """How many of the oldest events to drop, at most ``limit``, for ``tail`` to be
+    within ``size`` events and ``nbytes`` bytes (never its newest one), and the bytes
+    left after that."""
+    encoded = tail.encoded
+    limit = min(limit, len(encoded) - 1)
+    drop = min(max(len(encoded) - size, 0), limit)
+    left = tail.nbytes - sum(map(len, encoded[:drop]))
+    while left > nbytes and drop < limit:  # over in bytes: walk what must go
+        left -= len(encoded[drop])
+        drop += 1
+    return drop, left
 
 
 class EventHub:
@@ -168,24 +182,18 @@ class EventHub:
         count = len(tail.encoded)
         if count <= self._tail_size and tail.nbytes <= self._tail_bytes:
             return  # the usual case: nothing to drop, no per-reader work
-        # Events after this sequence are still owed to a local reader.
-        owed_after = min(r.after for r in readers) if readers else None
-        first = tail.first
-        drop, nbytes = 0, tail.nbytes
-        while drop < count - 1:
-            over_soft = count - drop > self._tail_size or nbytes > self._tail_bytes
-            if not over_soft:
-                break
-            owed = owed_after is not None and first + drop > owed_after
-            over_hard = count - drop > self._reader_tail_size or nbytes > self._reader_tail_bytes
-            if owed and not over_hard:
-                break
-            nbytes -= len(tail.encoded[drop])
-            drop += 1
+        limit = count
+        if readers:
+            # Events after the slowest reader's sequence are still owed to it: those are
+            # dropped only past the larger bounds.
+            owed_from = max(0, min(r.after for r in readers) + 1 - tail.first)
+            if owed_from < count:
+                hard, _ = _over(tail, self._reader_tail_size, self._reader_tail_bytes, count)
+                limit = max(owed_from, hard)
+        drop, tail.nbytes = _over(tail, self._tail_size, self._tail_bytes, limit)
         if drop:
             del tail.encoded[:drop]
             tail.first += drop
-            tail.nbytes = nbytes
             if tail.terminals and tail.terminals[0] < tail.first:
                 tail.terminals = [n for n in tail.terminals if n >= tail.first]
 

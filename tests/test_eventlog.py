@@ -355,3 +355,68 @@ async def test_a_reader_caught_up_with_a_starting_writer_waits_instead_of_readin
     hub.expect("t", 3)
     assert hub.since("t", 0, limit=10) is None
     assert hub.since("t", 2, limit=10) == Batch([])
+
+
+def _trim_one_by_one(
+    sizes: list[int], first: int, owed_after: int | None, bounds: tuple[int, int, int, int]
+) -> int:
+    """How many events the tail's rule drops, applied one event at a time."""
+    size, nbytes, reader_size, reader_nbytes = bounds
+    count, left, drop = len(sizes), sum(sizes), 0
+    while drop < count - 1:
+        if not (count - drop > size or left > nbytes):
+            break
+        owed = owed_after is not None and first + drop > owed_after
+        if owed and not (count - drop > reader_size or left > reader_nbytes):
+            break
+        left -= sizes[drop]
+        drop += 1
+    return drop
+
+
+async def test_the_tail_drops_what_the_one_by_one_rule_drops() -> None:
+    import random
+
+    from helix_transport._eventlog import ReaderCursor, _Tail
+
+    rng = random.Random(9)
+    for _ in range(3_000):
+        size, nbytes = rng.randint(1, 40), rng.randint(1, 4_000)
+        bounds = (size, nbytes, size + rng.randint(0, 40), nbytes + rng.randint(0, 4_000))
+        hub = EventHub(
+            tail_size=bounds[0],
+            tail_bytes=bounds[1],
+            reader_tail_size=bounds[2],
+            reader_tail_bytes=bounds[3],
+        )
+        sizes = [rng.choice((1, 10, 100, 1_000)) for _ in range(rng.randint(1, 120))]
+        first = rng.randint(1, 50)
+        owed_after = rng.choice((None, rng.randint(first - 5, first + len(sizes) + 5)))
+        readers = None if owed_after is None else [ReaderCursor(after=owed_after + 3)] * 2
+        if readers:
+            readers.append(ReaderCursor(after=owed_after))  # the slowest one counts
+        tail = _Tail(
+            waiter=asyncio.get_running_loop().create_future(),
+            encoded=[b"x" * n for n in sizes],
+            first=first,
+            nbytes=sum(sizes),
+        )
+        expected = _trim_one_by_one(sizes, first, owed_after, bounds)
+        hub._trim(tail, readers)
+        assert tail.first == first + expected, (sizes, first, owed_after, bounds)
+        assert tail.encoded == [b"x" * n for n in sizes[expected:]]
+        assert tail.nbytes == sum(sizes[expected:])
+
+
+async def test_a_reader_leaving_removes_its_own_cursor_not_an_equal_one() -> None:
+    # Two readers at one sequence are still two readers: the one that leaves must not
+    # take the other's cursor with it (that reader's own exit then failed, and the
+    # leaver's stale cursor held the tail for nobody).
+    hub = EventHub()
+    hub.publish("s", _events(1, 10))
+    with hub.reading("s", after=5) as staying:
+        with hub.reading("s", after=0) as leaving:
+            leaving.after = 5
+        assert hub._readers["s"] == [staying] and hub._readers["s"][0] is staying
+        staying.after = 9
+    assert "s" not in hub._readers
