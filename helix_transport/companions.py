@@ -218,12 +218,6 @@ _STATUS = {
     pb.SESSION_STATUS_INTERRUPTED: "interrupted",
     pb.SESSION_STATUS_TERMINATED: "terminated",
 }
-_TERMINAL_KIND = {
-    "completed": "completed",
-    "failed": "failed",
-    "interrupted": "interrupted",
-    "terminated": "terminated",
-}
 
 
 class Companions:
@@ -511,14 +505,14 @@ class Companions:
         return result
 
     async def _follow(self, ctx: ToolContext, child: _Child) -> None:
-        """Stream the current turn to its terminal event and record how it ended."""
+        """Wait for the current turn to end and record how it ended.
+
+        A long poll (``AgentClient.wait``), not the child's stream: the parent keeps
+        none of the child's events, so none of them cross the wire to it.
+        """
         client = await ctx.clients.get(child.address)
-        async for event in client.stream(child.session_id, from_sequence=child.from_sequence):
-            kind = event.WhichOneof("payload") or ""
-            if kind in _TERMINAL_KIND:
-                self._ended(ctx, child, kind, event)
-                await self._save_ref(ctx, child)
-                return
+        status = await client.wait(child.session_id, after_sequence=child.from_sequence)
+        await self._record(ctx, child, status)
 
     async def _refresh(self, ctx: ToolContext, child: _Child) -> None:
         """Bring a running child's status up to date (one ``GetStatus``)."""
@@ -534,17 +528,14 @@ class Companions:
             status.status != pb.SESSION_STATUS_RUNNING
             and status.last_sequence > child.from_sequence
         ):
-            child.status = _STATUS.get(status.status, "failed")
-            child.output_json = status.output_json if child.status == "completed" else ""
-            child.error = status.error
-            _Children(ctx.state).put(child)
-            await self._save_ref(ctx, child)
+            await self._record(ctx, child, status)
 
-    def _ended(self, ctx: ToolContext, child: _Child, kind: str, event: pb.StreamEvent) -> None:
-        child.status = _TERMINAL_KIND[kind]
-        child.output_json = event.completed.output_json if kind == "completed" else ""
-        child.error = event.failed.error if kind == "failed" else ""
+    async def _record(self, ctx: ToolContext, child: _Child, status: pb.GetStatusResponse) -> None:
+        child.status = _STATUS.get(status.status, "failed")
+        child.output_json = status.output_json if child.status == "completed" else ""
+        child.error = status.error
         _Children(ctx.state).put(child)
+        await self._save_ref(ctx, child)
 
     async def _save_ref(self, ctx: ToolContext, child: _Child) -> None:
         await save_child_ref(

@@ -40,7 +40,6 @@ import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
 from pydantic import BaseModel, Field, field_validator
@@ -61,12 +60,9 @@ from helix_transport.remote import (
 )
 
 STATE_KEY = "helix.dispatch"
-WAIT = timedelta(seconds=20)
-"""While parked, each running task's status is a long poll of this length (see
-``GetStatusRequest.wait``): its reply comes as the task ends."""
-POLL_S = 0.25
-"""While parked, how often a task is asked again when its service cannot be reached or
-does not implement the long poll."""
+UNREACHABLE_PAUSE_S = 0.25
+"""While parked, the pause before waiting again for a task whose service stayed
+unreachable past the client's reconnect deadline."""
 MAX_TASKS = 64
 """Tasks one call may dispatch."""
 
@@ -302,20 +298,18 @@ class Dispatcher:
             await asyncio.gather(*watchers, return_exceptions=True)
 
     async def _watch(self, ctx: ToolContext, task: dict[str, Any]) -> None:
-        """Until ``task`` ends: ask its status with a long poll, so the reply comes as
-        it ends. An unreachable service, or one that answers a running task at once
-        (it does not implement the wait), is asked again every ``POLL_S``."""
-        wait: timedelta | None = WAIT
+        """Until ``task`` ends (``AgentClient.wait``: a long poll, so its reply comes as
+        the task ends). A parked parent outlasts a service that stays unreachable past
+        the client's reconnect deadline: it waits again; the run's deadline bounds it."""
         while True:
-            asked = time.monotonic()
-            status = await self._read_status(ctx, task, wait=wait)
-            if task["status"] != "running":
-                return
-            if status is None or time.monotonic() - asked < WAIT.total_seconds() / 2:
-                await asyncio.sleep(POLL_S)
-            # After a failed long poll, ask once without the wait: a service that
-            # refuses it (a limit below ours) still reports the end, a little later.
-            wait = None if status is None and wait is not None else WAIT
+            try:
+                client = await ctx.clients.get(task["address"])
+                status = await client.wait(task["session_id"])
+            except HelixError:
+                await asyncio.sleep(UNREACHABLE_PAUSE_S)
+                continue
+            await self._record(ctx, task, status)
+            return
 
     async def _deadline(
         self, ctx: ToolContext, batches: list[dict[str, Any]], state: dict[str, Any]
@@ -355,22 +349,25 @@ class Dispatcher:
         running = [t for b in batches for t in b["tasks"] if t["status"] == "running"]
         await asyncio.gather(*(self._read_status(ctx, t) for t in running))
 
-    async def _read_status(
-        self, ctx: ToolContext, task: dict[str, Any], *, wait: timedelta | None = None
-    ) -> pb.GetStatusResponse | None:
-        """``task``'s status, recorded in the task and its ref once it has ended; None
-        while its service cannot be reached (still running, as far as we know)."""
+    async def _read_status(self, ctx: ToolContext, task: dict[str, Any]) -> None:
+        """``task``'s status, recorded in the task and its ref once it has ended; while
+        its service cannot be reached, still running as far as we know."""
         try:
             client = await ctx.clients.get(task["address"])
-            status = await client.get_status(task["session_id"], wait=wait)
+            status = await client.get_status(task["session_id"])
         except HelixError:
-            return None
+            return
         if status.status not in (pb.SESSION_STATUS_RUNNING, pb.SESSION_STATUS_UNSPECIFIED):
-            task["status"] = SessionStatus.from_proto(status.status).value
-            task["output_json"] = status.output_json
-            task["error"] = status.error
-            await _save_ref(ctx, _Task(**task))
-        return status
+            await self._record(ctx, task, status)
+
+    async def _record(
+        self, ctx: ToolContext, task: dict[str, Any], status: pb.GetStatusResponse
+    ) -> None:
+        """Record how ``task`` ended, in the task and its ref."""
+        task["status"] = SessionStatus.from_proto(status.status).value
+        task["output_json"] = status.output_json
+        task["error"] = status.error
+        await _save_ref(ctx, _Task(**task))
 
 
 def _state(ctx: ToolContext) -> dict[str, Any]:

@@ -176,10 +176,10 @@ async def test_a_child_service_without_the_long_poll_is_asked_at_a_pace(
 ) -> None:
     # A service in another language may not implement GetStatusRequest.wait and answer
     # at once, or (against the contract) refuse the wait as too long: the parked parent
-    # then asks every POLL_S, without a wait after a refusal, and does not spin.
+    # then asks every PACE_S, without the wait after a refusal, and does not spin.
     from helix_transport import InvalidArgument
-    from helix_transport.dispatch import POLL_S
     from helix_transport.server._servicer import AgentServicer
+    from helix_transport.transport.grpc import PACE_S
 
     answer = AgentServicer.GetStatus
     calls: list[float] = []
@@ -209,11 +209,10 @@ async def test_a_child_service_without_the_long_poll_is_asked_at_a_pace(
     assert kinds(events)[-1] == "completed"
     output = json.loads(events[-1].completed.output_json)
     assert {r["status"] for r in output["results"]} == {"completed"}
-    # Three children, each asked at most twice per POLL_S while parked (a refused ask is
-    # followed by one without the wait; plus the first asks and the steps' refreshes):
-    # a spinning watcher would ask thousands of times.
+    # Three children, each asked at most once per PACE_S while parked (plus a refused
+    # first ask, and the steps' refreshes): a spinning watcher would ask thousands of times.
     span = calls[-1] - calls[0]
-    assert 3 <= len(calls) <= 3 * 2 * (span / POLL_S + 4), (len(calls), span)
+    assert 3 <= len(calls) <= 3 * (span / PACE_S + 4), (len(calls), span)
 
 
 async def test_a_continued_turn_gets_a_fresh_deadline_and_pass() -> None:

@@ -14,6 +14,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 
 import asyncpg  # type: ignore[import-untyped]
@@ -103,15 +104,22 @@ async def test_any_replica_serves_a_session_started_on_another(replicas: Replica
         await AgentClient.connect(replicas.b.address) as on_b,
     ):
         await on_a.start(json.dumps({"steps": 3, "words": 8}), session_id="s1")
+        # A long poll on B, for a session A runs: B learns the end from the store.
+        long_poll = asyncio.create_task(on_b.get_status("s1", wait=timedelta(seconds=30)))
+        answered: list[float] = []
+        long_poll.add_done_callback(lambda _: answered.append(time.monotonic()))
         arrivals: list[float] = []
         events: list[pb.StreamEvent] = []
         async for event in on_b.stream("s1"):
             arrivals.append(time.monotonic())
             events.append(event)
         status = await on_b.get_status("s1")
+        polled = await long_poll
 
     _sound(events)
     assert status.status == pb.SESSION_STATUS_COMPLETED and status.last_sequence == len(events)
+    assert polled.status == pb.SESSION_STATUS_COMPLETED and polled.last_sequence == len(events)
+    assert abs(answered[0] - arrivals[-1]) < 1.0, answered[0] - arrivals[-1]
     # The model streams a word every 20 ms on replica A. A polling reader on B would
     # see batches every poll interval (500 ms); the store's notifier makes it prompt.
     text_gaps = [

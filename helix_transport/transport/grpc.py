@@ -19,6 +19,7 @@ from google.protobuf.message import DecodeError, Message
 from helix_transport._config import ClientConfig, RetryConfig
 from helix_transport._eventlog import is_terminal, through_terminal
 from helix_transport._exceptions import (
+    InvalidArgument,
     RemoteError,
     ResourceExhausted,
     SequenceGap,
@@ -233,13 +234,76 @@ class AgentClient:
         does not implement the wait answers at once.
         """
         self._check_open()
+        with map_grpc_errors(self.address, session_id):
+            return await self._get_status(session_id, include_children=include_children, wait=wait)
+
+    async def _get_status(
+        self, session_id: str, *, include_children: bool = False, wait: timedelta | None = None
+    ) -> pb.GetStatusResponse:
+        """One ``GetStatus`` call, its deadline stretched by the wait; grpc's errors as
+        they are."""
         request = pb.GetStatusRequest(session_id=session_id, include_children=include_children)
         timeout = self._timeout
         if wait is not None:
             request.wait.FromTimedelta(wait)
             timeout += max(wait.total_seconds(), 0.0)
-        with map_grpc_errors(self.address, session_id):
-            return await self._stub.GetStatus(request, timeout=timeout, metadata=self._metadata())
+        return await self._stub.GetStatus(request, timeout=timeout, metadata=self._metadata())
+
+    async def wait(self, session_id: str, *, after_sequence: int = 0) -> pb.GetStatusResponse:
+        """The session's status once it has ended, like ``Popen.wait``.
+
+        Ended means a terminal status whose ``last_sequence`` is past ``after_sequence``
+        (give a continued session's turn start, ``ContinueResponse.from_sequence``, to
+        wait for that turn, not the one before). Each ask is a long poll of
+        ``LONG_POLL``, so the reply comes as the session ends and none of its events
+        cross the wire. A service that answers a running session at once (it does not
+        implement the wait) is asked every ``PACE_S``; one that refuses the wait is
+        asked without it. A service that cannot be reached is asked again with backoff,
+        as a stream resumes, until the reconnect deadline passes without an answer:
+        then the last error, as a ``HelixError``.
+        """
+        self._check_open()
+        retry = self.config.reconnect
+        wait: timedelta | None = LONG_POLL
+        broken_since: float | None = None
+        attempt = 0
+        while True:
+            asked = time.monotonic()
+            try:
+                status = await self._get_status(session_id, wait=wait)
+            except grpc.aio.AioRpcError as exc:
+                error = to_helix_error(exc, address=self.address, session_id=session_id)
+                if (
+                    wait is not None
+                    and isinstance(error, InvalidArgument)
+                    and error.field == "wait"
+                ):
+                    wait = None  # a service whose limit is below ours: ask without it
+                    continue
+                # A read repeats safely: a break a stream would resume from is retried too.
+                delay = (
+                    retry.backoff_s(attempt)
+                    if exc.code() in RESUMABLE
+                    else _retry_delay(exc, retry, attempt, address=self.address)
+                )
+                now = time.monotonic()
+                broken_since = broken_since or now
+                if delay is None or now - broken_since >= retry.deadline.total_seconds():
+                    raise error from exc
+                if exc.code() == grpc.StatusCode.UNAVAILABLE:
+                    await self._reconnected(within_s=delay)
+                else:
+                    await asyncio.sleep(delay)
+                attempt += 1
+                continue
+            broken_since, attempt = None, 0
+            if (
+                status.status not in (pb.SESSION_STATUS_UNSPECIFIED, pb.SESSION_STATUS_RUNNING)
+                and status.last_sequence > after_sequence
+            ):
+                return status
+            if wait is None or time.monotonic() - asked < wait.total_seconds() / 2:
+                await asyncio.sleep(PACE_S)  # answered at once: pace the asks
 
     async def interrupt(self, session_id: str, *, reason: str = "") -> pb.InterruptResponse:
         """Ask a running session to stop (durable; a finished one is left as it is)."""
@@ -287,6 +351,11 @@ def _stream_response(message: bytes) -> pb.StreamResponse | None:
     except DecodeError:
         return None
 
+
+LONG_POLL = timedelta(seconds=20)
+"""How long each ``GetStatus`` of ``AgentClient.wait`` waits for the session's end."""
+PACE_S = 0.25
+"""Between the asks of ``AgentClient.wait`` to a service that does not long-poll."""
 
 _RECONNECT_FLOOR_S = 0.05
 """The shortest wait before a retry, even when the channel reconnects sooner."""
