@@ -24,6 +24,20 @@ promises:
   own, and a replay from 0 still ends at the first turn's terminal event; another
   message for that turn is ``ALREADY_EXISTS``, a turn out of order
   ``FAILED_PRECONDITION``. It runs last, since it adds to the main session.
+- ``GetStatus`` with ``wait`` (the optional long poll): of a finished session it
+  answers at once (within ``WAIT_PROMPT_S`` of a ``WAIT_FINISHED_S`` wait) with the
+  log's end, whether the service implements ``wait`` or not. Of the main session while
+  it runs, it answers the log's terminal status and sequence when the session ends,
+  RUNNING once the wait has passed, or RUNNING at once (within half the wait: ``wait``
+  not implemented); never a terminal reply the log disagrees with, RUNNING after the
+  log's end reached a reader, or a reply later than the end or the wait by more than
+  ``END_GRACE_S`` (a skip when the session had ended before the kit could poll it).
+  A wait below 0 or over 60 s is ``INVALID_ARGUMENT`` (``field: wait``); rejecting
+  one but not the other fails. A service that ignores ``wait`` accepts both, so
+  accepting both is a skip when the kit saw the service answer the running session
+  at once, or could not tell (the session ended first; a slower run tells), and a
+  failure when it saw the service hold that reply for half the wait or more (the
+  line ``dispatch`` draws too): a service that implements ``wait`` must check it.
 
 The caller gives a valid input; an input the schema rejects is derived from
 ``Describe`` when not given. Each session the kit starts uses that input, so a
@@ -60,7 +74,17 @@ TERMINAL_STATUS = {
 AGENT_TYPE = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]*$")
 END_GRACE_S = 5.0
-"""How long a stream may stay open after its terminal event before it counts as not ending."""
+"""How long a stream may stay open after its terminal event before it counts as not ending
+(and how late a long poll may answer after the session's end or its wait)."""
+MAX_WAIT_S = 60
+"""The longest ``GetStatusRequest.wait`` the contract allows."""
+WAIT_FINISHED_S = 10.0
+"""The long poll the kit asks of a finished session, which must not wait at all."""
+WAIT_PROMPT_S = 5.0
+"""How soon that long poll of a finished session must answer."""
+WAIT_RUNNING_S = 5.0
+"""The long poll the kit asks of its main session while it runs; a RUNNING reply within
+half of it means the service does not implement ``wait``."""
 INTERRUPT_REASON = "conformance: interrupted right after Start"
 CONCURRENT_STARTS = 5
 SESSION_CHECKS = (
@@ -74,6 +98,8 @@ SESSION_CHECKS = (
     "stream.replay",
     "session.completed",
     "status.finished",
+    "status.wait_finished",
+    "status.wait_running",
     "start.after_finish",
     "interrupt.finished",
     "interrupt.running",
@@ -144,6 +170,8 @@ class _Read:
     """``ok`` (clean end), ``error`` (a status), ``timeout`` (still open) or ``left`` (we left)."""
     code: grpc.StatusCode | None = None
     details: str = ""
+    terminal_at: float | None = None
+    """When (``time.monotonic()``) the terminal event arrived."""
 
     @property
     def terminal(self) -> pb.StreamEvent | None:
@@ -172,6 +200,29 @@ class _Read:
             f"{what}: the stream {self.describe_end()} after the terminal event "
             f"(it must end with OK right after it)",
         )
+
+
+@dataclass
+class _LongPoll:
+    """A ``GetStatus`` with ``wait`` of a session a plain ``GetStatus`` just saw running."""
+
+    running: bool
+    """The plain ``GetStatus`` said RUNNING (else the long poll was not sent)."""
+    wait_s: float = 0.0
+    sent: float = 0.0
+    answered: float = 0.0
+    reply: pb.GetStatusResponse | None = None
+    error: grpc.aio.AioRpcError | None = None
+
+    @property
+    def took(self) -> float:
+        return self.answered - self.sent
+
+
+def _waiting(session_id: str, wait_s: float) -> pb.GetStatusRequest:
+    request = pb.GetStatusRequest(session_id=session_id)
+    request.wait.FromNanoseconds(round(wait_s * 1e9))
+    return request
 
 
 def _gapless(events: list[pb.StreamEvent], *, first: int = 1) -> str:
@@ -273,6 +324,9 @@ class _Kit:
         self.input_schema: Any = None
         self.main_session_id = ""
         self.interrupt_reply: pb.InterruptResponse | grpc.aio.AioRpcError | None = None
+        self.wait_honoured: bool | None = None
+        """Seen to hold a running session's long poll (True), to answer it at once (False)."""
+        self.wait_evidence = ""
 
     # --- plumbing -----------------------------------------------------------------
 
@@ -309,6 +363,24 @@ class _Kit:
         return await self.stub.GetStatus(
             pb.GetStatusRequest(session_id=session_id), timeout=self.rpc_timeout_s
         )
+
+    async def long_poll(self, session_id: str, wait_s: float) -> _LongPoll:
+        """A plain ``GetStatus``, then, if it said RUNNING, one with ``wait_s``."""
+        try:
+            before = await self.status(session_id)
+        except grpc.aio.AioRpcError as exc:
+            return _LongPoll(running=False, error=exc)
+        poll = _LongPoll(running=before.status == pb.SESSION_STATUS_RUNNING, wait_s=wait_s)
+        if poll.running:
+            poll.sent = time.monotonic()
+            try:
+                poll.reply = await self.stub.GetStatus(
+                    _waiting(session_id, wait_s), timeout=wait_s + END_GRACE_S
+                )
+            except grpc.aio.AioRpcError as exc:
+                poll.error = exc
+            poll.answered = time.monotonic()
+        return poll
 
     async def interrupt(self, session_id: str, reason: str = "") -> pb.InterruptResponse:
         return await self.stub.Interrupt(
@@ -353,6 +425,8 @@ class _Kit:
                         result.after_terminal.append(event)
                     else:
                         result.events.append(event)
+                        if _is_terminal(event):
+                            result.terminal_at = time.monotonic()
                 if (
                     leave_after is not None
                     and result.terminal is None
@@ -409,6 +483,7 @@ class _Kit:
         await self.check("errors.not_found", self.check_not_found)
         await self.check("errors.empty_session_id", self.check_empty_session_id)
         await self.check("errors.negative_from_sequence", self.check_negative_from_sequence)
+        await self.check("errors.wait_out_of_range", self.check_wait_out_of_range)
         await self.check("errors.malformed_input", self.check_malformed_input)
         await self.check("errors.schema_rejected_input", self.check_rejected_input)
         if sessions is not None:  # last: it adds a turn to the main session
@@ -542,8 +617,10 @@ class _Kit:
 
     async def check_streams(self, main: pb.StartResponse) -> None:
         session_id = main.session_id
-        # Two readers from the start, and one that leaves after a few events and comes
-        # back from its last sequence (mid-run when the run is slow enough).
+        # A long poll of the session while it runs (when it still does), two readers
+        # from the start, and one that leaves after a few events and comes back from
+        # its last sequence (mid-run when the run is slow enough).
+        poll_task = asyncio.create_task(self.long_poll(session_id, WAIT_RUNNING_S))
         first_task = asyncio.create_task(self.read(session_id))
         second_task = asyncio.create_task(self.read(session_id))
         partial = await self.read(session_id, leave_after=3)
@@ -568,6 +645,7 @@ class _Kit:
             return f"two concurrent readers from 0 saw the same {len(log)} events"
 
         if not await self.check("stream.concurrent_readers", readers):
+            poll_task.cancel()
             # Every later check of this session needs its complete log.
             skipped = SESSION_CHECKS[SESSION_CHECKS.index("stream.gapless") : -1]
             for name in skipped:
@@ -704,6 +782,101 @@ class _Kit:
                 f"step_count {reply.step_count}, timestamps set"
             )
 
+        def agrees(reply: pb.GetStatusResponse) -> bool:
+            return (
+                reply.status == TERMINAL_STATUS[_kind(terminal)]
+                and reply.last_sequence == terminal.sequence
+            )
+
+        def disagreement(what: str, reply: pb.GetStatusResponse) -> str:
+            return (
+                f"{what} answered {_status_name(reply.status)} at sequence "
+                f"{reply.last_sequence}, but the log ends {_kind(terminal)} at {terminal.sequence}"
+            )
+
+        async def wait_finished() -> str:
+            # Whether the service implements wait or not, a finished session's long
+            # poll has nothing to wait for.
+            what = f"GetStatus with wait={WAIT_FINISHED_S:g}s of the finished session"
+            started = time.monotonic()
+            try:
+                reply = await self.stub.GetStatus(
+                    _waiting(session_id, WAIT_FINISHED_S), timeout=WAIT_PROMPT_S
+                )
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() != grpc.StatusCode.DEADLINE_EXCEEDED:
+                    raise
+                raise _Failed(
+                    f"{what} did not answer within {WAIT_PROMPT_S:g}s (it must answer at once)"
+                ) from None
+            took = time.monotonic() - started
+            _require(agrees(reply), disagreement(what, reply))
+            return (
+                f"wait={WAIT_FINISHED_S:g}s: {_status_name(reply.status)} at sequence "
+                f"{reply.last_sequence}, answered in {took:.2f}s"
+            )
+
+        async def wait_running() -> str:
+            poll = await poll_task
+            wait_s = poll.wait_s
+            what = f"GetStatus with wait={wait_s:g}s of the running session"
+            if poll.error is not None:
+                if poll.running and poll.error.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                    raise _Failed(
+                        f"{what} did not answer within {wait_s + END_GRACE_S:g}s "
+                        "(the wait plus END_GRACE_S)"
+                    )
+                raise poll.error
+            if not poll.running or poll.reply is None:
+                raise _Skipped("the session had ended before the kit could poll it running")
+            reply, took = poll.reply, poll.took
+            # When the log's end reached a reader; the server logged it no later.
+            ended = min(t for t in (first.terminal_at, second.terminal_at) if t is not None)
+            late = poll.answered - ended
+            if reply.status != pb.SESSION_STATUS_RUNNING:
+                _require(agrees(reply), disagreement(what, reply))
+                _require(
+                    poll.answered <= min(poll.sent + wait_s, ended) + END_GRACE_S,
+                    f"{what} answered {_status_name(reply.status)} after {took:.2f}s, "
+                    f"{late:.2f}s after the log's terminal event reached a reader (it must "
+                    "answer when the session ends or the wait has passed)",
+                )
+                if took >= wait_s / 2:
+                    self.wait_honoured = True
+                    self.wait_evidence = f"held a running session's reply {took:.2f}s"
+                return (
+                    f"answered {_status_name(reply.status)} at sequence {reply.last_sequence} "
+                    f"(the log's end) after {took:.2f}s"
+                )
+            _require(
+                reply.last_sequence <= terminal.sequence,
+                f"{what} answered RUNNING at sequence {reply.last_sequence}, past the log's "
+                f"terminal event {terminal.sequence}",
+            )
+            _require(
+                late <= END_GRACE_S,
+                f"{what} answered RUNNING after {took:.2f}s, {late:.2f}s after the log's "
+                "terminal event reached a reader (the session had ended)",
+            )
+            if took < wait_s / 2:
+                self.wait_honoured = False
+                self.wait_evidence = f"answered a running session RUNNING after {took:.2f}s"
+                return (
+                    f"answered RUNNING at once ({took:.2f}s): the service does not implement "
+                    "wait (its callers must pace their polls)"
+                )
+            _require(
+                took >= wait_s * 0.9,
+                f"{what} answered RUNNING after {took:.2f}s: neither at once (wait not "
+                "implemented) nor once the wait had passed",
+            )
+            self.wait_honoured = True
+            self.wait_evidence = f"held a running session's reply {took:.2f}s"
+            return (
+                f"held the reply {took:.2f}s, then answered RUNNING at sequence "
+                f"{reply.last_sequence}; the session ended later"
+            )
+
         async def again() -> str:
             reply = await self.start(self.input_json, session_id)
             _require(not reply.created, "Start of a finished session returned created=true")
@@ -738,6 +911,8 @@ class _Kit:
 
         await self.check("session.completed", completed)
         await self.check("status.finished", status)
+        await self.check("status.wait_finished", wait_finished)
+        await self.check("status.wait_running", wait_running)
         await self.check("start.after_finish", again)
         await self.check("interrupt.finished", finished_interrupt)
 
@@ -888,6 +1063,47 @@ class _Kit:
             field="from_sequence",
         )
         return f"INVALID_ARGUMENT {details!r}"
+
+    async def check_wait_out_of_range(self) -> str:
+        if not self.main_session_id:
+            raise _Skipped("needs a session (Start failed)")
+        rejected: dict[float, str] = {}
+        accepted: list[float] = []
+        for wait_s in (-1.0, MAX_WAIT_S + 1.0):
+            try:
+                await self.stub.GetStatus(
+                    _waiting(self.main_session_id, wait_s), timeout=self.rpc_timeout_s
+                )
+            except grpc.aio.AioRpcError as exc:
+                rejected[wait_s] = _verdict(
+                    grpc.StatusCode.INVALID_ARGUMENT, exc.code(), exc.details() or "", "wait"
+                )
+            else:
+                accepted.append(wait_s)
+        shown = " and ".join(f"wait={w:g}s" for w in accepted)
+        if not accepted:
+            return "; ".join(f"wait={w:g}s: INVALID_ARGUMENT {d!r}" for w, d in rejected.items())
+        if rejected:
+            refused = " and ".join(f"wait={w:g}s" for w in rejected)
+            raise _Failed(
+                f"{shown} accepted, but {refused} INVALID_ARGUMENT (a service that checks "
+                "wait must reject both)"
+            )
+        _require(
+            self.wait_honoured is not True,
+            f"{shown} accepted, though the service implements wait (it {self.wait_evidence}); "
+            f"a wait below 0 or over {MAX_WAIT_S}s must be INVALID_ARGUMENT",
+        )
+        if self.wait_honoured is False:
+            raise _Skipped(
+                f"wait not implemented: {shown} accepted, and the service "
+                f"{self.wait_evidence} (what a service that ignores wait does)"
+            )
+        raise _Skipped(
+            f"{shown} accepted, which only a service that ignores wait may do; the kit "
+            "could not tell whether it does (no long poll of a running session was "
+            "answered at once or held; a slower run lets it tell)"
+        )
 
     async def _rejected(self, input_json: str, suffix: str) -> str:
         session_id = f"{self.prefix}-{suffix}"

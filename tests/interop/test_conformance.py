@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import sys
 from collections.abc import AsyncIterator
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 
 from helix_transport import Agent, conformance, create_server
+from helix_transport._exceptions import InvalidArgument
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.conformance import CheckResult, format_results, run_conformance
 from helix_transport.registry import address_env_var
@@ -50,16 +52,23 @@ EXPECTED_CHECKS = {
     "stream.replay",
     "session.completed",
     "status.finished",
+    "status.wait_finished",
+    "status.wait_running",
     "start.after_finish",
     "interrupt.finished",
     "interrupt.running",
     "errors.not_found",
     "errors.empty_session_id",
     "errors.negative_from_sequence",
+    "errors.wait_out_of_range",
     "errors.malformed_input",
     "errors.schema_rejected_input",
     "continue.new_turn",
 }
+
+
+WAIT_CHECKS = {"status.wait_finished", "status.wait_running", "errors.wait_out_of_range"}
+"""The checks of ``GetStatusRequest.wait``, the long poll."""
 
 
 def assert_all_pass(results: list[CheckResult]) -> None:
@@ -67,9 +76,13 @@ def assert_all_pass(results: list[CheckResult]) -> None:
     failed = [r for r in results if not r.passed]
     assert not failed, format_results(results)
     skipped = {r.name for r in results if r.skipped}
-    # Only a run that ends within three events may skip the mid-run reconnect, and
-    # Continue is optional (the Node.js service does not implement it).
-    assert skipped <= {"stream.resume_mid_run", "continue.new_turn"}, format_results(results)
+    # Only a run that ends within three events may skip the mid-run reconnect, one
+    # that ends before the kit polls it the running long poll; Continue and the
+    # long poll are optional (the Node.js service implements neither).
+    optional = {"continue.new_turn", "errors.wait_out_of_range"}
+    assert skipped <= {"stream.resume_mid_run", "status.wait_running"} | optional, format_results(
+        results
+    )
 
 
 @pytest.fixture
@@ -88,8 +101,10 @@ async def test_python_services_conform(agent: Agent, input_json: str) -> None:
     async with await create_server(agent, MemoryStore(), allow_unauthenticated=True) as server:
         results = await run_conformance(server.address, input_json=input_json, timeout_s=60)
     assert_all_pass(results)
-    assert {r.name: r for r in results}["stream.resume_mid_run"].passed
-    assert not {r.name: r for r in results}["continue.new_turn"].skipped
+    by_name = {r.name: r for r in results}
+    assert by_name["stream.resume_mid_run"].passed
+    assert not by_name["continue.new_turn"].skipped
+    assert not by_name["errors.wait_out_of_range"].skipped  # our server checks wait
 
 
 @pytest.mark.usefixtures("slow_scripted_model")
@@ -119,6 +134,10 @@ async def test_node_service_conforms(start_node: StartNode) -> None:
     assert "translator-node" in by_name["describe"].detail
     assert "while the session ran" in by_name["stream.resume_mid_run"].detail
     assert "ended interrupted" in by_name["interrupt.running"].detail
+    # It predates the long poll: it answers a running session at once, and accepts any wait.
+    assert "does not implement wait" in by_name["status.wait_running"].detail
+    assert by_name["errors.wait_out_of_range"].skipped
+    assert "wait not implemented" in by_name["errors.wait_out_of_range"].detail
 
 
 async def test_cli_prints_the_table_and_exits_zero(start_node: StartNode) -> None:
@@ -133,7 +152,9 @@ async def test_cli_prints_the_table_and_exits_zero(start_node: StartNode) -> Non
     assert proc.returncode == 0, text + err.decode()
     assert "PASS  stream.gapless" in text
     assert "input_json.text: Input should be a valid string" in text
-    assert text.rstrip().endswith("22 checks: 21 passed, 0 failed, 1 skipped")
+    # Skipped: Continue and the wait checks (a run this fast may end before the kit
+    # polls it), none failed.
+    assert re.search(r"\n25 checks: \d+ passed, 0 failed, \d skipped$", text.rstrip()), text
 
 
 async def test_cli_exits_non_zero_when_nothing_listens() -> None:
@@ -221,6 +242,78 @@ class ReplaysPastTheTurn(AgentServicer):
             yield pb.StreamResponse(events=more)
 
 
+class SitsOutTheWait(AgentServicer):
+    """Implements a long poll as a sleep: sits out the whole wait, the session's end
+    (or that it had ended already) notwithstanding."""
+
+    async def GetStatus(self, request: pb.GetStatusRequest, context: Any) -> pb.GetStatusResponse:
+        wait_s = request.wait.ToTimedelta().total_seconds()
+        if request.HasField("wait") and 0 < wait_s <= 60:
+            await asyncio.sleep(wait_s)
+            request.ClearField("wait")
+        return await super().GetStatus(request, context)
+
+
+class AnswersAsItWas(AgentServicer):
+    """Sits out the whole wait, then answers the session as it was when asked."""
+
+    async def GetStatus(self, request: pb.GetStatusRequest, context: Any) -> pb.GetStatusResponse:
+        wait_s = request.wait.ToTimedelta().total_seconds()
+        request.ClearField("wait")
+        response = await super().GetStatus(request, context)
+        if 0 < wait_s <= 60:
+            await asyncio.sleep(wait_s)
+        return response
+
+
+class ChecksOnlyNegativeWaits(AgentServicer):
+    """Rejects a negative wait, but cuts one over 60 s down to 60 s."""
+
+    async def GetStatus(self, request: pb.GetStatusRequest, context: Any) -> pb.GetStatusResponse:
+        if request.HasField("wait") and request.wait.seconds > 60:
+            request.wait.FromSeconds(60)
+        return await super().GetStatus(request, context)
+
+
+class NamesAnotherField(AgentServicer):
+    """Rejects an out-of-range wait, naming a field the request does not have."""
+
+    async def GetStatus(self, request: pb.GetStatusRequest, context: Any) -> pb.GetStatusResponse:
+        if request.HasField("wait") and not 0 <= request.wait.seconds <= 60:
+            raise InvalidArgument("timeout", "out of range")
+        return await super().GetStatus(request, context)
+
+
+class AcceptsAnyWait(AgentServicer):
+    """Honours wait, but clamps it into 0..60 s instead of rejecting the rest."""
+
+    async def GetStatus(self, request: pb.GetStatusRequest, context: Any) -> pb.GetStatusResponse:
+        if request.HasField("wait"):
+            seconds = min(max(request.wait.ToTimedelta().total_seconds(), 0.0), 60.0)
+            request.wait.FromNanoseconds(round(seconds * 1e9))
+        return await super().GetStatus(request, context)
+
+
+class IgnoresWait(AgentServicer):
+    """Predates the long poll: answers at once, whatever the wait (conformant)."""
+
+    async def GetStatus(self, request: pb.GetStatusRequest, context: Any) -> pb.GetStatusResponse:
+        request.ClearField("wait")
+        return await super().GetStatus(request, context)
+
+
+class ReportsTheEndEarly(AgentServicer):
+    """Answers a running session's long poll at once, as COMPLETED."""
+
+    async def GetStatus(self, request: pb.GetStatusRequest, context: Any) -> pb.GetStatusResponse:
+        waited = request.HasField("wait")
+        request.ClearField("wait")
+        response = await super().GetStatus(request, context)
+        if waited and response.status == pb.SESSION_STATUS_RUNNING:
+            response.status = pb.SESSION_STATUS_COMPLETED
+        return response
+
+
 class CannotStart(AgentServicer):
     """Fails every Start."""
 
@@ -239,6 +332,9 @@ class CannotStart(AgentServicer):
         (CannotStart, {"start.generated_id", "stream.gapless", "interrupt.running"}),
         (ContinueNotIdempotent, {"continue.new_turn"}),
         (ReplaysPastTheTurn, {"continue.new_turn"}),
+        (SitsOutTheWait, {"status.wait_finished"}),
+        (ChecksOnlyNegativeWaits, {"errors.wait_out_of_range"}),
+        (NamesAnotherField, {"errors.wait_out_of_range"}),
     ],
     ids=[
         "gap",
@@ -249,6 +345,9 @@ class CannotStart(AgentServicer):
         "cannot-start",
         "continue-not-idempotent",
         "replays-past-the-turn",
+        "sits-out-the-wait",
+        "checks-only-negative-waits",
+        "names-another-field",
     ],
 )
 async def test_kit_fails_a_broken_server(
@@ -256,9 +355,64 @@ async def test_kit_fails_a_broken_server(
 ) -> None:
     monkeypatch.setattr(server_app, "AgentServicer", servicer)
     monkeypatch.setattr(conformance, "END_GRACE_S", 0.5)  # KeepsStreamsOpen: fail fast
+    monkeypatch.setattr(conformance, "WAIT_PROMPT_S", 1.0)  # SitsOutTheWait too
+    monkeypatch.setattr(conformance, "WAIT_RUNNING_S", 1.0)
     async with await create_server(summarizer, MemoryStore(), allow_unauthenticated=True) as server:
         results = await run_conformance(server.address, input_json=SUMMARY, timeout_s=20)
     failed = {r.name for r in results if not r.passed}
     assert failing <= failed, format_results(results)
     assert {r.name for r in results} == EXPECTED_CHECKS  # the table is always complete
     assert "FAIL" in format_results(results)
+
+
+@pytest.mark.parametrize(
+    ("servicer", "wait_s", "failing"),
+    [
+        (AgentServicer, 1.0, set()),
+        (IgnoresWait, 1.0, set()),
+        (AcceptsAnyWait, 1.0, {"errors.wait_out_of_range"}),
+        (ReportsTheEndEarly, 1.0, {"status.wait_running"}),
+        # A wait the session ends well within, so sitting it out is late for its end.
+        (SitsOutTheWait, 4.0, {"status.wait_finished", "status.wait_running"}),
+        (AnswersAsItWas, 4.0, {"status.wait_finished", "status.wait_running"}),
+    ],
+    ids=[
+        "honours-wait",
+        "ignores-wait",
+        "accepts-any-wait",
+        "reports-the-end-early",
+        "sits-out-the-wait",
+        "answers-as-it-was",
+    ],
+)
+async def test_kit_judges_the_long_poll_of_a_running_session(
+    monkeypatch: pytest.MonkeyPatch,
+    servicer: type[AgentServicer],
+    wait_s: float,
+    failing: set[str],
+) -> None:
+    """Runs slow enough (about 1.5 s) for the kit to poll the main session running."""
+    monkeypatch.setenv("HELIX_SCRIPTED_DELAY_MS", "40")
+    monkeypatch.setattr(server_app, "AgentServicer", servicer)
+    monkeypatch.setattr(conformance, "WAIT_RUNNING_S", wait_s)
+    monkeypatch.setattr(conformance, "WAIT_PROMPT_S", 1.0)
+    monkeypatch.setattr(conformance, "END_GRACE_S", 1.0)
+    async with await create_server(summarizer, MemoryStore(), allow_unauthenticated=True) as server:
+        results = await run_conformance(server.address, input_json=SUMMARY, timeout_s=30)
+    by_name = {r.name: r for r in results}
+    assert set(by_name) == EXPECTED_CHECKS
+    # The wait checks alone: the tests above judge the rest.
+    failed = {r.name for r in results if not r.passed and r.name in WAIT_CHECKS}
+    assert failed == failing, format_results(results)
+    assert not by_name["status.wait_running"].skipped, format_results(results)
+    out_of_range = by_name["errors.wait_out_of_range"]
+    if servicer in (AgentServicer, IgnoresWait):  # conformant: everything else passes too
+        assert_all_pass(results)
+    if servicer is IgnoresWait:
+        assert "does not implement wait" in by_name["status.wait_running"].detail
+        assert out_of_range.skipped and "wait not implemented" in out_of_range.detail
+    elif servicer is AgentServicer:
+        assert "at sequence" in by_name["status.wait_running"].detail
+        assert out_of_range.passed and not out_of_range.skipped
+    elif servicer is AcceptsAnyWait:
+        assert "implements wait" in out_of_range.detail, format_results(results)
