@@ -12,12 +12,16 @@ from typing import Any
 import grpc
 
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
+from helix_transport.agent.definition import Agent
+from helix_transport.server import AgentServer, ServerConfig, create_server
+from helix_transport.store import Store
 from helix_transport.testing.processes import ServiceProcess, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 
 __all__ = [
     "ROOT",
+    "RestartableServer",
     "ServiceProcess",
     "TcpProxy",
     "assert_eventually",
@@ -62,6 +66,40 @@ async def assert_eventually(
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout_s}s")
         await asyncio.sleep(interval_s)
+
+
+class RestartableServer:
+    """One in-process replica that can go down and come back on its port and store.
+
+    It comes back with the same replica id, so it resumes the runs it left checkpointed,
+    as a restarted pod would. Shutdowns are immediate: nothing drains.
+    """
+
+    def __init__(self, agent: Agent, store: Store, config: ServerConfig) -> None:
+        self._agent, self._store, self._config = agent, store, config
+        self._server: AgentServer | None = None
+
+    @property
+    def address(self) -> str:
+        return f"{self._config.host}:{self._config.port}"
+
+    async def start(self) -> None:
+        self._server = await create_server(
+            self._agent, self._store, self._config, allow_unauthenticated=True
+        )
+        await self._server.start()
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            await self._server.shutdown(grace_s=0)  # the run is left checkpointed
+            self._server = None
+
+    async def __aenter__(self) -> RestartableServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
 
 
 class TcpProxy:

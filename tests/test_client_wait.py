@@ -16,7 +16,7 @@ from helix_transport.server import ServerConfig, create_server
 from helix_transport.server._servicer import AgentServicer
 from helix_transport.store.memory import MemoryStore
 from tests.agents import counter
-from tests.helpers import free_port
+from tests.helpers import RestartableServer, free_port
 
 INPUT = json.dumps({"steps": 3, "words": 3})
 
@@ -80,27 +80,20 @@ async def test_wait_after_a_sequence_waits_for_the_next_turn(
 
 async def test_wait_outlasts_a_restart_of_the_service(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HELIX_SCRIPTED_DELAY_MS", "15")
-    store = MemoryStore()
     config = ServerConfig(port=free_port(), replica_id="only", lease_ttl_s=0.5)
-    first = await create_server(counter, store, config, allow_unauthenticated=True)
-    await first.start()
-    second = None
-    try:
-        async with await AgentClient.connect(first.address) as client:
-            await client.start(json.dumps({"steps": 6, "words": 4}), session_id="w3")
-            waiting = asyncio.create_task(client.wait("w3"))
-            await asyncio.sleep(0.3)  # the long poll is in flight
-            await first.shutdown(grace_s=0)  # the run is left checkpointed
-            await asyncio.sleep(0.3)
-            assert not waiting.done()
-            second = await create_server(counter, store, config, allow_unauthenticated=True)
-            await second.start()  # same replica id: it resumes the run
-            status = await asyncio.wait_for(waiting, timeout=60)
-            log = [event async for event in client.stream("w3")]
-    finally:
-        await first.shutdown(grace_s=0)
-        if second is not None:
-            await second.shutdown(grace_s=0)
+    async with (
+        RestartableServer(counter, MemoryStore(), config) as server,
+        await AgentClient.connect(server.address) as client,
+    ):
+        await client.start(json.dumps({"steps": 6, "words": 4}), session_id="w3")
+        waiting = asyncio.create_task(client.wait("w3"))
+        await asyncio.sleep(0.3)  # the long poll is in flight
+        await server.stop()
+        await asyncio.sleep(0.3)
+        assert not waiting.done()
+        await server.start()  # same replica id: it resumes the run
+        status = await asyncio.wait_for(waiting, timeout=60)
+        log = [event async for event in client.stream("w3")]
 
     assert status.status == pb.SESSION_STATUS_COMPLETED
     assert status.last_sequence == log[-1].sequence

@@ -15,7 +15,7 @@ from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.server import ServerConfig, create_server
 from helix_transport.store.memory import MemoryStore
 from tests.agents import counter
-from tests.helpers import free_port
+from tests.helpers import RestartableServer, free_port
 
 # Every retry of ours waits 2-4 s (full jitter): a resume sooner than that came from
 # grpc reaching the server again, not from our retry timer.
@@ -32,31 +32,25 @@ async def test_a_stream_resumes_as_soon_as_its_restarted_server_is_reachable(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("HELIX_SCRIPTED_DELAY_MS", "15")
-    store = MemoryStore()
     # A short lease: the shut-down server gives its run's lease up, and a restart leaves
     # a session that young (and without an owner) to the orphan scan, every lease TTL.
     config = ServerConfig(port=free_port(), replica_id="only", lease_ttl_s=0.5)
-    first = await create_server(counter, store, config, allow_unauthenticated=True)
-    await first.start()
-    second = None
+    restarted = False
     back_at = 0.0
     events: list[tuple[float, pb.StreamEvent]] = []
-    try:
-        async with await AgentClient.connect(first.address, config=SLOW_RETRIES) as client:
-            await client.start(json.dumps({"steps": 4, "words": 4}), session_id="s")
-            stream = client.stream("s")
-            async for event in stream:
-                events.append((time.monotonic(), event))
-                if second is None and event.WhichOneof("payload") == "step_started":
-                    await first.shutdown(grace_s=0)  # the run is left checkpointed
-                    await asyncio.sleep(0.3)  # down long enough for the stream to break
-                    second = await create_server(counter, store, config, allow_unauthenticated=True)
-                    await second.start()  # same replica id: it resumes the run at once
-                    back_at = time.monotonic()
-    finally:
-        await first.shutdown(grace_s=0)
-        if second is not None:
-            await second.shutdown(grace_s=0)
+    async with (
+        RestartableServer(counter, MemoryStore(), config) as server,
+        await AgentClient.connect(server.address, config=SLOW_RETRIES) as client,
+    ):
+        await client.start(json.dumps({"steps": 4, "words": 4}), session_id="s")
+        stream = client.stream("s")
+        async for event in stream:
+            events.append((time.monotonic(), event))
+            if not restarted and event.WhichOneof("payload") == "step_started":
+                await server.stop()
+                await asyncio.sleep(0.3)  # down long enough for the stream to break
+                await server.start()  # same replica id: it resumes the run at once
+                restarted, back_at = True, time.monotonic()
 
     assert stream.reconnects >= 1
     assert events[-1][1].WhichOneof("payload") == "completed"
