@@ -44,7 +44,9 @@ async def serve_stream(
 ) -> AsyncIterator[str]:
     """A gRPC server on 127.0.0.1 whose ``AgentService.Stream`` is ``stream`` alone
     (it gets the request's bytes): a server that misbehaves exactly as a test says."""
-    handler = grpc.unary_stream_rpc_method_handler(stream, response_serializer=serializer)
+    handler: grpc.RpcMethodHandler[bytes, Any] = grpc.unary_stream_rpc_method_handler(
+        stream, response_serializer=serializer
+    )
     server = grpc.aio.server()
     server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler("helix.agent.v1.AgentService", {"Stream": handler}),)
