@@ -100,8 +100,8 @@ class SessionUpdate:
             if getattr(self, f.name) is not None
         }
         changes["updated_at"] = now
-        if self.status is not None and self.status.is_terminal and record.finished_at is None:
-            changes["finished_at"] = now
+        if self.status is not None and self.status.is_terminal:
+            changes["finished_at"] = now  # each turn's end: a continued session ends again
         return dataclasses.replace(record, **changes)
 
 

@@ -404,9 +404,9 @@ class PostgresStore:
         args: list[Any] = [session_id, *changes.values(), time.time()]
         sets = [f"{c} = ${n}" for n, c in enumerate(changes, start=2)]
         sets.append(f"updated_at = ${len(args)}")
-        # SessionUpdate.apply's rule, in SQL: the first terminal status stamps finished_at.
+        # SessionUpdate.apply's rule, in SQL: every terminal status stamps finished_at.
         if update.status is not None and update.status.is_terminal:
-            sets.append(f"finished_at = COALESCE(finished_at, ${len(args)})")
+            sets.append(f"finished_at = ${len(args)}")
         where = "session_id = $1"
         if expected_status is not None:
             args.append(expected_status.value)

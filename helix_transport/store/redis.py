@@ -70,7 +70,7 @@ local function apply_update(key, index_prefix, now, terminal, first)
     redis.call('HSET', key, ARGV[i], ARGV[i + 1])
   end
   redis.call('HSET', key, 'updated_at', now)
-  if terminal == '1' and redis.call('HGET', key, 'finished_at') == '' then
+  if terminal == '1' then
     redis.call('HSET', key, 'finished_at', now)
   end
 end

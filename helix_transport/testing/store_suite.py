@@ -365,6 +365,27 @@ class StoreConformance:
         assert log[-1].WhichOneof("payload") == "completed"
         assert log[-1].completed.output_json == '{"answer": 42}'
 
+    async def test_each_turns_end_stamps_finished_at(self, store: Store) -> None:
+        # A continued session ends once per turn; finished_at is the latest end, whichever
+        # write brings it (a plain update, or an append carrying the terminal event).
+        await store.create_session(make_record())
+        first = await store.update_session("s-1", SessionUpdate(status=SessionStatus.COMPLETED))
+        assert first is not None and first.finished_at is not None
+        await asyncio.sleep(0.01)  # past the clock's resolution on every backend
+        await store.update_session("s-1", SessionUpdate(status=SessionStatus.RUNNING))
+        done = StreamEvent(session_id="s-1", agent_type="researcher", step=2)
+        done.completed.output_json = "{}"
+        update = SessionUpdate(status=SessionStatus.COMPLETED, output_json="{}")
+        await store.append("s-1", [done], update=update)
+        second = await store.get_session("s-1")
+        assert second is not None and second.finished_at is not None
+        assert second.finished_at > first.finished_at
+        await asyncio.sleep(0.01)
+        await store.update_session("s-1", SessionUpdate(status=SessionStatus.RUNNING))
+        third = await store.update_session("s-1", SessionUpdate(status=SessionStatus.FAILED))
+        assert third is not None and third.finished_at is not None
+        assert third.finished_at > second.finished_at
+
     async def test_stored_events_are_copies(self, store: Store) -> None:
         await store.create_session(make_record())
         event = make_event("original")

@@ -43,6 +43,7 @@ async def test_a_continued_session_remembers_and_gets_a_fresh_step_budget(serve:
         await client.start(json.dumps({"artifact": "v1: code"}), session_id="c1")
         first = await collect(client, "c1")
         verdict1 = json.loads(first[-1].completed.output_json)
+        status1 = await client.get_status("c1")
         reply = await client.continue_session("c1", "v2: code and tests", turn=2)
         second = await collect(client, "c1", after=reply.from_sequence)
         status = await client.get_status("c1")
@@ -77,6 +78,10 @@ async def test_a_continued_session_remembers_and_gets_a_fresh_step_budget(serve:
     assert [e.step for e in log if e.WhichOneof("payload") == "step_started"] == [1, 2, 3, 4]
     assert status.status == pb.SESSION_STATUS_COMPLETED and status.step_count == 4
     assert json.loads(status.output_json) == verdict2
+    # finished_at is this turn's end, after the new turn started, not turn 1's.
+    turn2_started = second[0].time.ToNanoseconds()
+    assert status1.finished_at.ToNanoseconds() < turn2_started
+    assert status.finished_at.ToNanoseconds() >= turn2_started
 
 
 class _Said(BaseModel):

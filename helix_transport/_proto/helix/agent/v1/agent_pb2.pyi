@@ -1085,7 +1085,9 @@ class GetStatusResponse(_message.Message):
 
     @_builtins.property
     def finished_at(self) -> _timestamp_pb2.Timestamp:
-        """Set once the session reached a terminal status."""
+        """When the session last reached a terminal status (a continued session: its
+        latest turn's end). Unset while a turn runs.
+        """
 
     @_builtins.property
     def usage(self) -> Global___TokenUsage:
