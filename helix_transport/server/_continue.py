@@ -11,6 +11,8 @@ turn already started and gets ``created=false`` instead of a second turn.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 
 from helix_transport._exceptions import (
     InvalidArgument,
@@ -25,7 +27,6 @@ from helix_transport._turns import StartedTurn, read_turns
 from helix_transport.server import _validation as check
 from helix_transport.server._ownership import visible
 from helix_transport.server._runner import SessionRunner
-from helix_transport.server.interceptors import ServerUnavailable
 from helix_transport.store import SessionRecord, SessionUpdate, Store
 
 
@@ -39,9 +40,17 @@ class TurnExists(SessionExists):
 
 
 async def continue_session(
-    request: pb.ContinueRequest, *, store: Store, runner: SessionRunner, accepting: bool
+    request: pb.ContinueRequest,
+    *,
+    store: Store,
+    runner: SessionRunner,
+    admit: Callable[[], AbstractContextManager[None]],
 ) -> pb.ContinueResponse:
-    """Handle one ``Continue`` request (errors are mapped by the interceptor)."""
+    """Handle one ``Continue`` request (errors are mapped by the interceptor).
+
+    ``admit()`` is entered only to start a new turn, so a retried ``Continue`` is
+    answered even while the replica drains or is at capacity; it raises to refuse.
+    """
     session_id = check.session_id(request.session_id)
     message = check.message(request.message)
     if request.turn < 2:
@@ -59,34 +68,49 @@ async def continue_session(
                 session_id, f"turn {request.turn} is not the next turn ({current + 1})"
             )
         _check_continuable(record, fresh=request.fresh)
-        if not accepting:
-            raise ServerUnavailable("server is shutting down; not starting new turns")
-        event = pb.StreamEvent(
-            session_id=session_id,
-            agent_type=record.agent_type,
-            turn_started=pb.TurnStarted(turn=request.turn, message=message, fresh=request.fresh),
-        )
-        event.time.seconds, event.time.nanos = divmod(time.time_ns(), 1_000_000_000)
-        reopen = SessionUpdate(
-            status=SessionStatus.RUNNING, output_json="", error="", failure_reason=""
-        )
-        try:
-            sequence = await store.append(
-                session_id, [event], expected_sequence=record.last_sequence, update=reopen
-            )
-        except SequenceConflict:
+        with admit():
+            started = await _start_turn(store, runner, record, request, message)
+        if started is None:
             continue
-        started = await store.get_session(session_id)
-        assert started is not None  # sessions are never deleted
-        await runner.continue_turn(started)
-        return pb.ContinueResponse(
-            session_id=session_id,
-            turn=request.turn,
-            created=True,
-            status=pb.SESSION_STATUS_RUNNING,
-            from_sequence=sequence - 1,
-        )
+        return started
     raise SessionStateConflict(session_id, "the session changed during the request; retry")
+
+
+async def _start_turn(
+    store: Store,
+    runner: SessionRunner,
+    record: SessionRecord,
+    request: pb.ContinueRequest,
+    message: str,
+) -> pb.ContinueResponse | None:
+    """Append ``turn_started`` after the log's end and run the turn; None when another
+    write got there first."""
+    session_id = record.session_id
+    event = pb.StreamEvent(
+        session_id=session_id,
+        agent_type=record.agent_type,
+        turn_started=pb.TurnStarted(turn=request.turn, message=message, fresh=request.fresh),
+    )
+    event.time.seconds, event.time.nanos = divmod(time.time_ns(), 1_000_000_000)
+    reopen = SessionUpdate(
+        status=SessionStatus.RUNNING, output_json="", error="", failure_reason=""
+    )
+    try:
+        sequence = await store.append(
+            session_id, [event], expected_sequence=record.last_sequence, update=reopen
+        )
+    except SequenceConflict:
+        return None
+    started = await store.get_session(session_id)
+    assert started is not None  # sessions are never deleted
+    await runner.continue_turn(started)
+    return pb.ContinueResponse(
+        session_id=session_id,
+        turn=request.turn,
+        created=True,
+        status=pb.SESSION_STATUS_RUNNING,
+        from_sequence=sequence - 1,
+    )
 
 
 def _replay(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import grpc
@@ -204,10 +204,22 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
         return pb.InterruptResponse(status=record.status.to_proto(), accepted=True)
 
     async def Continue(self, request: pb.ContinueRequest, context: Context) -> pb.ContinueResponse:
-        check_capacity(self.runner.running + self._starting, self.limits)  # a turn is a run
         return await continue_session(
-            request, store=self.store, runner=self.runner, accepting=self.accepting
+            request, store=self.store, runner=self.runner, admit=self._admit_turn
         )
+
+    @contextlib.contextmanager
+    def _admit_turn(self) -> Iterator[None]:
+        """A new turn is a run: refused while draining or at capacity, and counted as
+        starting until its run is (as for ``Start``). A replayed turn is not asked."""
+        if not self.accepting:
+            raise ServerUnavailable("server is shutting down; not starting new turns")
+        check_capacity(self.runner.running + self._starting, self.limits)
+        self._starting += 1
+        try:
+            yield
+        finally:
+            self._starting -= 1
 
     async def Describe(self, request: pb.DescribeRequest, context: Context) -> pb.DescribeResponse:
         return pb.DescribeResponse(

@@ -104,6 +104,35 @@ async def test_running_sessions_per_replica_are_bounded(
     assert not replay.created and later.created
 
 
+async def test_a_full_replica_answers_a_retried_continue_but_starts_no_new_turn(
+    serve_sqlite: ServeSqlite, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A retried Continue (a lost reply, a resumed parent) starts nothing, so capacity
+    # must not refuse it, as it does not refuse a replayed Start; a new turn is a run.
+    impatient = ClientConfig(reconnect=RetryConfig(deadline=timedelta(0)))
+    async with (
+        serve_sqlite(counter, limits=Limits(max_running_sessions=1)) as server,
+        await AgentClient.connect(server.address, config=impatient) as client,
+    ):
+        await client.start('{"steps": 1}', session_id="done")
+        await client.wait("done")
+        turn2 = await client.continue_session("done", "again", turn=2)
+        await client.wait("done", after_sequence=turn2.from_sequence)
+        monkeypatch.setenv("HELIX_SCRIPTED_DELAY_MS", "2000")  # holds the only slot
+        await client.start('{"steps": 1}', session_id="busy")
+        assert server.runner.running == 1
+        retried = await client.continue_session("done", "again", turn=2)
+        with pytest.raises(ResourceExhausted) as full:
+            await client.continue_session("done", "once more", turn=3)
+        status = await client.get_status("done")
+        await client.interrupt("busy")
+    assert turn2.created and not retried.created
+    assert retried.from_sequence == turn2.from_sequence
+    assert full.value.limit == "running_sessions"
+    assert status.status == pb.SESSION_STATUS_COMPLETED  # turn 3 did not start
+    assert status.last_sequence > turn2.from_sequence
+
+
 async def test_concurrent_starts_never_exceed_the_running_limit(
     serve_sqlite: ServeSqlite, monkeypatch: pytest.MonkeyPatch
 ) -> None:
