@@ -10,6 +10,7 @@ turn already started and gets ``created=false`` instead of a second turn.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -68,8 +69,9 @@ async def continue_session(
                 session_id, f"turn {request.turn} is not the next turn ({current + 1})"
             )
         _check_continuable(record, fresh=request.fresh)
-        with admit():
-            started = await _start_turn(store, runner, record, request, message)
+        # Shielded, as Start's create-and-run is: once the turn is in the log its run
+        # starts, even when the caller gives up meanwhile.
+        started = await asyncio.shield(_start_turn(store, runner, record, request, message, admit))
         if started is None:
             continue
         return started
@@ -82,6 +84,7 @@ async def _start_turn(
     record: SessionRecord,
     request: pb.ContinueRequest,
     message: str,
+    admit: Callable[[], AbstractContextManager[None]],
 ) -> pb.ContinueResponse | None:
     """Append ``turn_started`` after the log's end and run the turn; None when another
     write got there first."""
@@ -95,15 +98,16 @@ async def _start_turn(
     reopen = SessionUpdate(
         status=SessionStatus.RUNNING, output_json="", error="", failure_reason=""
     )
-    try:
-        sequence = await store.append(
-            session_id, [event], expected_sequence=record.last_sequence, update=reopen
-        )
-    except SequenceConflict:
-        return None
-    started = await store.get_session(session_id)
-    assert started is not None  # sessions are never deleted
-    await runner.continue_turn(started)
+    with admit():  # counted as starting until runner.continue_turn counts the run
+        try:
+            sequence = await store.append(
+                session_id, [event], expected_sequence=record.last_sequence, update=reopen
+            )
+        except SequenceConflict:
+            return None
+        started = await store.get_session(session_id)
+        assert started is not None  # sessions are never deleted
+        await runner.continue_turn(started)
     return pb.ContinueResponse(
         session_id=session_id,
         turn=request.turn,

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Sequence
+from typing import Any
 
 import pytest
 from pydantic import BaseModel
@@ -19,12 +21,15 @@ from helix_transport import (
     Agent,
     AgentClient,
     InvalidArgument,
+    ServerConfig,
     SessionExists,
     SessionNotFound,
     SessionStateConflict,
+    create_server,
 )
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.agent.scripted import ScriptedTurn, finish, register_script
+from helix_transport.store import MemoryStore
 from services.critic import agent as critic
 from tests.agents import counter, looper
 from tests.conftest import Serve
@@ -183,3 +188,43 @@ async def test_a_failed_session_continues_only_fresh(serve: Serve) -> None:
     # A whole new budget of three steps, numbered on from the first turn's.
     assert [e.step for e in second if e.WhichOneof("payload") == "step_started"] == [4, 5, 6]
     assert second[0].turn_started.fresh
+
+
+class _HoldsNewTurns(MemoryStore):
+    """Holds each ``turn_started`` append, once written, until ``release`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.written = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def append(self, session_id: str, events: Sequence[pb.StreamEvent], **kw: Any) -> int:
+        last = await super().append(session_id, events, **kw)
+        if any(e.WhichOneof("payload") == "turn_started" for e in events):
+            self.written.set()
+            await self.release.wait()
+        return last
+
+
+async def test_a_turn_in_the_log_runs_even_when_its_caller_gave_up() -> None:
+    # As for Start: once turn_started is stored, the turn's run starts at once, not when
+    # an orphan scan (a lease TTL later, here a minute) finds the session RUNNING unrun.
+    store = _HoldsNewTurns()
+    config = ServerConfig(lease_ttl_s=60)
+    async with (
+        await create_server(counter, store, config, allow_unauthenticated=True) as server,
+        await AgentClient.connect(server.address) as client,
+    ):
+        await client.start('{"steps": 1}', session_id="s")
+        first = await client.wait("s")
+        call = client._stub.Continue(
+            pb.ContinueRequest(session_id="s", message="again", turn=2),
+            metadata=client._metadata(),
+        )
+        await asyncio.wait_for(store.written.wait(), 5)
+        call.cancel()  # the caller leaves while the turn's write is in flight
+        await asyncio.sleep(0.2)  # the server's handler is cancelled meanwhile
+        store.release.set()
+        ended = await asyncio.wait_for(client.wait("s", after_sequence=first.last_sequence), 5)
+    assert ended.status == pb.SESSION_STATUS_COMPLETED
+    assert ended.last_sequence > first.last_sequence + 1  # turn_started and the turn's run
