@@ -211,15 +211,6 @@ class _Children:
                 return name
 
 
-_STATUS = {
-    pb.SESSION_STATUS_RUNNING: "running",
-    pb.SESSION_STATUS_COMPLETED: "completed",
-    pb.SESSION_STATUS_FAILED: "failed",
-    pb.SESSION_STATUS_INTERRUPTED: "interrupted",
-    pb.SESSION_STATUS_TERMINATED: "terminated",
-}
-
-
 class Companions:
     """The companion tools and the delivery hook for a set of persistent child types."""
 
@@ -525,13 +516,13 @@ class Companions:
             return  # unreachable for now: still "running" as far as we know
         # Terminal, past the start of our turn: the turn we started has ended.
         if (
-            status.status != pb.SESSION_STATUS_RUNNING
+            status.status not in (pb.SESSION_STATUS_RUNNING, pb.SESSION_STATUS_UNSPECIFIED)
             and status.last_sequence > child.from_sequence
         ):
             await self._record(ctx, child, status)
 
     async def _record(self, ctx: ToolContext, child: _Child, status: pb.GetStatusResponse) -> None:
-        child.status = _STATUS.get(status.status, "failed")
+        child.status = SessionStatus.from_proto(status.status).value
         child.output_json = status.output_json if child.status == "completed" else ""
         child.error = status.error
         _Children(ctx.state).put(child)
