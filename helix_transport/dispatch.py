@@ -28,7 +28,9 @@ to give a partial answer; a run still going after that pass fails with
 as for the companion tools (``helix_transport.companions``).
 
 A parent that finishes (``__finish__``) while tasks are out completes; those
-children keep running unobserved.
+children keep running, and a next turn (``Continue``) can still get their results. A parent
+that fails interrupts them (the server does, for every child a failed run left
+running).
 """
 
 from __future__ import annotations

@@ -39,6 +39,9 @@ from helix_transport.transport._pool import ClientPool
 ROOT_SESSION_KEY = "helix.root_session_id"
 """Metadata key carrying the root session id down a delegation tree."""
 
+CASCADE_TIMEOUT_S = 5.0
+"""How long a cascade (``interrupt_children``) waits for running children to take theirs."""
+
 REF_SAVE_SECONDS = 0.25
 """The sub-session ref's ``last_sequence`` is written at most this often, not per event.
 

@@ -297,3 +297,27 @@ stubborn = with_dispatch(
     run_deadline_s=1.0,
 )
 """Keeps working past its deadline's last pass: the run fails with ``deadline``."""
+
+
+def _quitter(messages: list[dict[str, Any]]) -> ScriptedTurn:
+    if steps_taken(messages) == 0:
+        tasks = [{"agent": "researcher", "message": "event sourcing"}]
+        return ScriptedTurn(
+            tool_calls=(ScriptedToolCall(name="run_subagent", arguments={"tasks": tasks}),)
+        )
+    return ScriptedTurn(tool_calls=(call("pause", seconds=0.01),))  # never answers
+
+
+quitter = with_dispatch(
+    Agent(
+        name="quitter",
+        description="Dispatches, then runs out of steps while its task is out.",
+        input_model=CoordinatorInput,
+        output_model=CoordinatorOutput,
+        tools=[pause],
+        model=register_script("quitter", _quitter),
+        max_steps=3,
+    ),
+    [SubagentType(agent_type="researcher", input_field="topic")],
+)
+"""Fails (``max_steps``) while the researcher it dispatched is still running."""

@@ -20,7 +20,7 @@ from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.registry import address_env_var
 from helix_transport.store import MemoryStore
 from services.researcher import agent as researcher
-from tests.companion_agents import coordinator, stubborn
+from tests.companion_agents import coordinator, quitter, stubborn
 from tests.helpers import ROOT, ServiceProcess, free_port
 
 TOPICS = ["event sourcing", "grpc streaming", "backoff"]
@@ -168,6 +168,34 @@ async def test_a_run_still_going_after_its_last_pass_fails_with_deadline(
     assert events[-1].failed.failure_reason == "deadline"
     ends = [e.subagent_end for e in events if e.WhichOneof("payload") == "subagent_end"]
     assert [e.error for e in ends] == ["the run's deadline passed"]
+
+
+async def test_a_parent_that_fails_interrupts_the_tasks_it_left_running(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Its failure is final: nothing would collect the task's result, so the task is
+    # interrupted as an Interrupt of the parent would interrupt it, not left running.
+    monkeypatch.setenv("HELIX_SCRIPTED_DELAY_MS", "500")  # the researcher takes seconds
+    async with (
+        await create_server(researcher, MemoryStore(), allow_unauthenticated=True) as child,
+        await AgentClient.connect(child.address) as children,
+    ):
+        monkeypatch.setenv(address_env_var("researcher"), child.address)
+        async with (
+            await create_server(quitter, MemoryStore(), allow_unauthenticated=True) as parent,
+            await AgentClient.connect(parent.address) as client,
+        ):
+            await client.start(json.dumps({"topics": ["x"]}), session_id="q1")
+            events = [e async for e in client.stream("q1")]
+            task = "q1-task-call_1_0-0"
+            async with asyncio.timeout(5):
+                status = await children.wait(task)
+            child_events = [e async for e in children.stream(task)]
+
+    assert kinds(events)[-1] == "failed"
+    assert events[-1].failed.failure_reason == "max_steps"
+    assert status.status == pb.SESSION_STATUS_INTERRUPTED
+    assert child_events[-1].interrupted.reason == "parent q1 failed"
 
 
 @pytest.mark.parametrize("wait", ["ignored", "refused"])

@@ -17,6 +17,7 @@ from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._status import SessionStatus
 from helix_transport.agent.definition import Agent
 from helix_transport.agent.loop import RunLoop
+from helix_transport.remote import CASCADE_TIMEOUT_S, interrupt_children
 from helix_transport.store import SessionRecord, SessionUpdate, Store
 from helix_transport.tracing.hooks import NO_HOOKS, HooksFactory, RunHooks
 from helix_transport.transport._pool import ClientPool
@@ -182,6 +183,8 @@ class SessionRunner:
         try:
             status = await loop.run(resume_reason=resume_reason)
             logger.info("session %s ended %s", session_id, status)
+            if status is SessionStatus.FAILED:
+                await self._stop_children(session_id)
         except Exception as exc:
             if _matches(exc, (SequenceConflict, LeaseLost)):
                 logger.warning(
@@ -193,20 +196,43 @@ class SessionRunner:
                 logger.warning("session %s: paused, the store is unavailable (%s)", session_id, exc)
             else:
                 logger.exception("session %s: run loop crashed", session_id)
-                await self._fail_internal(loop)
+                if await self._fail_internal(loop):
+                    await self._stop_children(session_id)
         finally:
             self._runs.pop(session_id, None)
             self.hub.forget(session_id)  # no local writer any more
             with contextlib.suppress(Exception):
                 await asyncio.shield(self.store.release_lease(session_id, self.owner))
 
-    async def _fail_internal(self, loop: RunLoop) -> None:
-        with contextlib.suppress(Exception):
+    async def _fail_internal(self, loop: RunLoop) -> bool:
+        """End the run failed (``internal``); False if that write did not go through."""
+        try:
             await loop.writer.finish(
                 pb.StreamEvent(failed=pb.Failed(error="internal error", failure_reason="internal")),
                 SessionUpdate(
                     status=SessionStatus.FAILED, error="internal error", failure_reason="internal"
                 ),
+            )
+        except Exception:
+            return False
+        return True
+
+    async def _stop_children(self, session_id: str) -> None:
+        """Interrupt the children a failed run left running, as an ``Interrupt`` would.
+
+        The turn that wanted their results is over (a failed session's next turn
+        starts its conversation fresh). Only once the failure is durable: a run
+        stopped any other way (a crash, a lost lease, a drain) is resumed later, and
+        rejoins its children.
+        """
+        try:
+            async with asyncio.timeout(CASCADE_TIMEOUT_S):
+                await interrupt_children(
+                    self.store, self.clients, session_id, reason=f"parent {session_id} failed"
+                )
+        except Exception:  # best effort, as the cascade of an Interrupt
+            logger.warning(
+                "session %s: interrupting its children failed", session_id, exc_info=True
             )
 
     def signal_interrupt(self, session_id: str) -> None:

@@ -15,7 +15,7 @@ from helix_transport._exceptions import ResourceExhausted, SessionExists, Sessio
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._proto.helix.agent.v1 import agent_pb2_grpc as pb_grpc
 from helix_transport.agent.definition import Agent
-from helix_transport.remote import interrupt_children
+from helix_transport.remote import CASCADE_TIMEOUT_S, interrupt_children
 from helix_transport.server import _validation as check
 from helix_transport.server._continue import continue_session
 from helix_transport.server._encoding import encode_responses
@@ -32,9 +32,6 @@ from helix_transport.transport._pool import ClientPool
 logger = logging.getLogger("helix.server")
 
 Context = grpc.aio.ServicerContext[Any, Any]
-
-CASCADE_TIMEOUT_S = 5.0
-"""How long ``Interrupt`` waits for running children to acknowledge theirs."""
 
 
 class AgentServicer(pb_grpc.AgentServiceServicer):
