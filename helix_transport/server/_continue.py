@@ -10,7 +10,6 @@ turn already started and gets ``created=false`` instead of a second turn.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -28,6 +27,7 @@ from helix_transport._turns import StartedTurn, read_turns
 from helix_transport.server import _validation as check
 from helix_transport.server._ownership import visible
 from helix_transport.server._runner import SessionRunner
+from helix_transport.server._shield import outlive_caller
 from helix_transport.store import SessionRecord, SessionUpdate, Store
 
 
@@ -71,7 +71,10 @@ async def continue_session(
         _check_continuable(record, fresh=request.fresh)
         # Shielded, as Start's create-and-run is: once the turn is in the log its run
         # starts, even when the caller gives up meanwhile.
-        started = await asyncio.shield(_start_turn(store, runner, record, request, message, admit))
+        started = await outlive_caller(
+            _start_turn(store, runner, record, request, message, admit),
+            what=f"turn {request.turn} of session {session_id}",
+        )
         if started is None:
             continue
         return started

@@ -23,6 +23,7 @@ from helix_transport.server._heartbeat import heartbeat
 from helix_transport.server._identity import current_principal
 from helix_transport.server._ownership import visible
 from helix_transport.server._runner import SessionRunner
+from helix_transport.server._shield import outlive_caller
 from helix_transport.server.interceptors import ServerUnavailable
 from helix_transport.server.limits import Limits, check_capacity
 from helix_transport.store import SessionRecord, Store, Usage
@@ -110,7 +111,9 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
             existing, created = found, False
         else:
             self._starting += 1  # released by _create_and_run once its run is counted
-            existing, created = await asyncio.shield(self._create_and_run(record))
+            existing, created = await outlive_caller(
+                self._create_and_run(record), what=f"starting session {session_id}"
+            )
         # Another principal's session: the same answer as a different input (see _ownership).
         if (
             not visible(existing)

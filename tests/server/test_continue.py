@@ -10,6 +10,7 @@ starts a second one; a running session, a wrong turn or a failed session without
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -25,6 +26,7 @@ from helix_transport import (
     SessionExists,
     SessionNotFound,
     SessionStateConflict,
+    StoreUnavailable,
     create_server,
 )
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
@@ -191,18 +193,22 @@ async def test_a_failed_session_continues_only_fresh(serve: Serve) -> None:
 
 
 class _HoldsNewTurns(MemoryStore):
-    """Holds each ``turn_started`` append, once written, until ``release`` is set."""
+    """Holds each ``turn_started`` append, once written, until ``release`` is set;
+    with ``fail``, that append then raises instead of returning."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, fail: bool = False) -> None:
         super().__init__()
         self.written = asyncio.Event()
         self.release = asyncio.Event()
+        self.fail = fail
 
     async def append(self, session_id: str, events: Sequence[pb.StreamEvent], **kw: Any) -> int:
         last = await super().append(session_id, events, **kw)
         if any(e.WhichOneof("payload") == "turn_started" for e in events):
             self.written.set()
             await self.release.wait()
+            if self.fail:
+                raise StoreUnavailable("the test's store went away")
         return last
 
 
@@ -228,3 +234,30 @@ async def test_a_turn_in_the_log_runs_even_when_its_caller_gave_up() -> None:
         ended = await asyncio.wait_for(client.wait("s", after_sequence=first.last_sequence), 5)
     assert ended.status == pb.SESSION_STATUS_COMPLETED
     assert ended.last_sequence > first.last_sequence + 1  # turn_started and the turn's run
+
+
+async def test_a_turn_failing_after_its_caller_gave_up_is_logged_as_such(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Nobody is left to answer: the failure goes to the server's log, named, once,
+    # not to asyncio's "exception was never retrieved" when the task is collected.
+    store = _HoldsNewTurns(fail=True)
+    async with (
+        await create_server(counter, store, allow_unauthenticated=True) as server,
+        await AgentClient.connect(server.address) as client,
+    ):
+        await client.start('{"steps": 1}', session_id="s")
+        await client.wait("s")
+        call = client._stub.Continue(
+            pb.ContinueRequest(session_id="s", message="again", turn=2),
+            metadata=client._metadata(),
+        )
+        await asyncio.wait_for(store.written.wait(), 5)
+        call.cancel()
+        await asyncio.sleep(0.2)
+        store.release.set()
+        await asyncio.sleep(0.1)
+        gc.collect()  # asyncio reports an unretrieved exception when its task is collected
+    messages = [r.getMessage() for r in caplog.records]
+    assert "turn 2 of session s failed after its caller left" in messages
+    assert not [m for m in messages if "never retrieved" in m], messages
