@@ -37,7 +37,10 @@ every child that finished meanwhile. The delivery mark lives in the parent run's
 conversation that holds the delivered outcome: a parent killed before that write
 delivers again from the earlier checkpoint (its model never saw the first try),
 one killed after it never delivers again. Terminated children are not pushed
-(the parent stopped them on purpose). The parent's *log* may show a
+(the parent stopped them on purpose). A new message (``send_message``, or a spawn
+that re-consults) to a child whose finished turn the parent's model has not seen
+yet shows that outcome in the tool's result (``previous_turn``) before the next
+turn starts, so it is not lost. The parent's *log* may show a
 ``subagent_end`` twice across such a crash, like any event of a cut-off step.
 
 **Events.** The parent's log gets ``subagent_start`` when a turn starts and
@@ -181,6 +184,15 @@ class _Child:
             shown["error"] = self.error
         return shown
 
+    def outcome(self) -> dict[str, Any]:
+        """How the current turn ended, as a tool result shows it."""
+        shown: dict[str, Any] = {"status": self.status}
+        if self.status == "completed":
+            shown["output"] = json.loads(self.output_json)
+        elif self.error:
+            shown["error"] = self.error
+        return shown
+
 
 class _Children:
     """The ``STATE_KEY`` entry of a run's state, with typed access."""
@@ -293,13 +305,21 @@ class Companions:
         existing = children.get(name)
         if existing is not None and existing.agent_type != args.agent:
             raise ToolError(f"name {name!r} is taken by a {existing.agent_type} child")
+        previous = None
         if existing is None:
             child = await self._start(ctx, config, name, args.message)
         else:
+            await self._refresh(ctx, existing)
+            if existing.status == "running":
+                raise ToolError(f"child {name!r} is already running")
+            previous = self._unseen_outcome(ctx, existing)
             child = await self._continue(ctx, existing, args.message)
+        result: dict[str, Any]
         if config.mode == "non-blocking":
-            return {"name": name, "status": "running", "session_id": child.session_id}
-        return await self._await_turn(ctx, child, timeout_s=None)
+            result = {"name": name, "status": "running", "session_id": child.session_id}
+        else:
+            result = await self._await_turn(ctx, child, timeout_s=None)
+        return result if previous is None else {**result, "previous_turn": previous}
 
     async def _send(self, ctx: ToolContext, args: SendArgs) -> dict[str, Any]:
         child = self._known(ctx, args.name)
@@ -308,8 +328,10 @@ class Companions:
             raise ToolError(
                 f"child {child.name!r} {child.status}; use {PREFIX}spawn_agent to re-spawn it"
             )
+        previous = self._unseen_outcome(ctx, child)
         child = await self._continue(ctx, child, args.message)
-        return {"name": child.name, "delivered": True, "status": "running", "turn": child.turn}
+        result = {"name": child.name, "delivered": True, "status": "running", "turn": child.turn}
+        return result if previous is None else {**result, "previous_turn": previous}
 
     async def _list(self, ctx: ToolContext, args: NoArgs) -> list[dict[str, Any]]:
         children = _Children(ctx.state).all()
@@ -488,12 +510,15 @@ class Companions:
             except TimeoutError:
                 return {"name": child.name, "status": "timeout", "detail": "still running"}
         self._delivered(ctx, child)
-        result: dict[str, Any] = {"name": child.name, "status": child.status}
-        if child.status == "completed":
-            result["output"] = json.loads(child.output_json)
-        elif child.error:
-            result["error"] = child.error
-        return result
+        return {"name": child.name, **child.outcome()}
+
+    def _unseen_outcome(self, ctx: ToolContext, child: _Child) -> dict[str, Any] | None:
+        """A finished turn's outcome the parent's model has not seen: shown now, by the
+        calling tool's result (and marked delivered); ``None`` when it was seen."""
+        if child.status == "running" or child.delivered:
+            return None
+        self._delivered(ctx, child)
+        return child.outcome()
 
     async def _follow(self, ctx: ToolContext, child: _Child) -> None:
         """Wait for the current turn to end and record how it ended.
