@@ -5,7 +5,7 @@ A parent declares the child agent types it may keep (``PersistentChild``), each
 tools (the ``companion__`` prefix keeps them apart from the agent's own)::
 
     companion__spawn_agent(agent, message, name?)   start a child, or re-consult it
-    companion__send_message(name, message)          a new turn for a finished child
+    companion__send_message(name, message)          a new turn, now or when the current ends
     companion__list_children()                      names, types, statuses
     companion__get_child_status(name)               status and last output
     companion__terminate_child(name)                stop a running child
@@ -24,9 +24,22 @@ same calls in the same order takes the same names.
 its input. Spawning an existing name, or ``send_message``, continues the same
 session with ``Continue`` (one new turn, fresh step budget): a completed child
 keeps its memory; a failed, interrupted or terminated one re-spawns fresh (same
-session, its log goes on, the conversation starts over). A child whose turn is
-still running is an ``already running`` error. Turns are numbered by the parent,
-so a parent that re-runs a spawn after a crash rejoins the turn it started.
+session, its log goes on, the conversation starts over). Spawning a child whose
+turn is still running is an ``already running`` error. Turns are numbered by the
+parent, so a parent that re-runs a spawn after a crash rejoins the turn it started.
+
+**Queued messages.** ``send_message`` to a child whose turn is running queues the
+message (at most ``MAX_INBOX``) in the parent run's state. At the start of each
+parent step the delivery hook asks the child for the next turn with the queue
+(``Continue``, the messages joined by blank lines, in order): refused while the
+turn runs; once it has completed, the queue becomes the next turn and the parent's
+model is told of both. A turn that ends any other way (which a ``Continue`` keeping
+memory refuses), or a terminate, drops the queue and says how many messages were
+dropped. Only the hook hands a queue over, right after a checkpoint, so a parent
+resumed after a crash asks again with the same turn and message and the child's
+service replays the turn already started: the hook then reads how the turn before
+ended from the event just before it, not from the child's status (by then the new
+turn's).
 
 **Exactly-once delivery.** Each finished turn's outcome reaches the parent's
 model once: *pulled* as a tool result (a blocking spawn, ``wait_for_result``,
@@ -57,7 +70,7 @@ import contextlib
 import dataclasses
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
@@ -74,12 +87,15 @@ from helix_transport.remote import (
     subagent_ended,
     subagent_started,
 )
+from helix_transport.transport import AgentClient
 
 PREFIX = "companion__"
 STATE_KEY = "helix.companions"
 """Where the companions keep their children in the parent run's state."""
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$"
 """Names become part of session ids, so they use the session-id alphabet."""
+MAX_INBOX = 16
+"""Messages ``send_message`` may queue for a running child's next turn."""
 TERMINATE_WAIT_S = 5.0
 """How long ``terminate_child`` waits to see how an interrupted child ended."""
 
@@ -174,6 +190,8 @@ class _Child:
     error: str = ""
     delivered: bool = False
     """The current turn's outcome reached the parent's model."""
+    inbox: list[str] = field(default_factory=list)
+    """Messages sent while the turn ran, for the next turn (see "Queued messages")."""
 
     def view(self) -> dict[str, Any]:
         """What the parent's model is shown about the child."""
@@ -182,6 +200,8 @@ class _Child:
             shown["last_output"] = json.loads(self.output_json)
         if self.error:
             shown["error"] = self.error
+        if self.inbox:
+            shown["queued_messages"] = len(self.inbox)
         return shown
 
     def outcome(self) -> dict[str, Any]:
@@ -250,7 +270,11 @@ class Companions:
             ),
             Tool(
                 name=f"{PREFIX}send_message",
-                description="Send a finished child a new message (it starts a new turn).",
+                description=(
+                    "Send a child a new message. A finished child starts a new turn with it "
+                    "at once; a running one gets it, with any others queued, as its next turn "
+                    "when its current turn ends."
+                ),
                 args_model=SendArgs,
                 fn=self._send,
             ),
@@ -305,7 +329,7 @@ class Companions:
         existing = children.get(name)
         if existing is not None and existing.agent_type != args.agent:
             raise ToolError(f"name {name!r} is taken by a {existing.agent_type} child")
-        previous = None
+        previous, dropped = None, 0
         if existing is None:
             child = await self._start(ctx, config, name, args.message)
         else:
@@ -313,23 +337,46 @@ class Companions:
             if existing.status == "running":
                 raise ToolError(f"child {name!r} is already running")
             previous = self._unseen_outcome(ctx, existing)
-            child = await self._continue(ctx, existing, args.message)
+            # A completed child takes its queued messages first; a fresh one drops them.
+            queued = existing.inbox if existing.status == "completed" else []
+            dropped = len(existing.inbox) - len(queued)
+            message = "\n\n".join([*queued, args.message])
+            child = await self._continue(ctx, dataclasses.replace(existing, inbox=[]), message)
         result: dict[str, Any]
         if config.mode == "non-blocking":
             result = {"name": name, "status": "running", "session_id": child.session_id}
         else:
             result = await self._await_turn(ctx, child, timeout_s=None)
-        return result if previous is None else {**result, "previous_turn": previous}
+        if previous is not None:
+            result["previous_turn"] = previous
+        if dropped:
+            result["dropped_messages"] = dropped
+        return result
 
     async def _send(self, ctx: ToolContext, args: SendArgs) -> dict[str, Any]:
         child = self._known(ctx, args.name)
         await self._refresh(ctx, child)
-        if child.status not in ("running", "completed"):
+        if child.status == "running":
+            if len(child.inbox) >= MAX_INBOX:
+                raise ToolError(
+                    f"child {child.name!r} already has {MAX_INBOX} messages queued; wait for "
+                    "its turn to end"
+                )
+            child.inbox.append(args.message)
+            _Children(ctx.state).put(child)
+            return {
+                "name": child.name,
+                "status": "running",
+                "queued": len(child.inbox),
+                "detail": "queued: the child gets it as its next turn when this one ends",
+            }
+        if child.status != "completed":
             raise ToolError(
                 f"child {child.name!r} {child.status}; use {PREFIX}spawn_agent to re-spawn it"
             )
         previous = self._unseen_outcome(ctx, child)
-        child = await self._continue(ctx, child, args.message)
+        message = "\n\n".join([*child.inbox, args.message])  # queued ones first, in order
+        child = await self._continue(ctx, dataclasses.replace(child, inbox=[]), message)
         result = {"name": child.name, "delivered": True, "status": "running", "turn": child.turn}
         return result if previous is None else {**result, "previous_turn": previous}
 
@@ -360,9 +407,11 @@ class Companions:
             else:
                 await self._refresh(ctx, child)
         terminated = child.status == "terminated"
+        dropped, child.inbox = len(child.inbox), []  # a terminated child gets no next turn
         _Children(ctx.state).put(child)
         self._delivered(ctx, child)
-        return {**child.view(), "terminated": terminated}
+        shown = {**child.view(), "terminated": terminated}
+        return {**shown, "dropped_messages": dropped} if dropped else shown
 
     async def _wait_tool(self, ctx: ToolContext, args: WaitArgs) -> dict[str, Any]:
         child = self._known(ctx, args.name)
@@ -374,28 +423,101 @@ class Companions:
         self, ctx: ToolContext, messages: list[dict[str, Any]]
     ) -> list[dict[str, Any]]:
         """The step hook: one message about every child that finished undelivered."""
-        pending = [c for c in _Children(ctx.state).all() if not c.delivered]
-        if not pending:
+        children = _Children(ctx.state).all()
+        plain = [c for c in children if not c.delivered and not c.inbox]
+        queued = [c for c in children if c.inbox]
+        if not plain and not queued:
             return []
-        await asyncio.gather(*(self._refresh(ctx, c) for c in pending))
-        lines = []
-        for child in pending:
-            if child.status == "running":
-                continue
-            self._delivered(ctx, child)
-            if child.status == "completed":
-                lines.append(
-                    f"Sub-agent {child.name!r} ({child.agent_type}) completed with result: "
-                    f"{child.output_json}"
-                )
-            else:
-                lines.append(
-                    f"Sub-agent {child.name!r} ({child.agent_type}) {child.status}: "
-                    f"{child.error or 'no output'}"
-                )
+        await asyncio.gather(*(self._refresh(ctx, c) for c in plain))
+        lines = [self._notify(ctx, c) for c in plain if c.status != "running"]
+        for handed in await asyncio.gather(*(self._hand_over(ctx, c) for c in queued)):
+            lines.extend(handed)
         if not lines:
             return []
         return [{"role": "user", "content": "[sub-agent notifications]\n" + "\n".join(lines)}]
+
+    def _notify(self, ctx: ToolContext, child: _Child) -> str:
+        """Deliver a finished turn's outcome as a notification line."""
+        self._delivered(ctx, child)
+        if child.status == "completed":
+            return (
+                f"Sub-agent {child.name!r} ({child.agent_type}) completed with result: "
+                f"{child.output_json}"
+            )
+        return (
+            f"Sub-agent {child.name!r} ({child.agent_type}) {child.status}: "
+            f"{child.error or 'no output'}"
+        )
+
+    async def _hand_over(self, ctx: ToolContext, child: _Child) -> list[str]:
+        """Ask for the child's next turn with its queue; notification lines of what came
+        of it (see "Queued messages" in the module docstring)."""
+        name, count = child.name, len(child.inbox)
+        try:
+            client = await ctx.clients.get(child.address)
+            reply = await client.continue_session(
+                child.session_id, "\n\n".join(child.inbox), turn=child.turn + 1
+            )
+        except SessionStateConflict as exc:
+            if "still running" in exc.problem:
+                return []  # the turn runs: a next turn already started would be replayed
+            # The turn ended other than completed: its end is the child's status now.
+            await self._refresh(ctx, child)
+            lines = [] if child.delivered else [self._notify(ctx, child)]
+            child.inbox = []
+            _Children(ctx.state).put(child)
+            return [
+                *lines,
+                f"Sub-agent {name!r}: your {count} queued message(s) were dropped, as its "
+                f"turn did not complete; re-spawn it with {PREFIX}spawn_agent.",
+            ]
+        except SessionExists:  # someone else started that turn with other messages
+            child.inbox = []
+            _Children(ctx.state).put(child)
+            return [f"Sub-agent {name!r}: your {count} queued message(s) were dropped, as "
+                    "another caller started its next turn."]  # fmt: skip
+        except HelixError as exc:
+            return [
+                f"Sub-agent {name!r}: your {count} queued message(s) are not sent yet "
+                f"({exc.message}); trying again at the next step."
+            ]
+        lines = []
+        if not child.delivered:
+            if child.status == "running":  # its end not seen yet: the event before the turn
+                try:
+                    await self._record_end(client, child, reply.from_sequence)
+                except HelixError as exc:  # asked again next step: a replay, then this read
+                    return [
+                        f"Sub-agent {name!r}: your {count} queued message(s) are not sent "
+                        f"yet ({exc.message}); trying again at the next step."
+                    ]
+            lines.append(self._notify(ctx, child))
+        following = dataclasses.replace(
+            child,
+            turn=child.turn + 1,
+            from_sequence=reply.from_sequence,
+            status="running",
+            error="",
+            delivered=False,
+            inbox=[],
+        )
+        await self._began(ctx, following)
+        lines.append(
+            f"Sub-agent {name!r} got your {count} queued message(s): its turn "
+            f"{following.turn} is running."
+        )
+        return lines
+
+    async def _record_end(self, client: AgentClient, child: _Child, sequence: int) -> None:
+        """Record the turn that ended at ``sequence`` (a ``completed`` event: a turn that
+        keeps memory follows only a completed one) as the child's current turn."""
+        async for event in client.stream(child.session_id, from_sequence=sequence - 1):
+            if event.sequence == sequence and event.WhichOneof("payload") == "completed":
+                child.status, child.error = "completed", ""
+                child.output_json = event.completed.output_json
+                return
+            break
+        raise HelixError(f"child {child.name!r}: no completed event at sequence {sequence}")
 
     def _delivered(self, ctx: ToolContext, child: _Child) -> None:
         """Mark the turn's outcome delivered (durable with the next checkpoint)."""
@@ -491,7 +613,9 @@ class Companions:
         _Children(ctx.state).put(child)
         ctx.emit(
             subagent_started(
-                tool_call_id=ctx.tool_call_id,
+                # The call that started the turn; a queue's turn keeps the spawn's (the
+                # step hook that hands a queue over is no tool call).
+                tool_call_id=child.tool_call_id,
                 child_id=child.session_id,
                 agent_type=child.agent_type,
                 address=child.address,

@@ -1,14 +1,18 @@
-"""Companion turns driven by hand (the tools called directly, a real critic service on
-127.0.0.1): a finished turn's outcome reaches the parent's model exactly once, also
-when the parent messages the child again before it has looked.
+"""Companion turns driven by hand (the tools and the step hook called directly, a
+real critic service on 127.0.0.1): what the parent's model is shown when it
+messages a child.
 
-Contract: ``send_message``, or a spawn that re-consults, to a child whose finished
-turn the parent's model has not seen shows that outcome (``previous_turn``) and
-marks it delivered; the step hook then pushes only the new turn's outcome.
+Contract: a finished turn's outcome reaches the parent's model exactly once, also
+when the parent messages the child again before it has looked (``previous_turn``).
+A message to a running child is queued; at a step's start, once the turn has
+completed, the queue becomes the child's next turn (one turn, in order), also when
+a crashed parent asks again; a turn that does not complete, or a terminate, drops
+the queue and says so; a full queue is an error result.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -17,9 +21,11 @@ import pytest
 
 from helix_transport import AgentClient, create_server
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
-from helix_transport.agent.tools import ToolContext
+from helix_transport.agent.tools import ToolContext, ToolError
 from helix_transport.companions import (
+    MAX_INBOX,
     Companions,
+    NameArgs,
     PersistentChild,
     SendArgs,
     SpawnArgs,
@@ -110,3 +116,118 @@ async def test_a_message_after_an_unseen_turn_shows_that_turns_outcome_once(
     assert len(pushed) == 1 and '"round":2' in pushed[0]["content"]
     assert '"round":1' not in pushed[0]["content"]
     assert parent.delivered_rounds() == [1, 2]
+
+
+# --- queued messages -------------------------------------------------------------------
+
+
+@pytest.fixture
+def slow_child(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HELIX_SCRIPTED_DELAY_MS", "100")  # a critic's turn takes tenths
+
+
+@pytest.mark.usefixtures("slow_child")
+async def test_messages_to_a_running_child_become_its_next_turn(
+    child: tuple[Companions, AgentClient], parent: Parent
+) -> None:
+    tools, client = child
+    await tools._spawn(parent.ctx(), SpawnArgs(agent="critic", message="v1"))
+    queued = [
+        await tools._send(parent.ctx(), SendArgs(name="critic-1", message=m))
+        for m in ("v2", "v3 tests")
+    ]
+    running = await tools._status(parent.ctx(), NameArgs(name="critic-1"))
+    early = await tools.deliver_finished(parent.ctx(), [])  # the turn runs: nothing yet
+    first = await client.wait(CHILD)
+    notice = await tools.deliver_finished(parent.ctx(), [])
+    second = await client.wait(CHILD, after_sequence=first.last_sequence)
+    after = await tools.deliver_finished(parent.ctx(), [])
+    turn = [e async for e in client.stream(CHILD, from_sequence=first.last_sequence)]
+
+    assert [q["queued"] for q in queued] == [1, 2]
+    assert running["status"] == "running" and running["queued_messages"] == 2
+    assert early == []
+    lines = notice[0]["content"].splitlines()
+    assert '"round":1' in lines[1]
+    assert lines[2] == "Sub-agent 'critic-1' got your 2 queued message(s): its turn 2 is running."
+    # One turn with both messages, in order: the critic's round 2 reviews them together.
+    assert turn[0].turn_started.message == "v2\n\nv3 tests"
+    verdict = json.loads(second.output_json)
+    assert verdict["round"] == 2 and verdict["verdict"] == "pass" and verdict["previous"] == "v1"
+    assert '"round":2' in after[0]["content"]
+    assert parent.delivered_rounds() == [1, 2]
+    # Each turn's start and end in the parent's log name the same tool call.
+    starts = [e.subagent_start.tool_call_id for e in parent.events if e.HasField("subagent_start")]
+    ends = [e.subagent_end.tool_call_id for e in parent.events if e.HasField("subagent_end")]
+    assert starts == ends == ["call_1", "call_1"]
+
+
+@pytest.mark.usefixtures("slow_child")
+async def test_a_hand_over_asked_again_after_a_parent_crash_starts_one_turn(
+    child: tuple[Companions, AgentClient], parent: Parent
+) -> None:
+    # A parent killed after the hook's Continue but before its next checkpoint resumes
+    # with the queue still in its state and asks again: the same turn and message, so
+    # the child's service replays the turn it started, and turn 1's outcome is read
+    # from its completed event (the child's status is turn 2's by then).
+    tools, client = child
+    await tools._spawn(parent.ctx(), SpawnArgs(agent="critic", message="v1"))
+    await tools._send(parent.ctx(), SendArgs(name="critic-1", message="v2 tests"))
+    first = await client.wait(CHILD)
+    checkpoint = copy.deepcopy(parent.state)
+    await tools.deliver_finished(parent.ctx(), [])
+    second = await client.wait(CHILD, after_sequence=first.last_sequence)  # turn 2 done too
+    parent.state.clear()
+    parent.state.update(copy.deepcopy(checkpoint))  # the resumed run's state
+    again = await tools.deliver_finished(parent.ctx(), [])
+    after = await tools.deliver_finished(parent.ctx(), [])
+    turn = [e async for e in client.stream(CHILD, from_sequence=first.last_sequence)]
+    now = await client.get_status(CHILD)
+
+    lines = again[0]["content"].splitlines()
+    assert '"round":1' in lines[1]  # turn 1's outcome, not turn 2's
+    assert lines[2] == "Sub-agent 'critic-1' got your 1 queued message(s): its turn 2 is running."
+    assert turn[0].turn_started.turn == 2 and turn[0].turn_started.message == "v2 tests"
+    assert now.last_sequence == second.last_sequence == turn[-1].sequence  # no turn 3
+    assert json.loads(second.output_json)["round"] == 2
+    assert '"round":2' in after[0]["content"]
+
+
+@pytest.mark.usefixtures("slow_child")
+async def test_a_queue_is_dropped_when_the_turn_does_not_complete_or_on_terminate(
+    child: tuple[Companions, AgentClient], parent: Parent
+) -> None:
+    tools, client = child
+    await tools._spawn(parent.ctx(), SpawnArgs(agent="critic", message="v1"))
+    await tools._send(parent.ctx(), SendArgs(name="critic-1", message="v2"))
+    await client.interrupt(CHILD, reason="from outside")
+    stopped = await client.wait(CHILD)
+    notice = await tools.deliver_finished(parent.ctx(), [])
+    # Spawned again (fresh), queued, terminated: the queue goes with it.
+    await tools._spawn(parent.ctx(), SpawnArgs(agent="critic", message="v3", name="critic-1"))
+    await tools._send(parent.ctx(), SendArgs(name="critic-1", message="v4"))
+    ended = await tools._terminate(parent.ctx(), NameArgs(name="critic-1"))
+    turn = [e async for e in client.stream(CHILD, from_sequence=stopped.last_sequence)]
+    now = await client.get_status(CHILD)
+
+    lines = notice[0]["content"].splitlines()
+    assert "interrupted" in lines[1]
+    assert "your 1 queued message(s) were dropped" in lines[2]
+    assert ended["terminated"] is True and ended["dropped_messages"] == 1
+    assert "queued_messages" not in ended
+    # Turn 2 is the fresh re-spawn; the dropped messages never became a turn.
+    assert turn[0].turn_started.turn == 2 and turn[0].turn_started.fresh
+    assert now.last_sequence == turn[-1].sequence  # and nothing after its end
+
+
+@pytest.mark.usefixtures("slow_child")
+async def test_a_full_queue_is_an_error_result(
+    child: tuple[Companions, AgentClient], parent: Parent
+) -> None:
+    tools, _ = child
+    await tools._spawn(parent.ctx(), SpawnArgs(agent="critic", message="v1"))
+    for i in range(MAX_INBOX):
+        await tools._send(parent.ctx(), SendArgs(name="critic-1", message=f"m{i}"))
+    with pytest.raises(ToolError, match=f"{MAX_INBOX} messages queued"):
+        await tools._send(parent.ctx(), SendArgs(name="critic-1", message="one more"))
+    await tools._terminate(parent.ctx(), NameArgs(name="critic-1"))

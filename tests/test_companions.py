@@ -1,7 +1,8 @@
 """Companion tools over real gRPC servers on 127.0.0.1 (one process, several services).
 
 Contract: malformed companion calls are error tool results, never a failed run;
-auto-naming never collides; a running child's name is ``already running``;
+auto-naming never collides; spawning a running child's name is ``already running``
+(a message to it is queued, and terminating it drops the queue);
 terminating a finished child reports ``terminated: false`` and keeps its result;
 a terminated child re-spawns fresh on the same session; each outcome reaches the
 parent's model once.
@@ -131,9 +132,10 @@ async def test_naming_already_running_terminate_truth_and_fresh_respawn(
     assert third[1]["terminated"] is True and third[1]["status"] == "terminated"
     assert fourth[0]["status"] == "terminated"
     assert fourth[1]["status"] == "running"  # re-spawned fresh
-    assert fourth[2] == {"error": "child 'counter-3' is already running"}
+    assert fourth[2]["status"] == "running" and fourth[2]["queued"] == 1  # for its next turn
     assert fifth[0]["status"] == "completed" and fifth[0]["output"] == {"total": 1, "steps": 1}
     assert fifth[1]["terminated"] is True and fifth[2]["terminated"] is True
+    assert fifth[2]["dropped_messages"] == 1 and "dropped_messages" not in fifth[1]
     assert fifth[3]["status"] == "completed"  # waiting on a delivered child just re-reads it
     # Every outcome was pulled by a tool call: nothing is pushed a second time.
     assert output["notices"] == []
