@@ -274,50 +274,48 @@ hasty = _coordinating_agent("hasty", 2.0)
 """The same with a 2-second run deadline."""
 
 
-def _stubborn(messages: list[dict[str, Any]]) -> ScriptedTurn:
-    if steps_taken(messages) == 0:
-        tasks = [{"agent": "researcher", "message": "event sourcing"}]
-        return ScriptedTurn(
-            tool_calls=(ScriptedToolCall(name="run_subagent", arguments={"tasks": tasks}),)
-        )
-    return ScriptedTurn(tool_calls=(call("pause", seconds=0.2),))  # never answers
+def _never_answering(
+    name: str, *, pause_s: float, max_steps: int, deadline_s: float | None, description: str
+) -> Agent:
+    """Dispatches one research task, then pauses step after step and never answers."""
+
+    def script(messages: list[dict[str, Any]]) -> ScriptedTurn:
+        if steps_taken(messages) == 0:
+            tasks = [{"agent": "researcher", "message": "event sourcing"}]
+            return ScriptedTurn(
+                tool_calls=(ScriptedToolCall(name="run_subagent", arguments={"tasks": tasks}),)
+            )
+        return ScriptedTurn(tool_calls=(call("pause", seconds=pause_s),))
+
+    return with_dispatch(
+        Agent(
+            name=name,
+            description=description,
+            input_model=CoordinatorInput,
+            output_model=CoordinatorOutput,
+            tools=[pause],
+            model=register_script(name, script),
+            max_steps=max_steps,
+        ),
+        [SubagentType(agent_type="researcher", input_field="topic")],
+        run_deadline_s=deadline_s,
+    )
 
 
-stubborn = with_dispatch(
-    Agent(
-        name="stubborn",
-        description="Dispatches, then ignores its deadline.",
-        input_model=CoordinatorInput,
-        output_model=CoordinatorOutput,
-        tools=[pause],
-        model=register_script("stubborn", _stubborn),
-        max_steps=50,
-    ),
-    [SubagentType(agent_type="researcher", input_field="topic")],
-    run_deadline_s=1.0,
+stubborn = _never_answering(
+    "stubborn",
+    pause_s=0.2,
+    max_steps=50,
+    deadline_s=1.0,
+    description="Dispatches, then ignores its deadline.",
 )
 """Keeps working past its deadline's last pass: the run fails with ``deadline``."""
 
-
-def _quitter(messages: list[dict[str, Any]]) -> ScriptedTurn:
-    if steps_taken(messages) == 0:
-        tasks = [{"agent": "researcher", "message": "event sourcing"}]
-        return ScriptedTurn(
-            tool_calls=(ScriptedToolCall(name="run_subagent", arguments={"tasks": tasks}),)
-        )
-    return ScriptedTurn(tool_calls=(call("pause", seconds=0.01),))  # never answers
-
-
-quitter = with_dispatch(
-    Agent(
-        name="quitter",
-        description="Dispatches, then runs out of steps while its task is out.",
-        input_model=CoordinatorInput,
-        output_model=CoordinatorOutput,
-        tools=[pause],
-        model=register_script("quitter", _quitter),
-        max_steps=3,
-    ),
-    [SubagentType(agent_type="researcher", input_field="topic")],
+quitter = _never_answering(
+    "quitter",
+    pause_s=0.01,
+    max_steps=3,
+    deadline_s=None,
+    description="Dispatches, then runs out of steps while its task is out.",
 )
 """Fails (``max_steps``) while the researcher it dispatched is still running."""

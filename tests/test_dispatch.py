@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from helix_transport import AgentClient, create_server
+from helix_transport import Agent, AgentClient, create_server
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.registry import address_env_var
 from helix_transport.store import MemoryStore
@@ -58,6 +58,23 @@ async def mesh(
         yield researcher, coordinator
     finally:
         await asyncio.gather(coordinator.stop(), researcher.stop())
+
+
+@asynccontextmanager
+async def in_process(
+    parent: Agent, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[tuple[AgentClient, AgentClient]]:
+    """A researcher service and ``parent``'s, in this process: their clients."""
+    async with (
+        await create_server(researcher, MemoryStore(), allow_unauthenticated=True) as child,
+        await AgentClient.connect(child.address) as children,
+    ):
+        monkeypatch.setenv(address_env_var("researcher"), child.address)
+        async with (
+            await create_server(parent, MemoryStore(), allow_unauthenticated=True) as server,
+            await AgentClient.connect(server.address) as client,
+        ):
+            yield client, children
 
 
 def kinds(events: list[pb.StreamEvent]) -> list[str]:
@@ -153,16 +170,9 @@ async def test_a_run_still_going_after_its_last_pass_fails_with_deadline(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("HELIX_SCRIPTED_DELAY_MS", "100")  # the researcher outlives the deadline
-    async with (
-        await create_server(researcher, MemoryStore(), allow_unauthenticated=True) as child,
-    ):
-        monkeypatch.setenv(address_env_var("researcher"), child.address)
-        async with (
-            await create_server(stubborn, MemoryStore(), allow_unauthenticated=True) as parent,
-            await AgentClient.connect(parent.address) as client,
-        ):
-            await client.start(json.dumps({"topics": ["x"]}), session_id="s1")
-            events = [e async for e in client.stream("s1")]
+    async with in_process(stubborn, monkeypatch) as (client, _):
+        await client.start(json.dumps({"topics": ["x"]}), session_id="s1")
+        events = [e async for e in client.stream("s1")]
 
     assert kinds(events)[-1] == "failed"
     assert events[-1].failed.failure_reason == "deadline"
@@ -176,21 +186,13 @@ async def test_a_parent_that_fails_interrupts_the_tasks_it_left_running(
     # Its failure is final: nothing would collect the task's result, so the task is
     # interrupted as an Interrupt of the parent would interrupt it, not left running.
     monkeypatch.setenv("HELIX_SCRIPTED_DELAY_MS", "500")  # the researcher takes seconds
-    async with (
-        await create_server(researcher, MemoryStore(), allow_unauthenticated=True) as child,
-        await AgentClient.connect(child.address) as children,
-    ):
-        monkeypatch.setenv(address_env_var("researcher"), child.address)
-        async with (
-            await create_server(quitter, MemoryStore(), allow_unauthenticated=True) as parent,
-            await AgentClient.connect(parent.address) as client,
-        ):
-            await client.start(json.dumps({"topics": ["x"]}), session_id="q1")
-            events = [e async for e in client.stream("q1")]
-            task = "q1-task-call_1_0-0"
-            async with asyncio.timeout(5):
-                status = await children.wait(task)
-            child_events = [e async for e in children.stream(task)]
+    async with in_process(quitter, monkeypatch) as (client, children):
+        await client.start(json.dumps({"topics": ["x"]}), session_id="q1")
+        events = [e async for e in client.stream("q1")]
+        task = "q1-task-call_1_0-0"
+        async with asyncio.timeout(5):
+            status = await children.wait(task)
+        child_events = [e async for e in children.stream(task)]
 
     assert kinds(events)[-1] == "failed"
     assert events[-1].failed.failure_reason == "max_steps"
@@ -223,16 +225,9 @@ async def test_a_child_service_without_the_long_poll_is_asked_at_a_pace(
 
     monkeypatch.setattr(AgentServicer, "GetStatus", without_wait)
     monkeypatch.setenv("HELIX_SCRIPTED_DELAY_MS", "40")
-    async with (
-        await create_server(researcher, MemoryStore(), allow_unauthenticated=True) as child,
-    ):
-        monkeypatch.setenv(address_env_var("researcher"), child.address)
-        async with (
-            await create_server(coordinator, MemoryStore(), allow_unauthenticated=True) as parent,
-            await AgentClient.connect(parent.address) as client,
-        ):
-            await client.start(json.dumps({"topics": TOPICS}), session_id="p1")
-            events = [e async for e in client.stream("p1")]
+    async with in_process(coordinator, monkeypatch) as (client, _):
+        await client.start(json.dumps({"topics": TOPICS}), session_id="p1")
+        events = [e async for e in client.stream("p1")]
 
     assert kinds(events)[-1] == "completed"
     output = json.loads(events[-1].completed.output_json)
