@@ -32,8 +32,8 @@ parent, so a parent that re-runs a spawn after a crash rejoins the turn it start
 message (at most ``MAX_INBOX``) in the parent run's state. At the start of each
 parent step the delivery hook asks the child for the next turn with the queue
 (``Continue``, the messages joined by blank lines, in order): refused while the
-turn runs; once it has completed, the queue becomes the next turn and the parent's
-model is told of both. A turn that ends any other way (which a ``Continue`` keeping
+turn runs (or while the child's service cannot be reached); once it has completed,
+the queue becomes the next turn and the parent's model is told of both. A turn that ends any other way (which a ``Continue`` keeping
 memory refuses), or a terminate, drops the queue and says how many messages were
 dropped. Only the hook hands a queue over, right after a checkpoint, so a parent
 resumed after a crash asks again with the same turn and message and the child's
@@ -476,21 +476,15 @@ class Companions:
             _Children(ctx.state).put(child)
             return [f"Sub-agent {name!r}: your {count} queued message(s) were dropped, as "
                     "another caller started its next turn."]  # fmt: skip
-        except HelixError as exc:
-            return [
-                f"Sub-agent {name!r}: your {count} queued message(s) are not sent yet "
-                f"({exc.message}); trying again at the next step."
-            ]
+        except HelixError:
+            return []  # unreachable for now: still queued, asked again at the next step
         lines = []
         if not child.delivered:
             if child.status == "running":  # its end not seen yet: the event before the turn
                 try:
                     await self._record_end(client, child, reply.from_sequence)
-                except HelixError as exc:  # asked again next step: a replay, then this read
-                    return [
-                        f"Sub-agent {name!r}: your {count} queued message(s) are not sent "
-                        f"yet ({exc.message}); trying again at the next step."
-                    ]
+                except HelixError:
+                    return []  # asked again at the next step: a replay, then this read
             lines.append(self._notify(ctx, child))
         following = dataclasses.replace(
             child,
