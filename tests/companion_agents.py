@@ -319,3 +319,48 @@ quitter = _never_answering(
     description="Dispatches, then runs out of steps while its task is out.",
 )
 """Fails (``max_steps``) while the researcher it dispatched is still running."""
+
+
+# --- a queue handed over to a running critic --------------------------------------------
+
+
+class RelayInput(BaseModel):
+    drafts: list[str] = Field(min_length=2)
+    """The first starts the critic; the rest are sent while it reviews the first."""
+
+
+class RelayOutput(BaseModel):
+    notices: list[str]
+
+
+def _relay(messages: list[dict[str, Any]]) -> ScriptedTurn:
+    drafts = RelayInput.model_validate(user_input(messages)).drafts
+    done = steps_taken(messages)
+    if done == 0:
+        spawn = {"agent": "critic", "message": drafts[0], "name": "critic"}
+        return ScriptedTurn(
+            tool_calls=(ScriptedToolCall(name="companion__spawn_agent", arguments=spawn),)
+        )
+    if done < len(drafts):
+        send = {"name": "critic", "message": drafts[done]}
+        return ScriptedTurn(
+            tool_calls=(ScriptedToolCall(name="companion__send_message", arguments=send),)
+        )
+    seen = notices(messages)
+    if sum("completed with result" in line for line in seen) == 2:
+        return finish(notices=seen)
+    return ScriptedTurn(tool_calls=(call("pause", seconds=0.05),))
+
+
+relay = with_companions(
+    Agent(
+        name="relay",
+        description="Starts a critic, sends it more drafts while it works, waits for both rounds.",
+        input_model=RelayInput,
+        output_model=RelayOutput,
+        tools=[pause],
+        model=register_script("relay", _relay),
+        max_steps=80,
+    ),
+    [PersistentChild(agent_type="critic", mode="non-blocking", input_field="artifact")],
+)

@@ -6,6 +6,9 @@
   each result reaches the parent's model once, pushed at a later step.
 - a parent SIGKILLed after a child finished and before its delivery, and again
   after the delivery, still delivers exactly once.
+- a parent SIGKILLed right after its step hook handed a queued message over (the
+  child's next turn started) and before that step's checkpoint asks again on resume:
+  one next turn, each round seen once.
 
 The scripted provider logs every model call (HELIX_SCRIPTED_CALL_LOG).
 """
@@ -18,7 +21,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from helix_transport import AgentClient, ConnectError
+from helix_transport import AgentClient, ConnectError, SessionNotFound
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.companions import child_session_id
 from helix_transport.registry import address_env_var
@@ -41,11 +44,19 @@ def _service(agent: str, workdir: Path, env: dict[str, str] | None = None) -> Se
 
 @asynccontextmanager
 async def services(
-    child: str, parent: str, workdir: Path, child_env: dict[str, str] | None = None
+    child: str,
+    parent: str,
+    workdir: Path,
+    child_env: dict[str, str] | None = None,
+    parent_env: dict[str, str] | None = None,
 ) -> AsyncIterator[tuple[ServiceProcess, ServiceProcess]]:
     child_service = _service(child, workdir, child_env)
     child_type = child.split(":")[0].split(".")[-1]
-    parent_service = _service(parent, workdir, {address_env_var(child_type): child_service.address})
+    parent_service = _service(
+        parent,
+        workdir,
+        {address_env_var(child_type): child_service.address, **(parent_env or {})},
+    )
     await asyncio.gather(child_service.start(), parent_service.start())
     try:
         yield child_service, parent_service
@@ -177,6 +188,64 @@ async def test_delivery_is_exactly_once_across_parent_sigkills(tmp_path: Path) -
     assert output["notices"][0].startswith("Sub-agent 'researcher-1' (researcher) completed")
     assert kinds(events).count("run_resumed") == 2
     assert model_calls(tmp_path, "researcher", child) == 3  # the child ran once
+
+
+async def test_a_queue_handed_over_just_before_a_parent_sigkill_is_one_turn(
+    tmp_path: Path,
+) -> None:
+    # The parent's step hook hands the queued draft over (Continue: the critic's turn 2
+    # starts), then calls its slow model: killed then, before that step's checkpoint, it
+    # resumes with the draft still queued and asks again. The critic's service replays
+    # the turn: one turn 2, and the parent's model sees each round once.
+    slow = {"HELIX_SCRIPTED_DELAY_MS": "300"}
+    child = child_session_id("relay", "critic")
+    async with (
+        services(
+            "services.critic:agent",
+            "tests.companion_agents:relay",
+            tmp_path,
+            child_env=slow,  # round 1 is still running when the draft is sent
+            parent_env=slow,  # the kill lands inside the model call after the hand-over
+        ) as (critic, relay),
+        await AgentClient.connect(relay.address) as client,
+        await AgentClient.connect(critic.address) as children,
+    ):
+        await client.start(json.dumps({"drafts": ["v1", "v2 tests"]}), session_id="relay")
+
+        await assert_eventually(_exists(children, child), timeout_s=30)
+        first = await children.wait(child)
+
+        async def next_turn_started() -> bool:
+            return (await children.get_status(child)).last_sequence > first.last_sequence
+
+        await assert_eventually(next_turn_started, timeout_s=30, interval_s=0.01)
+        await relay.kill()
+        await relay.start()
+        events = [e async for e in client.stream("relay")]
+        turn = [e async for e in children.stream(child, from_sequence=first.last_sequence)]
+        now = await children.get_status(child)
+
+    assert kinds(events)[-1] == "completed"
+    assert kinds(events).count("run_resumed") == 1
+    seen = json.loads(events[-1].completed.output_json)["notices"]
+    rounds = [line for line in seen if "completed with result" in line]
+    assert len(rounds) == 2 and '"round":1' in rounds[0] and '"round":2' in rounds[1], seen
+    assert turn[0].turn_started.turn == 2 and turn[0].turn_started.message == "v2 tests"
+    assert now.last_sequence == turn[-1].sequence  # no turn 3
+    assert model_calls(tmp_path, "critic", child) == 4  # two rounds of two calls, once each
+
+
+def _exists(client: AgentClient, session_id: str) -> Callable[[], Awaitable[bool]]:
+    """A check: does ``session_id`` exist yet?"""
+
+    async def exists() -> bool:
+        try:
+            await client.get_status(session_id)
+        except SessionNotFound:
+            return False
+        return True
+
+    return exists
 
 
 async def _read(client: AgentClient, session_id: str) -> AsyncIterator[pb.StreamEvent]:
