@@ -30,16 +30,16 @@ parent, so a parent that re-runs a spawn after a crash rejoins the turn it start
 
 **Queued messages.** ``send_message`` to a child whose turn is running queues the
 message (at most ``MAX_INBOX``) in the parent run's state. At the start of each
-parent step the delivery hook asks the child for the next turn with the queue
-(``Continue``, the messages joined by blank lines, in order): refused while the
-turn runs (or while the child's service cannot be reached); once it has completed,
-the queue becomes the next turn and the parent's model is told of both. A turn that ends any other way (which a ``Continue`` keeping
+parent step the delivery hook asks the child's status; once the child is not
+running (and its service can be reached), the hook asks for the next turn with the
+queue (``Continue``, the messages joined by blank lines, in order): if the turn
+completed, the queue becomes the next turn and the parent's model is told of both. A turn that ends any other way (which a ``Continue`` keeping
 memory refuses), or a terminate, drops the queue and says how many messages were
 dropped. Only the hook hands a queue over, right after a checkpoint, so a parent
-resumed after a crash asks again with the same turn and message and the child's
-service replays the turn already started: the hook then reads how the turn before
-ended from the event just before it, not from the child's status (by then the new
-turn's).
+resumed after a crash asks again with the same turn and message (once the child is
+not running: the turn it started may still run), and the child's service replays
+the turn already started: the hook then reads how the turn before ended from the
+event just before it, not from the child's status (by then the new turn's).
 
 **Exactly-once delivery.** Each finished turn's outcome reaches the parent's
 model once: *pulled* as a tool result (a blocking spawn, ``wait_for_result``,
@@ -455,12 +455,17 @@ class Companions:
         name, count = child.name, len(child.inbox)
         try:
             client = await ctx.clients.get(child.address)
+            # Asked only once the child is not running: a Continue reads the child's log
+            # (for its turns), too much to ask at every step of a long turn.
+            status = await client.get_status(child.session_id)
+            if status.status in (pb.SESSION_STATUS_RUNNING, pb.SESSION_STATUS_UNSPECIFIED):
+                return []
             reply = await client.continue_session(
                 child.session_id, "\n\n".join(child.inbox), turn=child.turn + 1
             )
         except SessionStateConflict as exc:
             if "still running" in exc.problem:
-                return []  # the turn runs: a next turn already started would be replayed
+                return []  # a turn started since the status: asked again at the next step
             # The turn ended other than completed: its end is the child's status now.
             await self._refresh(ctx, child)
             lines = [] if child.delivered else [self._notify(ctx, child)]
