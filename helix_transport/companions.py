@@ -468,6 +468,8 @@ class Companions:
                 return []  # a turn started since the status: asked again at the next step
             # The turn ended other than completed: its end is the child's status now.
             await self._refresh(ctx, child)
+            if child.status == "running":  # that status could not be read: next step
+                return []
             lines = [] if child.delivered else [self._notify(ctx, child)]
             child.inbox = []
             _Children(ctx.state).put(child)

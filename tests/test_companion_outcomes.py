@@ -13,17 +13,19 @@ the queue and says so; a full queue is an error result.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
-from helix_transport import AgentClient, create_server
+from helix_transport import AgentClient, ConnectError, SessionStateConflict, create_server
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.agent.tools import ToolContext, ToolError
 from helix_transport.companions import (
     MAX_INBOX,
+    STATE_KEY,
     Companions,
     NameArgs,
     PersistentChild,
@@ -60,6 +62,9 @@ class Parent:
             metadata={}, emit=self.events.append, flush=flush, store=self.store,
             clients=self.clients, state=self.state,
         )  # fmt: skip
+
+    def ends(self) -> list[pb.StreamEvent]:
+        return [e for e in self.events if e.WhichOneof("payload") == "subagent_end"]
 
     def delivered_rounds(self) -> list[int]:
         """The critic's round in each ``subagent_end`` the parent logged."""
@@ -231,3 +236,37 @@ async def test_a_full_queue_is_an_error_result(
     with pytest.raises(ToolError, match=f"{MAX_INBOX} messages queued"):
         await tools._send(parent.ctx(), SendArgs(name="critic-1", message="one more"))
     await tools._terminate(parent.ctx(), NameArgs(name="critic-1"))
+
+
+async def test_a_queue_stays_when_the_end_it_was_refused_for_cannot_be_read(
+    parent: Parent,
+) -> None:
+    # The child's service refuses the queue's turn (its turn failed), then cannot be
+    # reached to say how: the queue and the turn stay as they were, for the next step.
+    class Flaky:
+        def __init__(self) -> None:
+            self.reads = 0
+
+        async def get_status(self, session_id: str) -> pb.GetStatusResponse:
+            self.reads += 1
+            if self.reads > 1:
+                raise ConnectError("nowhere:1", "the child's service went away")
+            return pb.GetStatusResponse(status=pb.SESSION_STATUS_FAILED, last_sequence=9)
+
+        async def continue_session(self, session_id: str, message: str, **kw: Any) -> None:
+            raise SessionStateConflict(session_id, "failed; only a completed session ...")
+
+    class Pool:
+        async def get(self, address: str) -> Flaky:
+            return flaky
+
+    flaky = Flaky()
+    tools = Companions([PersistentChild(agent_type="critic", address="nowhere:1")])
+    entry = {"name": "critic-1", "agent_type": "critic", "session_id": CHILD,
+             "address": "nowhere:1", "tool_call_id": "call_1", "inbox": ["v2"]}  # fmt: skip
+    parent.state[STATE_KEY] = {"counters": {}, "children": {"critic-1": entry}}
+    ctx = dataclasses.replace(parent.ctx(), clients=Pool())  # type: ignore[arg-type]
+
+    assert await tools.deliver_finished(ctx, []) == []
+    assert parent.state[STATE_KEY]["children"]["critic-1"] == entry  # untouched
+    assert parent.ends() == []
