@@ -11,6 +11,10 @@ completed turn leaves behind was taken after its last model call and before that
 call's tools ran, so its messages end with tool calls that have no results yet
 (one of them the ``__finish__`` that completed the turn). Their results are in
 the log (``tool_end``), so ``heal`` adds them back before the new message.
+
+A turn's checkpoints name the turn and where its ``turn_started`` is, so
+``Continue`` learns how many turns there are from the last checkpoint and the few
+events after it, not from the whole log (``count_turns``).
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ TURN_KEY = "helix.turn"
 """Checkpoint ``state`` key: the turn the checkpointed run is in (1 when absent)."""
 TURN_BASE_KEY = "helix.turn_base_step"
 """Checkpoint ``state`` key: steps taken before the turn began (its budget starts there)."""
+TURN_SEQUENCE_KEY = "helix.turn_sequence"
+"""Checkpoint ``state`` key: the sequence of the turn's ``turn_started`` (absent in turn 1)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,26 +45,76 @@ class StartedTurn:
     """The sequence of the ``turn_started`` event."""
 
 
+def _started(event: pb.StreamEvent) -> StartedTurn:
+    started = event.turn_started
+    return StartedTurn(
+        turn=started.turn, message=started.message, fresh=started.fresh, sequence=event.sequence
+    )
+
+
 async def read_turns(store: Store, session_id: str, *, after: int = 0) -> list[StartedTurn]:
     """Every ``turn_started`` event with ``sequence > after``, in log order."""
     turns: list[StartedTurn] = []
     position = after
     while True:
         events = await store.read(session_id, from_sequence=position, limit=READ_LIMIT)
-        for event in events:
-            if event.WhichOneof("payload") == "turn_started":
-                started = event.turn_started
-                turns.append(
-                    StartedTurn(
-                        turn=started.turn,
-                        message=started.message,
-                        fresh=started.fresh,
-                        sequence=event.sequence,
-                    )
-                )
+        turns += [_started(e) for e in events if e.WhichOneof("payload") == "turn_started"]
         if len(events) < READ_LIMIT:
             return turns
         position = events[-1].sequence
+
+
+@dataclass(frozen=True, kw_only=True)
+class Turns:
+    """A session's turns as ``Continue`` needs them, found without reading the whole log."""
+
+    count: int
+    """Turns started so far (1: only the run ``Start`` began)."""
+    read: dict[int, StartedTurn]
+    """The turns whose ``turn_started`` came after the last checkpoint, by number."""
+    checkpointed: tuple[int, int] | None
+    """The checkpointed turn's number and the sequence of its ``turn_started``."""
+
+
+async def count_turns(store: Store, session_id: str) -> Turns:
+    """How many turns the session has started: the last checkpoint's turn, plus those
+    started after it.
+
+    A session's log grows with every turn (a turn that streams text logs an event
+    per delta); its checkpoint is one record. Only the events after the checkpoint
+    are read, so a long-lived session's ``Continue`` costs the same at turn 50 as
+    at turn 2.
+    """
+    checkpoint = await store.load_checkpoint(session_id)
+    if checkpoint is None:  # the first turn ended before its first checkpoint
+        count, after, checkpointed = 1, 0, None
+    else:
+        count, after = int(checkpoint.state.get(TURN_KEY, 1)), checkpoint.last_sequence
+        at = checkpoint.state.get(TURN_SEQUENCE_KEY)
+        checkpointed = None if at is None else (count, int(at))
+    read = {started.turn: started for started in await read_turns(store, session_id, after=after)}
+    return Turns(count=max([count, *read]), read=read, checkpointed=checkpointed)
+
+
+async def find_turn(store: Store, session_id: str, turns: Turns, turn: int) -> StartedTurn:
+    """Turn ``turn``'s ``turn_started`` (2 <= ``turn`` <= ``turns.count``): one read
+    when ``count_turns`` found where it is; a scan of the log for an older turn (a
+    retried ``Continue``, so rare)."""
+    if turn in turns.read:
+        return turns.read[turn]
+    if turns.checkpointed is not None and turns.checkpointed[0] == turn:
+        at = turns.checkpointed[1]
+        events = await store.read(session_id, from_sequence=at - 1, limit=1)
+        if (
+            events
+            and events[0].sequence == at
+            and events[0].WhichOneof("payload") == "turn_started"
+        ):
+            return _started(events[0])
+    for started in await read_turns(store, session_id):
+        if started.turn == turn:
+            return started
+    raise LookupError(f"session {session_id!r}: no turn_started for turn {turn}")
 
 
 async def heal(

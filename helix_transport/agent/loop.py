@@ -30,7 +30,14 @@ from helix_transport._eventlog import SessionWriter
 from helix_transport._exceptions import AgentRunError, HelixError, ModelAPIError
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._status import SessionStatus
-from helix_transport._turns import TURN_BASE_KEY, TURN_KEY, StartedTurn, heal, read_turns
+from helix_transport._turns import (
+    TURN_BASE_KEY,
+    TURN_KEY,
+    TURN_SEQUENCE_KEY,
+    StartedTurn,
+    heal,
+    read_turns,
+)
 from helix_transport.agent.definition import Agent
 from helix_transport.agent.model import ModelResponse, ToolCall, stream_completion
 from helix_transport.agent.tools import (
@@ -188,7 +195,12 @@ class RunLoop:
             step=base,
             messages=messages,
             usage=checkpoint.usage,
-            state={**checkpoint.state, TURN_KEY: turn.turn, TURN_BASE_KEY: base},
+            state={
+                **checkpoint.state,
+                TURN_KEY: turn.turn,
+                TURN_BASE_KEY: base,
+                TURN_SEQUENCE_KEY: turn.sequence,  # so Continue need not read the log for it
+            },
         )
         self.writer.step = base + 1
         if resume_reason:  # the process that accepted the turn died before it began

@@ -23,7 +23,7 @@ from helix_transport._exceptions import (
 )
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._status import SessionStatus
-from helix_transport._turns import StartedTurn, read_turns
+from helix_transport._turns import StartedTurn, count_turns, find_turn
 from helix_transport.server import _validation as check
 from helix_transport.server._ownership import visible
 from helix_transport.server._runner import SessionRunner
@@ -60,10 +60,11 @@ async def continue_session(
         record = await store.get_session(session_id)
         if record is None or record.agent_type != runner.agent.name or not visible(record):
             raise SessionNotFound(session_id)
-        turns = await read_turns(store, session_id)
-        current = 1 + len(turns)
+        turns = await count_turns(store, session_id)
+        current = turns.count
         if request.turn <= current:
-            return _replay(record, turns[request.turn - 2], request)
+            earlier = await find_turn(store, session_id, turns, request.turn)
+            return _replay(record, earlier, request)
         if request.turn > current + 1:
             raise SessionStateConflict(
                 session_id, f"turn {request.turn} is not the next turn ({current + 1})"

@@ -30,8 +30,9 @@ from helix_transport import (
     create_server,
 )
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
+from helix_transport._turns import TURN_SEQUENCE_KEY
 from helix_transport.agent.scripted import ScriptedTurn, finish, register_script
-from helix_transport.store import MemoryStore
+from helix_transport.store import Checkpoint, MemoryStore
 from services.critic import agent as critic
 from tests.agents import counter, looper
 from tests.conftest import Serve
@@ -261,3 +262,57 @@ async def test_a_turn_failing_after_its_caller_gave_up_is_logged_as_such(
     messages = [r.getMessage() for r in caplog.records]
     assert "turn 2 of session s failed after its caller left" in messages
     assert not [m for m in messages if "never retrieved" in m], messages
+
+
+class _CountsReads(MemoryStore):
+    """Notes where each log read starts; with ``old_checkpoints``, checkpoints read as
+    an earlier version wrote them, without where their turn began."""
+
+    def __init__(self, *, old_checkpoints: bool = False) -> None:
+        super().__init__()
+        self.reads: list[int] = []
+        self.old_checkpoints = old_checkpoints
+
+    async def read(self, session_id: str, **kw: Any) -> list[pb.StreamEvent]:
+        self.reads.append(kw.get("from_sequence", 0))
+        return await super().read(session_id, **kw)
+
+    async def load_checkpoint(self, session_id: str) -> Checkpoint | None:
+        checkpoint = await super().load_checkpoint(session_id)
+        if checkpoint is not None and self.old_checkpoints:
+            checkpoint.state.pop(TURN_SEQUENCE_KEY, None)
+        return checkpoint
+
+
+@pytest.mark.parametrize("old_checkpoints", [False, True], ids=["checkpoint", "old-checkpoint"])
+async def test_continue_reads_the_log_from_the_last_checkpoint(old_checkpoints: bool) -> None:
+    # A long-lived session's log grows with every turn; finding the next turn's number
+    # must not mean reading all of it. Retries still find the turn they name.
+    store = _CountsReads(old_checkpoints=old_checkpoints)
+    replies: dict[int, pb.ContinueResponse] = {}
+    async with (
+        await create_server(critic, store, allow_unauthenticated=True) as server,
+        await AgentClient.connect(server.address) as client,
+    ):
+        await client.start(json.dumps({"artifact": "v1"}), session_id="long")
+        await client.wait("long")
+        for turn in range(2, 6):
+            checkpoint = await store.load_checkpoint("long")
+            assert checkpoint is not None
+            store.reads.clear()
+            replies[turn] = await client.continue_session("long", f"v{turn}", turn=turn)
+            assert store.reads and min(store.reads) >= checkpoint.last_sequence, turn
+            await client.wait("long", after_sequence=replies[turn].from_sequence)
+        store.reads.clear()
+        latest = await client.continue_session("long", "v5", turn=5)  # a retry, after it ended
+        reads_for_latest = list(store.reads)
+        older = await client.continue_session("long", "v3", turn=3)
+        with pytest.raises(SessionExists):
+            await client.continue_session("long", "not v3", turn=3)
+
+    assert [r.created for r in replies.values()] == [True] * 4
+    assert (latest.created, latest.from_sequence) == (False, replies[5].from_sequence)
+    assert (older.created, older.from_sequence) == (False, replies[3].from_sequence)
+    # The latest turn's start is one read where the checkpoint says it is; an old
+    # checkpoint does not say, so that retry reads the log.
+    assert (0 in reads_for_latest) is old_checkpoints
