@@ -42,6 +42,8 @@ ROOT_SESSION_KEY = "helix.root_session_id"
 CASCADE_TIMEOUT_S = 5.0
 """How long a cascade (``interrupt_children``) waits for running children to take theirs."""
 
+_FORWARDED_KEY = "helix.remote.forwarded"  # ToolContext.cache key of the run's ForwardedSoFar
+
 REF_SAVE_SECONDS = 0.25
 """The sub-session ref's ``last_sequence`` is written at most this often, not per event.
 
@@ -169,7 +171,7 @@ class _ChildCall:
         last = 0
         if existing is not None:  # a resumed parent rejoining its child
             self.ref = dataclasses.replace(existing, address=self.address)
-            last = await _last_forwarded(ctx.store, ctx.session_id, ctx.tool_call_id)
+            last = await forwarded_so_far(ctx).last(ctx.tool_call_id)
         ctx.emit(
             subagent_started(
                 tool_call_id=ctx.tool_call_id,
@@ -274,7 +276,7 @@ class _ChildCall:
             )
         )
         # Side by side, not one after the other: after a crash the parent's log, not the
-        # ref, says what was forwarded (see _last_forwarded), so either may land first.
+        # ref, says what was forwarded (see ForwardedSoFar), so either may land first.
         await asyncio.gather(
             ctx.flush(),
             self._save(
@@ -368,24 +370,58 @@ async def save_child_ref(
     )
 
 
-async def _last_forwarded(store: Store, session_id: str, tool_call_id: str) -> int:
-    """The last child sequence the parent's own log holds for this tool call.
+class ForwardedSoFar:
+    """The last child sequence the parent's own log holds, per tool call.
 
     The log, not the (batched) ref, is the truth after a crash: events forwarded
-    after the ref's last write are in the log and must not be forwarded again.
+    after the ref's last write are in the log and must not be forwarded again. A
+    resumed parent rejoins all its running children at once, so they share one pass
+    over its log (``forwarded_so_far``), not one each: a thousand children would
+    otherwise read a log of their thousands of events a thousand times. Each lookup
+    reads what the log gained since the last pass (it only grows) unless a pass began
+    after the lookup did; a rejoining call has forwarded nothing yet in this run, so
+    its figure is exact.
     """
-    last, position = 0, 0
-    while True:
-        events = await store.read(session_id, from_sequence=position, limit=READ_LIMIT)
-        for event in events:
-            if (
-                event.WhichOneof("payload") == "child_event"
-                and event.child_event.tool_call_id == tool_call_id
-            ):
-                last = max(last, event.child_event.event.sequence)
-        if len(events) < READ_LIMIT:
-            return last
-        position = events[-1].sequence
+
+    def __init__(self, store: Store, session_id: str) -> None:
+        self._store = store
+        self._session_id = session_id
+        self._read_to = 0
+        self._last: dict[str, int] = {}
+        self._lock = asyncio.Lock()  # concurrent rejoins wait for one reader
+        self._passes = 0
+
+    async def last(self, tool_call_id: str) -> int:
+        """The last sequence of ``tool_call_id``'s child in the log (0: none)."""
+        entered = self._passes
+        async with self._lock:
+            # A pass begun since this lookup was asked for read all it needs.
+            if self._passes == entered:
+                self._passes += 1
+                await self._read_on()
+            return self._last.get(tool_call_id, 0)
+
+    async def _read_on(self) -> None:
+        while True:
+            events = await self._store.read(
+                self._session_id, from_sequence=self._read_to, limit=READ_LIMIT
+            )
+            for event in events:
+                if event.WhichOneof("payload") == "child_event":
+                    call, child = event.child_event.tool_call_id, event.child_event.event
+                    self._last[call] = max(self._last.get(call, 0), child.sequence)
+            if events:
+                self._read_to = events[-1].sequence
+            if len(events) < READ_LIMIT:
+                return
+
+
+def forwarded_so_far(ctx: ToolContext) -> ForwardedSoFar:
+    """The run's ``ForwardedSoFar`` (one per run, kept in ``ctx.cache``)."""
+    index = ctx.cache.get(_FORWARDED_KEY)
+    if not isinstance(index, ForwardedSoFar):
+        index = ctx.cache[_FORWARDED_KEY] = ForwardedSoFar(ctx.store, ctx.session_id)
+    return index
 
 
 async def interrupt_children(

@@ -6,10 +6,12 @@ real gRPC channel, found through the mesh registry (HELIX_AGENT_ADDRESS_<TYPE>).
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -22,9 +24,15 @@ from helix_transport import (
     create_server,
 )
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
+from helix_transport.agent.tools import ToolContext
 from helix_transport.registry import address_env_var
-from helix_transport.remote import child_session_id, remote_agent_tool_from_service
-from helix_transport.store import MemoryStore, Store
+from helix_transport.remote import (
+    child_session_id,
+    forwarded_so_far,
+    remote_agent_tool_from_service,
+)
+from helix_transport.store import MemoryStore, SessionRecord, Store
+from helix_transport.transport._pool import ClientPool
 from tests.agents import counter, delegator, looper, middle
 from tests.helpers import assert_eventually, free_port
 
@@ -278,3 +286,59 @@ async def test_fan_out_shares_one_channel_per_service(mesh: Mesh) -> None:
     events = await run(mesh, calls(*[("count", {"steps": 1, "words": 0})] * 20))
     assert len(json.loads(events[-1].completed.output_json)["results"]) == 20
     assert mesh.servers["delegator"].clients.addresses() == [mesh.addresses["counter"]]
+
+
+class _CountsReads(MemoryStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads = 0
+
+    async def read(self, session_id: str, **kw: Any) -> list[pb.StreamEvent]:
+        self.reads += 1
+        await asyncio.sleep(0)  # as a real store's read would, let other tasks run
+        return await super().read(session_id, **kw)
+
+
+async def test_a_resumed_parent_reads_its_log_once_for_all_the_children_it_rejoins() -> None:
+    # A parent that crashed mid-fan-out rejoins every running child at once; each needs
+    # the last event of its own the log holds. 40 children, 2,400 forwarded events.
+    store = _CountsReads()
+    await store.create_session(
+        SessionRecord(session_id="p", agent_type="parent", input_json="{}", input_hash="")
+    )
+    last = 0
+    for round_ in range(1, 61):
+        events = [
+            pb.StreamEvent(
+                child_event=pb.ChildEvent(
+                    tool_call_id=f"call_{n}", event=pb.StreamEvent(sequence=round_ + n % 7)
+                )
+            )
+            for n in range(40)
+        ]
+        last = await store.append("p", events, expected_sequence=last)
+
+    async def flush() -> None:
+        pass
+
+    cache: dict[str, Any] = {}
+
+    def context(tool_call_id: str) -> ToolContext:
+        return ToolContext(
+            session_id="p", agent_type="parent", tool_call_id=tool_call_id, step=1, metadata={},
+            emit=lambda event: None, flush=flush, store=store, clients=ClientPool(), cache=cache,
+        )  # fmt: skip
+
+    lasts = await asyncio.gather(
+        *(forwarded_so_far(context(f"call_{n}")).last(f"call_{n}") for n in range(40))
+    )
+    assert lasts == [60 + n % 7 for n in range(40)]
+    # 2,400 events, 1,000 a read: one pass while the others wait, then one read of
+    # nothing for those asked while it ran; not a pass per child.
+    assert store.reads == 4
+    # What the log gains later is read on the next lookup, and only that.
+    more = pb.ChildEvent(tool_call_id="call_3", event=pb.StreamEvent(sequence=99))
+    await store.append("p", [pb.StreamEvent(child_event=more)], expected_sequence=last)
+    assert await forwarded_so_far(context("call_3")).last("call_3") == 99
+    assert await forwarded_so_far(context("call_new")).last("call_new") == 0
+    assert store.reads == 6

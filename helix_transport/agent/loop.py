@@ -111,6 +111,7 @@ class RunLoop:
         self.hooks = guarded(hooks)
         """Lifecycle hooks (tracing); whatever they raise is logged and swallowed."""
         self.session_id = record.session_id
+        self._cache: dict[str, Any] = {}  # ToolContext.cache: this run's, for all its tools
 
     async def run(self, *, resume_reason: str = "") -> SessionStatus:
         """Run (or resume) the session until it completes, fails or is interrupted."""
@@ -378,6 +379,7 @@ class RunLoop:
             clients=self.clients,
             hooks=self.hooks,
             state=state.state,
+            cache=self._cache,
         )
 
     async def _race(self, work: Awaitable[T]) -> T | _Interrupted:

@@ -47,6 +47,9 @@ class ToolContext:
     """The run's free-form state (JSON values), shared by the run's tools and saved with
     every checkpoint: what a tool records here is durable exactly when the conversation
     that holds its result is (the companion tools keep their children here)."""
+    cache: dict[str, Any] = field(default_factory=dict)
+    """The run's in-memory cache, shared by its tools and never saved: a restarted run
+    starts with it empty, so what it holds must be rebuildable from the store."""
 
 
 ToolFn = Callable[[ToolContext, Any], Awaitable[Any]]
