@@ -455,8 +455,8 @@ class Companions:
         name, count = child.name, len(child.inbox)
         try:
             client = await ctx.clients.get(child.address)
-            # Asked only once the child is not running: a Continue reads the child's log
-            # (for its turns), too much to ask at every step of a long turn.
+            # Asked only once the child is not running: a status is one record read, where
+            # a Continue, refused while the turn runs, also reads the checkpoint and log.
             status = await client.get_status(child.session_id)
             if status.status in (pb.SESSION_STATUS_RUNNING, pb.SESSION_STATUS_UNSPECIFIED):
                 return []
