@@ -49,10 +49,10 @@ from helix_transport.transport.grpc import AgentClient
 STORES = ("memory", "sqlite", "redis", "postgres")
 
 
-def store_url(name: str, tmp: Path) -> str:
+def store_url(name: str, tmp: Path, *, label: str = "") -> str:
     """A fresh store of backend ``name``: Redis and PostgreSQL get a throwaway namespace
-    (``drop_store_data`` removes it)."""
-    tag = f"helix_bench_{int(time.time())}_{os.getpid()}"
+    (``drop_store_data`` removes it); ``label`` tells apart stores made in one second."""
+    tag = f"helix_bench_{int(time.time())}_{os.getpid()}{label}"
     redis = os.environ.get("HELIX_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
     postgres = os.environ.get("HELIX_BENCH_POSTGRES_DSN", "postgresql://postgres@127.0.0.1/test")
     urls = {
