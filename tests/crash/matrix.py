@@ -1,27 +1,32 @@
 """The crash matrix: SIGKILL a delegation's processes at every point of its run.
 
-    python -m tests.crash.matrix [--store sqlite,redis,postgres] [--samples 6] [--down 0,1.5]
+    python -m tests.crash.matrix [--store sqlite,redis,postgres] [--depth 2|3]
+                                 [--samples 6] [--down 0,1.5] [--once]
 
 A parent service (``delegator``) delegates to two children on a child service
-(``counter``), each a real ``helix-mesh serve`` process. For each case the client
-starts a fresh root session, reads the parent's stream until it has seen the event
-with the case's sequence, SIGKILLs the case's victim (the child's service, the
-parent's, or both), leaves it down for ``down_s`` and restarts it on the same port
-and store (in some cases killing it again as soon as it serves, mid-recovery), then
-reads on from the last sequence it saw. The points come from an undisturbed run: after
-each of the parent's own events (so kills land before the children start, between a
-child's end and the parent's, in the parent's closing model call) and spread over the
-children's streaming.
+(``counter``); with ``--depth 3`` it delegates to a middle service (``middle``) that
+delegates to the two. Each is a real ``helix-mesh serve`` process with its own store.
+For each case the client starts a fresh root session, reads the parent's stream until
+it has seen the event with the case's sequence, SIGKILLs the case's victim (one
+service, or all of them), leaves it down for ``down_s`` and restarts it on the same
+port and store (in some cases killing it again as soon as it serves, mid-recovery),
+then reads on from the last sequence it saw. The points come from an undisturbed run:
+after each of the parent's own events (so kills land before the children start,
+between a child's end and the parent's, in the parent's closing model call) and spread
+over the children's streaming.
 
-Every case must hold the same invariants, whatever the point:
+Every case must hold the same invariants, whatever the point, for every session of
+the tree:
 
-- the client's view of the parent's log is gapless from 1 and ends ``completed`` with
-  the right output, and a replay from 0 returns exactly those bytes;
-- each child's events appear in the parent's log once each, in order, byte for byte
-  its own log, which has one ``run_started`` and ends ``completed`` with the right output;
-- nothing ran twice that was not in flight: a child whose service was not killed made
-  exactly its ``steps + 1`` model calls (a killed one at most one more), and the parent
-  made its 2 (at most 3 if it was killed: the step it was in may be asked again).
+- the client's view of the root's log is gapless from 1, and a replay from 0 returns
+  exactly the bytes it was sent live;
+- each log is gapless, has one ``run_started`` and ends ``completed`` with the right
+  output;
+- each child's events appear in its parent's log once each, in order, byte for byte
+  its own log;
+- nothing ran twice that was not in flight: a session makes the model calls of an
+  undisturbed run, at most one more per kill of its own service (the step it was in
+  may be asked again).
 
 The default test run takes a short version (``tests/crash/test_matrix.py``); the full
 matrix runs under ``pytest -m slow`` and as this script.
@@ -40,7 +45,6 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 from helix_transport import AgentClient
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
@@ -50,18 +54,61 @@ from helix_transport.testing.processes import ServiceProcess, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
-Victim = Literal["child", "parent", "both"]
-VICTIMS: tuple[Victim, ...] = ("child", "parent", "both")
+COUNTS = ({"steps": 3, "words": 3}, {"steps": 4, "words": 2})
+"""The leaves: two counters, delegated in one step."""
+SERVICES = {"parent": "delegator", "middle": "middle", "child": "counter"}
+"""Each role's agent; a depth-2 mesh has no middle."""
 
-CHILDREN = ({"steps": 3, "words": 3}, {"steps": 4, "words": 2})
-INPUT = json.dumps({"calls": [{"tool": "count", "args": args} for args in CHILDREN]})
-OUTPUT = {"results": [{"total": c["steps"], "steps": c["steps"]} for c in CHILDREN]}
-CALL_IDS = tuple(f"call_1_{i}" for i in range(len(CHILDREN)))
+
+def victims(depth: int) -> tuple[str, ...]:
+    """Which services a case may kill: each alone, then all of them at once."""
+    roles = ("child", "middle", "parent") if depth == 3 else ("child", "parent")
+    return (*roles, "+".join(reversed(roles)))
+
+
+@dataclass(frozen=True)
+class Node:
+    """One session of the delegation tree, and the model calls an undisturbed run makes."""
+
+    role: str
+    session_id: str
+    model: str
+    calls: int
+    output: object
+    children: tuple[tuple[str, Node], ...] = ()
+    """(the parent's tool call id, the child's session)."""
+
+
+def tree(root: str, depth: int) -> tuple[str, Node]:
+    """The root's input and the sessions a delegation of ``depth`` levels makes."""
+
+    def leaves(parent: str) -> tuple[tuple[str, Node], ...]:
+        nodes = []
+        for i, args in enumerate(COUNTS):
+            call_id, steps = f"call_1_{i}", args["steps"]
+            output = {"total": steps, "steps": steps}
+            leaf = Node("child", child_session_id(parent, call_id), "counter", steps + 1, output)
+            nodes.append((call_id, leaf))
+        return tuple(nodes)
+
+    counts = [{"tool": "count", "args": args} for args in COUNTS]
+    results = {"results": [leaf.output for _, leaf in leaves(root)]}
+    if depth == 2:
+        return json.dumps({"calls": counts}), Node(
+            "parent", root, "delegate", 2, results, leaves(root)
+        )
+    middle_id = child_session_id(root, "call_1_0")
+    middle = Node("middle", middle_id, "delegate", 2, results, leaves(middle_id))
+    wanted = {"calls": [{"tool": "delegate", "args": {"calls": counts}}]}
+    return json.dumps(wanted), Node(
+        "parent", root, "delegate", 2, {"results": [results]}, (("call_1_0", middle),)
+    )
 
 
 @dataclass(frozen=True)
 class Case:
-    victim: Victim
+    victim: str
+    """A role (``child``, ``middle``, ``parent``) or several joined by ``+``."""
     at: int
     """Kill once the client has seen the parent's event with this sequence."""
     down_s: float = 0.0
@@ -89,26 +136,28 @@ def _kind(event: pb.StreamEvent) -> str:
 
 
 class Mesh:
-    """The two services, on one store backend; each case uses its own root session."""
+    """A chain of services (parent, middle if depth 3, child) on one store backend, each
+    with its own store; each case uses its own root session."""
 
-    def __init__(self, workdir: Path, store: str) -> None:
+    def __init__(self, workdir: Path, store: str, depth: int) -> None:
         self.workdir = workdir
         self.store = store
+        self.depth = depth
         self.calls_log = workdir / "calls.log"
-        # Each service its own store, as each team's would be.
-        self.urls = {role: store_url(store, workdir, label=role) for role in ("parent", "child")}
-        self.child = self._service("counter", port=free_port(), env={})
-        self.parent = self._service(
-            "delegator",
-            port=free_port(),
-            env={"HELIX_AGENT_ADDRESS_COUNTER": self.child.address},
-        )
+        roles = ["child", "middle", "parent"] if depth == 3 else ["child", "parent"]
+        self.urls = {role: store_url(store, workdir, label=role) for role in roles}
+        self.services: dict[str, ServiceProcess] = {}
+        for role, below in zip(roles, [None, *roles], strict=False):
+            # Each service finds the one below it through the mesh registry's variable.
+            env = {} if below is None else {
+                f"HELIX_AGENT_ADDRESS_{SERVICES[below].upper()}": self.services[below].address
+            }  # fmt: skip
+            self.services[role] = self._service(role, env=env)
 
-    def _service(self, agent: str, *, port: int, env: dict[str, str]) -> ServiceProcess:
-        role = "child" if agent == "counter" else "parent"
+    def _service(self, role: str, *, env: dict[str, str]) -> ServiceProcess:
         return ServiceProcess(
-            f"tests.agents:{agent}",
-            port=port,
+            f"tests.agents:{SERVICES[role]}",
+            port=free_port(),
             store_url=self.urls[role],
             log_path=self.workdir / f"{role}.log",
             env={
@@ -120,10 +169,9 @@ class Mesh:
             cwd=ROOT,
         )
 
-    def victims(self, victim: Victim) -> list[ServiceProcess]:
-        return {"child": [self.child], "parent": [self.parent], "both": [self.parent, self.child]}[
-            victim
-        ]
+    @property
+    def parent(self) -> ServiceProcess:
+        return self.services["parent"]
 
     def model_calls(self, agent: str, session_id: str) -> int:
         lines = self.calls_log.read_text().splitlines() if self.calls_log.exists() else []
@@ -131,25 +179,25 @@ class Mesh:
 
 
 @asynccontextmanager
-async def mesh_on(store: str) -> AsyncIterator[Mesh]:
-    """Both services up on ``store`` (sqlite, redis or postgres); data dropped afterwards."""
+async def mesh_on(store: str, *, depth: int = 2) -> AsyncIterator[Mesh]:
+    """The services up on ``store`` (sqlite, redis or postgres); data dropped afterwards."""
     with tempfile.TemporaryDirectory(prefix="helix-crash-") as tmp:
-        mesh = Mesh(Path(tmp), store)
+        mesh = Mesh(Path(tmp), store, depth)
         try:
-            await asyncio.gather(mesh.child.start(), mesh.parent.start())
+            await asyncio.gather(*(service.start() for service in mesh.services.values()))
             yield mesh
         finally:
-            await asyncio.gather(mesh.parent.stop(), mesh.child.stop())
+            await asyncio.gather(*(service.stop() for service in mesh.services.values()))
             for url in mesh.urls.values():
                 await drop_store_data(store, url)
 
 
 async def _read(
-    client: AgentClient, root: str, *, after: int, until: int | None
+    client: AgentClient, session_id: str, *, after: int, until: int | None
 ) -> list[pb.StreamEvent]:
-    """The parent's events after ``after``; with ``until``, stop at that sequence."""
+    """A session's events after ``after``; with ``until``, stop at that sequence."""
     events: list[pb.StreamEvent] = []
-    async for event in client.stream(root, from_sequence=after):
+    async for event in client.stream(session_id, from_sequence=after):
         events.append(event)
         if until is not None and event.sequence >= until:
             break
@@ -158,11 +206,11 @@ async def _read(
 
 async def reference_run(mesh: Mesh) -> list[str]:
     """The kinds of an undisturbed delegation's parent events, in order."""
-    root = f"ref-{uuid.uuid4().hex[:8]}"
+    wanted, root = tree(f"ref-{uuid.uuid4().hex[:8]}", mesh.depth)
     async with await AgentClient.connect(mesh.parent.address) as client:
-        await client.start(INPUT, session_id=root)
-        events = await _read(client, root, after=0, until=None)
-    outcome = Outcome(Case("parent", 0))
+        await client.start(wanted, session_id=root.session_id)
+        events = await _read(client, root.session_id, after=0, until=None)
+    outcome = Outcome(Case("none", 0))
     await _check(mesh, root, events, outcome, kills={})
     if outcome.violations:
         raise AssertionError(f"an undisturbed run broke the invariants: {outcome.violations}")
@@ -171,12 +219,13 @@ async def reference_run(mesh: Mesh) -> list[str]:
 
 async def run_case(mesh: Mesh, case: Case) -> Outcome:
     """One kill, one restart, then the invariants (violations are returned, not raised)."""
-    root = f"crash-{case.victim}-{case.at}-{uuid.uuid4().hex[:8]}"
+    wanted, root = tree(f"crash-{case.at}-{uuid.uuid4().hex[:8]}", mesh.depth)
     outcome = Outcome(case)
-    victims = mesh.victims(case.victim)
+    roles = case.victim.split("+")
+    victims = [mesh.services[role] for role in roles]
     async with await AgentClient.connect(mesh.parent.address) as client:
-        await client.start(INPUT, session_id=root)
-        events = await _read(client, root, after=0, until=case.at)
+        await client.start(wanted, session_id=root.session_id)
+        events = await _read(client, root.session_id, after=0, until=case.at)
         outcome.killed_after = _kind(events[-1]) if events else "nothing"
         killed = time.monotonic()
         for _ in range(1 + case.again):
@@ -185,58 +234,56 @@ async def run_case(mesh: Mesh, case: Case) -> Outcome:
             await asyncio.gather(*(victim.start() for victim in victims))
         last = events[-1].sequence if events else 0
         async with asyncio.timeout(60):
-            events += await _read(client, root, after=last, until=None)
+            events += await _read(client, root.session_id, after=last, until=None)
         outcome.done_s = time.monotonic() - killed
-    await _check(mesh, root, events, outcome, kills={v: 1 + case.again for v in victims})
+    await _check(mesh, root, events, outcome, kills={role: 1 + case.again for role in roles})
     return outcome
 
 
 async def _check(
-    mesh: Mesh,
-    root: str,
-    events: list[pb.StreamEvent],
-    outcome: Outcome,
-    *,
-    kills: dict[ServiceProcess, int],
+    mesh: Mesh, root: Node, events: list[pb.StreamEvent], outcome: Outcome, *, kills: dict[str, int]
 ) -> None:
-    problems = outcome.violations
-    if [e.sequence for e in events] != list(range(1, len(events) + 1)):
-        problems.append(f"parent: gap or repeat in {[e.sequence for e in events]}")
-    if not events or _kind(events[-1]) != "completed":
-        problems.append(f"parent: ends {_kind(events[-1]) if events else 'empty'}")
-    outputs = [json.loads(e.output.output_json) for e in events if _kind(e) == "output"]
-    if outputs != [OUTPUT]:
-        problems.append(f"parent: output {outputs}")
+    """The root as the client saw it live, then every session of the tree."""
     async with await AgentClient.connect(mesh.parent.address) as client:
-        replay = await _read(client, root, after=0, until=None)
+        replay = await _read(client, root.session_id, after=0, until=None)
     if [e.SerializeToString() for e in replay] != [e.SerializeToString() for e in events]:
-        problems.append("parent: a replay from 0 differs from what the client was sent live")
+        outcome.violations.append("parent: a replay from 0 differs from what was sent live")
+    await _check_session(mesh, root, events, outcome.violations, kills=kills)
 
-    async with await AgentClient.connect(mesh.child.address) as client:
-        for call_id, args in zip(CALL_IDS, CHILDREN, strict=True):
-            child = child_session_id(root, call_id)
-            forwarded = [
-                e.child_event.event
-                for e in events
-                if _kind(e) == "child_event" and e.child_event.tool_call_id == call_id
-            ]
-            own = await _read(client, child, after=0, until=None)
-            kinds = [_kind(e) for e in own]
-            if [e.SerializeToString() for e in forwarded] != [e.SerializeToString() for e in own]:
-                problems.append(f"{call_id}: forwarded {len(forwarded)} events, own log {len(own)}")
-            if kinds.count("run_started") != 1 or kinds[-1:] != ["completed"]:
-                problems.append(
-                    f"{call_id}: own log {kinds.count('run_started')} run_started, ends {kinds[-1:]}"
-                )
-            calls = mesh.model_calls("counter", child)
-            most = args["steps"] + 1 + kills.get(mesh.child, 0)
-            if not args["steps"] + 1 <= calls <= most:
-                problems.append(
-                    f"{call_id}: {calls} model calls (expected {args['steps'] + 1}..{most})"
-                )
-    parent_calls = mesh.model_calls("delegate", root)
-    if not 2 <= parent_calls <= 2 + kills.get(mesh.parent, 0):
-        problems.append(f"parent: {parent_calls} model calls")
+
+async def _check_session(
+    mesh: Mesh,
+    node: Node,
+    events: list[pb.StreamEvent],
+    problems: list[str],
+    *,
+    kills: dict[str, int],
+) -> None:
+    """One session's log (gapless, one run, the right end), its model calls (each made
+    once, but for one more per kill of its service), and each child's log forwarded once."""
+    name = f"{node.role} {node.session_id}"
+    kinds = [_kind(e) for e in events]
+    if [e.sequence for e in events] != list(range(1, len(events) + 1)):
+        problems.append(f"{name}: gap or repeat in {[e.sequence for e in events]}")
+    if kinds.count("run_started") != 1 or kinds[-1:] != ["completed"]:
+        problems.append(f"{name}: {kinds.count('run_started')} run_started, ends {kinds[-1:]}")
+    outputs = [json.loads(e.output.output_json) for e in events if _kind(e) == "output"]
+    if outputs != [node.output]:
+        problems.append(f"{name}: output {outputs}")
+    calls = mesh.model_calls(node.model, node.session_id)
+    if not node.calls <= calls <= node.calls + kills.get(node.role, 0):
+        problems.append(f"{name}: {calls} model calls (undisturbed: {node.calls})")
+    for call_id, child in node.children:
+        forwarded = [
+            e.child_event.event
+            for e in events
+            if _kind(e) == "child_event" and e.child_event.tool_call_id == call_id
+        ]
+        async with await AgentClient.connect(mesh.services[child.role].address) as client:
+            own = await _read(client, child.session_id, after=0, until=None)
+        if [e.SerializeToString() for e in forwarded] != [e.SerializeToString() for e in own]:
+            problems.append(f"{name}: forwarded {len(forwarded)} of {call_id}'s {len(own)} events")
+        await _check_session(mesh, child, own, problems, kills=kills)
 
 
 def spread(last: int, samples: int) -> list[int]:
@@ -262,13 +309,17 @@ def kill_points(kinds: Sequence[str], *, samples: int, boundaries: bool) -> list
 
 
 def cases(
-    points: Sequence[int], *, downs: Sequence[float], again: Sequence[bool] = (False,)
+    points: Sequence[int],
+    *,
+    depth: int = 2,
+    downs: Sequence[float] = (0.0,),
+    again: Sequence[bool] = (False,),
 ) -> list[Case]:
     return [
         Case(victim, at, down, twice)
         for twice in again
         for down in downs
-        for victim in VICTIMS
+        for victim in victims(depth)
         for at in points
     ]
 
@@ -277,6 +328,7 @@ async def run_matrix(
     store: str,
     *,
     samples: int,
+    depth: int = 2,
     boundaries: bool = True,
     downs: Sequence[float] = (0.0,),
     again: Sequence[bool] = (False,),
@@ -284,14 +336,14 @@ async def run_matrix(
 ) -> list[Outcome]:
     """Every case on one backend, printed as it ends; violations are in the outcomes."""
     outcomes = [] if out is None else out
-    async with mesh_on(store) as mesh:
+    async with mesh_on(store, depth=depth) as mesh:
         points = kill_points(await reference_run(mesh), samples=samples, boundaries=boundaries)
-        for case in cases(points, downs=downs, again=again):
+        for case in cases(points, depth=depth, downs=downs, again=again):
             outcome = await run_case(mesh, case)
             outcomes.append(outcome)
             status = "ok" if not outcome.violations else "; ".join(outcome.violations)
             print(
-                f"{store:8} {case!s:20} after {outcome.killed_after:14} "
+                f"{store:8} {case!s:28} after {outcome.killed_after:14} "
                 f"done {outcome.done_s:5.2f} s after the kill  {status}",
                 flush=True,
             )
@@ -303,6 +355,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--store", default="sqlite", help="sqlite, redis, postgres (comma-separated)"
     )
+    parser.add_argument("--depth", type=int, choices=(2, 3), default=2, help="levels of services")
     parser.add_argument("--samples", type=int, default=6, help="kill points spread over the run")
     parser.add_argument(
         "--no-boundaries", action="store_true", help="not after each of the parent's own events"
@@ -315,6 +368,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         matrix = run_matrix(
             store,
             samples=args.samples,
+            depth=args.depth,
             boundaries=not args.no_boundaries,
             downs=[float(d) for d in args.down.split(",")],
             again=(False,) if args.once else (False, True),

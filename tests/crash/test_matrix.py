@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.crash.matrix import Case, cases, kill_points, run_matrix, spread
+from tests.crash.matrix import Case, cases, kill_points, run_matrix, spread, victims
 
 
 def test_kill_points_cover_the_run_end_to_end() -> None:
@@ -18,7 +18,8 @@ def test_kill_points_cover_the_run_end_to_end() -> None:
     assert kill_points(kinds, samples=3, boundaries=False) == [1, 4, 7]
     assert kill_points(kinds, samples=3, boundaries=True) == [1, 2, 4, 6, 7]
     assert len(cases([1, 5], downs=(0, 1.5), again=(False, True))) == 2 * 2 * 2 * 3
-    assert str(Case("both", 7, 1.5, again=True)) == "both@7+1.5s twice"
+    assert victims(3) == ("child", "middle", "parent", "parent+middle+child")
+    assert str(Case("parent+child", 7, 1.5, again=True)) == "parent+child@7+1.5s twice"
 
 
 @pytest.fixture
@@ -35,27 +36,34 @@ def _shared_backends(
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize(
-    ("store_name", "samples", "again"),
+    ("store_name", "depth", "samples", "again"),
     [
-        ("sqlite", 3, False),  # the start, the children's streaming, the closing model call
-        ("sqlite", 1, True),  # mid-streaming, killed again as soon as it serves
-        ("redis", 1, False),
-        ("postgres", 1, False),
+        ("sqlite", 2, 3, False),  # the start, the children's streaming, the closing model call
+        ("sqlite", 2, 1, True),  # mid-streaming, killed again as soon as it serves
+        ("sqlite", 3, 1, False),  # parent -> middle -> child, mid-streaming
+        ("redis", 2, 1, False),
+        ("postgres", 2, 1, False),
     ],
 )
 @pytest.mark.usefixtures("_shared_backends")
 async def test_short_matrix_every_case_keeps_the_invariants(
-    store_name: str, samples: int, again: bool
+    store_name: str, depth: int, samples: int, again: bool
 ) -> None:
-    outcomes = await run_matrix(store_name, samples=samples, boundaries=False, again=(again,))
-    assert len(outcomes) == 3 * samples
+    outcomes = await run_matrix(
+        store_name, depth=depth, samples=samples, boundaries=False, again=(again,)
+    )
+    assert len(outcomes) == len(victims(depth)) * samples
     assert [(str(o.case), o.violations) for o in outcomes if o.violations] == []
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(3600)
-@pytest.mark.parametrize("store_name", ["sqlite", "redis", "postgres"])
+@pytest.mark.parametrize(
+    ("store_name", "depth"), [("sqlite", 2), ("redis", 2), ("postgres", 2), ("sqlite", 3)]
+)
 @pytest.mark.usefixtures("_shared_backends")
-async def test_full_matrix_every_case_keeps_the_invariants(store_name: str) -> None:
-    outcomes = await run_matrix(store_name, samples=6, downs=(0, 1.5), again=(False, True))
+async def test_full_matrix_every_case_keeps_the_invariants(store_name: str, depth: int) -> None:
+    outcomes = await run_matrix(
+        store_name, depth=depth, samples=6, downs=(0, 1.5), again=(False, True)
+    )
     assert [(str(o.case), o.violations) for o in outcomes if o.violations] == []
