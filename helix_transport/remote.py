@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import logging
 import time
 from typing import Any
 
@@ -36,11 +37,14 @@ from helix_transport.transport import AgentClient
 from helix_transport.transport._auth import ClientAuth
 from helix_transport.transport._pool import ClientPool
 
+logger = logging.getLogger(__name__)
+
 ROOT_SESSION_KEY = "helix.root_session_id"
 """Metadata key carrying the root session id down a delegation tree."""
 
 CASCADE_TIMEOUT_S = 5.0
-"""How long a cascade (``interrupt_children``) waits for running children to take theirs."""
+"""How long a caller waits for a cascade (``Cascade.interrupt_children``) to reach running
+children before it goes on (the cascade goes on in the background)."""
 
 _FORWARDED_KEY = "helix.remote.forwarded"  # ToolContext.cache key of the run's ForwardedSoFar
 
@@ -424,21 +428,77 @@ def forwarded_so_far(ctx: ToolContext) -> ForwardedSoFar:
     return index
 
 
-async def interrupt_children(
-    store: Store, clients: ClientPool, session_id: str, *, reason: str
-) -> None:
-    """Interrupt every running child recorded for ``session_id`` (they cascade further)."""
-    refs = [
-        r for r in await store.list_subsession_refs(session_id) if r.status is SessionStatus.RUNNING
-    ]
+class Cascade:
+    """Interrupts on their way from a session to the children it has running.
 
-    async def one(ref: SubSessionRef) -> None:
-        # Best effort per child: one unreachable child must not stop the others'.
-        with contextlib.suppress(HelixError):
-            client = await clients.get(ref.address)
-            await client.interrupt(ref.child_session_id, reason=reason or "parent interrupted")
+    Each child is asked on its own (one unreachable child must not hold up the
+    others'), and a child whose service cannot be reached is asked again, in the
+    background, with the client's reconnect backoff until its deadline
+    (``ClientConfig.reconnect``, 30 s by default): a child whose service is restarting
+    is still stopped when it is back, instead of resuming its run for a parent that has
+    ended. Not durable: a parent process that dies meanwhile stops asking.
+    """
 
-    async with asyncio.TaskGroup() as group:
+    def __init__(self, store: Store, clients: ClientPool) -> None:
+        self._store = store
+        self._clients = clients
+        self._asks: set[asyncio.Task[None]] = set()
+
+    @property
+    def pending(self) -> int:
+        """Children still being asked."""
+        return len(self._asks)
+
+    async def interrupt_children(self, session_id: str, *, reason: str) -> None:
+        """Interrupt every running child recorded for ``session_id`` (each cascades on).
+
+        Returns once each child has been asked once: the asks a child's service could
+        not take go on in the background. Cancelling the wait leaves them running too.
+        """
+        refs = await self._store.list_subsession_refs(session_id)
+        asked: list[asyncio.Future[None]] = []
         for ref in refs:
-            if ref.address:
-                group.create_task(one(ref))
+            if ref.status is SessionStatus.RUNNING and ref.address:
+                first = asyncio.get_running_loop().create_future()
+                ask = asyncio.create_task(self._ask(ref, reason or "parent interrupted", first))
+                self._asks.add(ask)
+                ask.add_done_callback(self._asks.discard)
+                asked.append(first)
+        if asked:
+            await asyncio.wait(asked)
+
+    async def _ask(self, ref: SubSessionRef, reason: str, first: asyncio.Future[None]) -> None:
+        retry = self._clients.config.reconnect
+        started = time.monotonic()
+        attempt = 0
+        try:
+            while True:
+                try:
+                    client = await self._clients.get(ref.address)
+                    await client.interrupt(ref.child_session_id, reason=reason)
+                    return
+                except HelixError as exc:
+                    spent = time.monotonic() - started
+                    if not exc.retryable or spent >= retry.deadline.total_seconds():
+                        logger.warning(
+                            "session %s: could not interrupt child %s at %s: %s",
+                            ref.parent_session_id,
+                            ref.child_session_id,
+                            ref.address,
+                            exc.message,
+                        )
+                        return
+                if not first.done():
+                    first.set_result(None)
+                await asyncio.sleep(retry.backoff_s(attempt))
+                attempt += 1
+        finally:
+            if not first.done():
+                first.set_result(None)
+
+    async def aclose(self) -> None:
+        """Stop asking (a process shutting down)."""
+        for ask in list(self._asks):
+            ask.cancel()
+        if self._asks:
+            await asyncio.wait(list(self._asks))

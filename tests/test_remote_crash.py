@@ -183,3 +183,39 @@ async def test_network_drop_between_parent_and_child(tmp_path: Path) -> None:
     assert proxy.connections >= 2, "the parent never had to reconnect"
     lines = (tmp_path / "calls.log").read_text().splitlines()
     assert sum(1 for line in lines if line.split() == ["counter", CHILD]) == STEPS + 1
+
+
+async def test_a_child_whose_service_is_down_when_its_parent_is_interrupted_stops_when_back(
+    tmp_path: Path,
+) -> None:
+    # A long child (20 slow steps): resumed after its service restarts, it would run on
+    # for seconds for a parent that has ended, unless the cascade asks again.
+    child = _service("counter", tmp_path, port=free_port(), env={"HELIX_SCRIPTED_DELAY_MS": "50"})
+    parent = _service(
+        "delegator", tmp_path, port=free_port(), env={"HELIX_AGENT_ADDRESS_COUNTER": child.address}
+    )
+    long_input = json.dumps({"calls": [{"tool": "count", "args": {"steps": 20, "words": 2}}]})
+    await asyncio.gather(child.start(), parent.start())
+    try:
+        async with await AgentClient.connect(parent.address) as client:
+            await client.start(long_input, session_id="root")
+            events = await _stream_until_child_step(client, 2)
+            await child.kill()
+            reply = await client.interrupt("root", reason="the user stopped it")
+            assert reply.accepted
+            rest = [e async for e in client.stream("root", from_sequence=events[-1].sequence)]
+            assert rest[-1].WhichOneof("payload") == "interrupted"
+            await asyncio.sleep(1.0)  # the parent's service asks again meanwhile
+            await child.start()
+        async with await AgentClient.connect(child.address) as child_client:
+            async with asyncio.timeout(20):
+                status = await child_client.wait(CHILD)
+    finally:
+        await asyncio.gather(parent.stop(), child.stop())
+
+    assert status.status == pb.SESSION_STATUS_INTERRUPTED, status
+    calls = sum(
+        1 for line in (tmp_path / "calls.log").read_text().splitlines()
+        if line.split() == ["counter", CHILD]
+    )  # fmt: skip
+    assert calls < 21, "the child ran to its end"

@@ -17,7 +17,7 @@ from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._status import SessionStatus
 from helix_transport.agent.definition import Agent
 from helix_transport.agent.loop import RunLoop
-from helix_transport.remote import CASCADE_TIMEOUT_S, interrupt_children
+from helix_transport.remote import CASCADE_TIMEOUT_S, Cascade
 from helix_transport.store import SessionRecord, SessionUpdate, Store
 from helix_transport.tracing.hooks import NO_HOOKS, HooksFactory, RunHooks
 from helix_transport.transport._pool import ClientPool
@@ -68,6 +68,8 @@ class SessionRunner:
         self.lease_ttl_s = lease_ttl_s
         self.clients = clients
         self.hooks = hooks
+        self.cascade = Cascade(store, clients)
+        """Interrupts on their way to children (from ``Interrupt`` and failed runs)."""
         self._runs: dict[str, _Run] = {}
         self._starting: set[str] = set()
         """Sessions between ``start`` being called and their run being registered."""
@@ -226,10 +228,12 @@ class SessionRunner:
         rejoins its children.
         """
         try:
-            async with asyncio.timeout(CASCADE_TIMEOUT_S):
-                await interrupt_children(
-                    self.store, self.clients, session_id, reason=f"parent {session_id} failed"
+            async with asyncio.timeout(CASCADE_TIMEOUT_S):  # the asks go on after it
+                await self.cascade.interrupt_children(
+                    session_id, reason=f"parent {session_id} failed"
                 )
+        except TimeoutError:
+            pass
         except Exception:  # best effort, as the cascade of an Interrupt
             logger.warning(
                 "session %s: interrupting its children failed", session_id, exc_info=True
@@ -312,6 +316,7 @@ class SessionRunner:
                 task.cancel()
             if pending:
                 await asyncio.wait(pending)
+        await self.cascade.aclose()
         if self._renewer is not None:
             self._renewer.cancel()
             await asyncio.wait({self._renewer})

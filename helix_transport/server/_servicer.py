@@ -15,7 +15,7 @@ from helix_transport._exceptions import ResourceExhausted, SessionExists, Sessio
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._proto.helix.agent.v1 import agent_pb2_grpc as pb_grpc
 from helix_transport.agent.definition import Agent
-from helix_transport.remote import CASCADE_TIMEOUT_S, interrupt_children
+from helix_transport.remote import CASCADE_TIMEOUT_S
 from helix_transport.server import _validation as check
 from helix_transport.server._continue import continue_session
 from helix_transport.server._encoding import encode_responses
@@ -193,14 +193,15 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
         # (each child's service cascades to its own), so the whole tree stops.
         await self.store.set_interrupt(session_id, reason)
         self.runner.signal_interrupt(session_id)
-        # Within the caller's deadline: the interrupt itself is already durable.
+        # Within the caller's deadline: the interrupt itself is already durable, and
+        # children not reached by then are still asked, in the background.
         remaining = context.time_remaining()
         budget = CASCADE_TIMEOUT_S if remaining is None else min(CASCADE_TIMEOUT_S, remaining)
         try:
             async with asyncio.timeout(max(budget - 0.05, 0.0)):
-                await interrupt_children(self.store, self.clients, session_id, reason=reason)
+                await self.runner.cascade.interrupt_children(session_id, reason=reason)
         except TimeoutError:
-            logger.warning("session %s: interrupting its children timed out", session_id)
+            logger.warning("session %s: still asking its children to stop", session_id)
         return pb.InterruptResponse(status=record.status.to_proto(), accepted=True)
 
     async def Continue(self, request: pb.ContinueRequest, context: Context) -> pb.ContinueResponse:
