@@ -444,11 +444,6 @@ class Cascade:
         self._clients = clients
         self._asks: set[asyncio.Task[None]] = set()
 
-    @property
-    def pending(self) -> int:
-        """Children still being asked."""
-        return len(self._asks)
-
     async def interrupt_children(self, session_id: str, *, reason: str) -> None:
         """Interrupt every running child recorded for ``session_id`` (each cascades on).
 
@@ -480,7 +475,9 @@ class Cascade:
                 except HelixError as exc:
                     spent = time.monotonic() - started
                     if not exc.retryable or spent >= retry.deadline.total_seconds():
-                        logger.warning(
+                        # A child that was never created (NOT_FOUND) is no news.
+                        log = logger.warning if exc.retryable else logger.debug
+                        log(
                             "session %s: could not interrupt child %s at %s: %s",
                             ref.parent_session_id,
                             ref.child_session_id,

@@ -228,12 +228,12 @@ class SessionRunner:
         rejoins its children.
         """
         try:
-            async with asyncio.timeout(CASCADE_TIMEOUT_S):  # the asks go on after it
+            async with asyncio.timeout(CASCADE_TIMEOUT_S):
                 await self.cascade.interrupt_children(
                     session_id, reason=f"parent {session_id} failed"
                 )
         except TimeoutError:
-            pass
+            pass  # the first asks were slow; they go on in the background
         except Exception:  # best effort, as the cascade of an Interrupt
             logger.warning(
                 "session %s: interrupting its children failed", session_id, exc_info=True
