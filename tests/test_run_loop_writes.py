@@ -110,3 +110,50 @@ async def test_an_interrupt_taken_beside_a_refused_checkpoint_is_put_back() -> N
     with pytest.raises(SequenceConflict):
         await _run(counter, store)
     assert await store.take_interrupt("s") == "stop"
+
+
+class _Died(Exception):
+    """The process died here."""
+
+
+class _DiesBeforeItsFirstCheckpoint(MemoryStore):
+    """As on Redis, where a checkpoint is written right after its events: the process
+    dies between the two, once."""
+
+    died = False
+
+    async def append(self, session_id: str, events: Any, **options: Any) -> int:
+        if options.get("checkpoint") is not None and not self.died:
+            self.died = True
+            await super().append(session_id, events, **{**options, "checkpoint": None})
+            raise _Died
+        return await super().append(session_id, events, **options)
+
+
+async def test_a_run_that_died_before_its_first_checkpoint_resumes_with_one_run_started() -> None:
+    store = _DiesBeforeItsFirstCheckpoint()
+    await _create(store, json.dumps({"steps": 1, "words": 2}))
+    with pytest.raises(_Died):
+        await _run(counter, store)
+    assert [e.WhichOneof("payload") for e in await store.read("s")][:1] == ["run_started"]
+    assert await store.load_checkpoint("s") is None
+
+    record = await store.get_session("s")
+    assert record is not None and record.last_sequence > 0
+    writer = SessionWriter(
+        store, EventHub(), session_id="s", agent_type=counter.name,
+        last_sequence=record.last_sequence,
+    )  # fmt: skip
+    loop = RunLoop(
+        counter, record, store=store, writer=writer,
+        interrupt_signal=asyncio.Event(), clients=ClientPool(),
+    )  # fmt: skip
+    assert await loop.run(resume_reason="restart") is SessionStatus.COMPLETED
+
+    events = await store.read("s")
+    kinds = [e.WhichOneof("payload") for e in events]
+    assert [e.sequence for e in events] == list(range(1, len(events) + 1))
+    assert kinds.count("run_started") == 1 and kinds[0] == "run_started"
+    resumed = [e.run_resumed for e in events if e.WhichOneof("payload") == "run_resumed"]
+    assert [(r.step, r.reason) for r in resumed] == [(1, "restart")]
+    assert json.loads(events[-2].output.output_json) == {"total": 1, "steps": 1}

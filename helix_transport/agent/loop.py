@@ -157,18 +157,27 @@ class RunLoop:
             )
             return state, False
         record = self.record
-        self.writer.emit(
-            pb.StreamEvent(
-                run_started=pb.RunStarted(
-                    input_json=record.input_json,
-                    parent_session_id=record.parent_session_id,
-                    metadata=record.metadata,
+        # A log with events but no checkpoint: the run died before its first one landed
+        # (on Redis a checkpoint is written right after its events). It starts over from
+        # step 1, but its log already has its one run_started.
+        started = record.last_sequence > 0
+        if started:
+            self.writer.emit(
+                pb.StreamEvent(run_resumed=pb.RunResumed(step=1, reason=resume_reason or "restart"))
+            )
+        else:
+            self.writer.emit(
+                pb.StreamEvent(
+                    run_started=pb.RunStarted(
+                        input_json=record.input_json,
+                        parent_session_id=record.parent_session_id,
+                        metadata=record.metadata,
+                    )
                 )
             )
-        )
         # The model sees the validated input, defaults filled in.
         user = self.agent.input_model.model_validate_json(record.input_json).model_dump_json()
-        self.hooks.on_run_start(resumed=False, step=1)
+        self.hooks.on_run_start(resumed=started, step=1)
         return _RunState(step=0, messages=self._first_messages(user)), True
 
     def _first_messages(self, user: str) -> list[dict[str, Any]]:
