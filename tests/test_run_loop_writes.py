@@ -42,13 +42,14 @@ async def _create(store: MemoryStore, input_json: str = "{}") -> None:
     )
 
 
-async def _run(agent: Agent, store: MemoryStore) -> SessionStatus:
+async def _run(agent: Agent, store: MemoryStore, *, resume_reason: str = "") -> SessionStatus:
     """Run session ``s`` (already in ``store``) to its end, as a server's runner would."""
     record = await store.get_session("s")
     assert record is not None
     writer = SessionWriter(
-        store, EventHub(), session_id="s", agent_type=agent.name, last_sequence=0
-    )
+        store, EventHub(), session_id="s", agent_type=agent.name,
+        last_sequence=record.last_sequence,
+    )  # fmt: skip
     loop = RunLoop(
         agent,
         record,
@@ -57,7 +58,7 @@ async def _run(agent: Agent, store: MemoryStore) -> SessionStatus:
         interrupt_signal=asyncio.Event(),
         clients=ClientPool(),
     )
-    return await loop.run()
+    return await loop.run(resume_reason=resume_reason)
 
 
 async def test_a_step_that_only_finishes_is_written_once_with_the_runs_end() -> None:
@@ -138,17 +139,7 @@ async def test_a_run_that_died_before_its_first_checkpoint_resumes_with_one_run_
     assert [e.WhichOneof("payload") for e in await store.read("s")][:1] == ["run_started"]
     assert await store.load_checkpoint("s") is None
 
-    record = await store.get_session("s")
-    assert record is not None and record.last_sequence > 0
-    writer = SessionWriter(
-        store, EventHub(), session_id="s", agent_type=counter.name,
-        last_sequence=record.last_sequence,
-    )  # fmt: skip
-    loop = RunLoop(
-        counter, record, store=store, writer=writer,
-        interrupt_signal=asyncio.Event(), clients=ClientPool(),
-    )  # fmt: skip
-    assert await loop.run(resume_reason="restart") is SessionStatus.COMPLETED
+    assert await _run(counter, store, resume_reason="restart") is SessionStatus.COMPLETED
 
     events = await store.read("s")
     kinds = [e.WhichOneof("payload") for e in events]
