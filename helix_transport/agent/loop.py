@@ -141,13 +141,7 @@ class RunLoop:
             if pending:
                 return await self._begin_turn(checkpoint, pending[-1], resume_reason)
             self.writer.step = checkpoint.step + 1
-            self.writer.emit(
-                pb.StreamEvent(
-                    run_resumed=pb.RunResumed(
-                        step=checkpoint.step + 1, reason=resume_reason or "restart"
-                    )
-                )
-            )
+            self.writer.emit(_resumed(checkpoint.step + 1, resume_reason))
             self.hooks.on_run_start(resumed=True, step=checkpoint.step + 1)
             state = _RunState(
                 step=checkpoint.step,
@@ -162,9 +156,7 @@ class RunLoop:
         # step 1, but its log already has its one run_started.
         started = record.last_sequence > 0
         if started:
-            self.writer.emit(
-                pb.StreamEvent(run_resumed=pb.RunResumed(step=1, reason=resume_reason or "restart"))
-            )
+            self.writer.emit(_resumed(1, resume_reason))
         else:
             self.writer.emit(
                 pb.StreamEvent(
@@ -214,9 +206,7 @@ class RunLoop:
         )
         self.writer.step = base + 1
         if resume_reason:  # the process that accepted the turn died before it began
-            self.writer.emit(
-                pb.StreamEvent(run_resumed=pb.RunResumed(step=base + 1, reason=resume_reason))
-            )
+            self.writer.emit(_resumed(base + 1, resume_reason))
         self.hooks.on_run_start(resumed=bool(resume_reason), step=base + 1)
         return state, True
 
@@ -466,6 +456,11 @@ class RunLoop:
             ),
         )
         return SessionStatus.INTERRUPTED
+
+
+def _resumed(step: int, reason: str) -> pb.StreamEvent:
+    """A resumed run's first event: the step that starts again, and why."""
+    return pb.StreamEvent(run_resumed=pb.RunResumed(step=step, reason=reason or "restart"))
 
 
 def _unanswered_tool_calls(messages: list[dict[str, Any]]) -> list[ToolCall] | None:
