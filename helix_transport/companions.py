@@ -556,6 +556,9 @@ class Companions:
             **ctx.metadata,
             ROOT_SESSION_KEY: ctx.metadata.get(ROOT_SESSION_KEY, ctx.session_id),
         }
+        # The ref before the Start, so that an interrupt cascading while the Start is in
+        # flight finds the child (see remote.Cascade).
+        await self._save_ref(ctx, child)
         try:
             await client.start(
                 _as_input(config, message),
@@ -563,14 +566,16 @@ class Companions:
                 parent_session_id=ctx.session_id,
                 metadata=metadata,
             )
-        except SessionExists:
-            raise ToolError(
-                f"child {name!r}: its session exists with another first message"
-            ) from None
         except HelixError as exc:
+            child.status, child.error = "failed", f"could not start: {exc.message}"
+            await self._save_ref(ctx, child)  # not running: nothing to cascade to
+            if isinstance(exc, SessionExists):
+                raise ToolError(
+                    f"child {name!r}: its session exists with another first message"
+                ) from None
             _Children(ctx.state).raw["children"].pop(name, None)  # free a reserved name
             raise ToolError(f"could not spawn {name!r}: {exc.message}") from exc
-        await self._began(ctx, child)
+        await self._began(ctx, child, ref_saved=True)
         return child
 
     async def _continue(self, ctx: ToolContext, child: _Child, message: str) -> _Child:
@@ -610,7 +615,7 @@ class Companions:
         await self._began(ctx, child)
         return child
 
-    async def _began(self, ctx: ToolContext, child: _Child) -> None:
+    async def _began(self, ctx: ToolContext, child: _Child, *, ref_saved: bool = False) -> None:
         _Children(ctx.state).put(child)
         ctx.emit(
             subagent_started(
@@ -622,7 +627,8 @@ class Companions:
                 address=child.address,
             )
         )
-        await self._save_ref(ctx, child)
+        if not ref_saved:
+            await self._save_ref(ctx, child)
 
     async def _await_turn(
         self, ctx: ToolContext, child: _Child, *, timeout_s: float | None

@@ -224,6 +224,9 @@ class Dispatcher:
             **ctx.metadata,
             ROOT_SESSION_KEY: ctx.metadata.get(ROOT_SESSION_KEY, ctx.session_id),
         }
+        # The ref before the Start, so that an interrupt cascading while the Start is in
+        # flight finds the child (see remote.Cascade).
+        await _save_ref(ctx, task)
         try:
             await client.start(
                 input_json,
@@ -233,6 +236,7 @@ class Dispatcher:
             )
         except HelixError as exc:
             task.status, task.error = "failed", f"could not start: {exc.message}"
+            await _save_ref(ctx, task)
         ctx.emit(
             subagent_started(
                 tool_call_id=ctx.tool_call_id,
@@ -241,7 +245,6 @@ class Dispatcher:
                 address=task.address,
             )
         )
-        await _save_ref(ctx, task)
 
     # --- the step hook ------------------------------------------------------------------
 

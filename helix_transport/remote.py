@@ -26,7 +26,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from helix_transport._exceptions import HelixError, SessionExists
+from helix_transport._exceptions import HelixError, SessionExists, SessionNotFound
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._status import SessionStatus
 from helix_transport._wire import child_event_payloads, child_event_prefix
@@ -195,6 +195,9 @@ class _ChildCall:
             ROOT_SESSION_KEY: ctx.metadata.get(ROOT_SESSION_KEY, ctx.session_id),
             **trace_context,
         }
+        # The ref before the Start: an interrupt cascading while the Start is in flight
+        # finds the child (see Cascade), and a resumed parent knows to rejoin it.
+        await self._save(last_sequence=last)
         try:
             await self.client.start(
                 input_json,
@@ -202,7 +205,6 @@ class _ChildCall:
                 parent_session_id=ctx.session_id,
                 metadata=metadata,
             )
-            await self._save(last_sequence=last)
             final = await self._forward(last) or await self._final_from_status()
         except SessionExists as exc:
             return await self._end(
@@ -436,7 +438,11 @@ class Cascade:
     background, with the client's reconnect backoff until its deadline
     (``ClientConfig.reconnect``, 30 s by default): a child whose service is restarting
     is still stopped when it is back, instead of resuming its run for a parent that has
-    ended. Not durable: a parent process that dies meanwhile stops asking.
+    ended. A child its service does not know yet is asked again until a ``Start`` sent
+    for it would have timed out (``ClientConfig.rpc_timeout``): parents record a child
+    before they start it, so its ``Start`` may still be on its way, and a service that
+    took a ``Start`` runs the session even if the parent stopped waiting for the reply.
+    Not durable: a parent process that dies meanwhile stops asking.
     """
 
     def __init__(self, store: Store, clients: ClientPool) -> None:
@@ -463,7 +469,8 @@ class Cascade:
             await asyncio.wait(asked)
 
     async def _ask(self, ref: SubSessionRef, reason: str, first: asyncio.Future[None]) -> None:
-        retry = self._clients.config.reconnect
+        config = self._clients.config
+        retry = config.reconnect
         started = time.monotonic()
         attempt = 0
         try:
@@ -473,9 +480,12 @@ class Cascade:
                     await client.interrupt(ref.child_session_id, reason=reason)
                     return
                 except HelixError as exc:
-                    spent = time.monotonic() - started
-                    if not exc.retryable or spent >= retry.deadline.total_seconds():
-                        # A child that was never created (NOT_FOUND) is no news.
+                    if isinstance(exc, SessionNotFound):  # its Start may be on its way
+                        patience = config.rpc_timeout.total_seconds()
+                    else:
+                        patience = retry.deadline.total_seconds() if exc.retryable else 0.0
+                    if time.monotonic() - started >= patience:
+                        # A child never created (its Start never landed) is no news.
                         log = logger.warning if exc.retryable else logger.debug
                         log(
                             "session %s: could not interrupt child %s at %s: %s",

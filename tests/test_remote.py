@@ -31,6 +31,7 @@ from helix_transport.remote import (
     forwarded_so_far,
     remote_agent_tool_from_service,
 )
+from helix_transport.server.limits import Limits
 from helix_transport.store import MemoryStore, SessionRecord, Store
 from helix_transport.transport._pool import ClientPool
 from tests.agents import counter, delegator, looper, middle
@@ -342,3 +343,25 @@ async def test_a_resumed_parent_reads_its_log_once_for_all_the_children_it_rejoi
     assert await forwarded_so_far(context("call_3")).last("call_3") == 99
     assert await forwarded_so_far(context("call_new")).last("call_new") == 0
     assert store.reads == 6
+
+
+async def test_a_child_whose_start_was_refused_adds_no_usage_to_its_parents_total(
+    mesh: Mesh, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The child's service refuses the input (too large for it): the call fails, the
+    # parent records the child as failed, and its total counts the child as nothing.
+    strict = await create_server(
+        counter, MemoryStore(), ServerConfig(limits=Limits(max_input_bytes=10)),
+        allow_unauthenticated=True,
+    )  # fmt: skip
+    await strict.start()
+    monkeypatch.setenv(address_env_var("counter"), strict.address)
+    try:
+        events = await run(mesh, calls(("count", {"steps": 1, "words": 4})))
+        results = json.loads(events[-1].completed.output_json)["results"]
+        assert "larger than 10 bytes" in results[0]["error"]
+        status = await mesh.client.get_status("root", include_children=True)
+    finally:
+        await strict.shutdown(grace_s=1)
+    assert status.status == pb.SESSION_STATUS_COMPLETED
+    assert status.total_usage == status.usage

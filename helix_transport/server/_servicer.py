@@ -245,7 +245,10 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
             seen.add(ref.child_session_id)
             if ref.address:
                 client = await self.clients.get(ref.address)
-                status = await client.get_status(ref.child_session_id, include_children=True)
+                try:
+                    status = await client.get_status(ref.child_session_id, include_children=True)
+                except SessionNotFound:
+                    continue  # its Start never landed (refused, or still on its way): no usage
                 usage = status.total_usage
                 total = total + Usage(
                     prompt_tokens=usage.prompt_tokens,
