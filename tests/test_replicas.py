@@ -150,6 +150,34 @@ async def test_interrupt_through_another_replica(replicas: Replicas) -> None:
     assert status.step_count < 10  # stopped at a step boundary, long before the end
 
 
+async def test_interrupt_through_another_replica_stops_the_run_mid_step(
+    replicas: Replicas,
+) -> None:
+    # One step streams 200 words at 20 ms each (4 s). Replica B only stores the
+    # interrupt; A looks for interrupts of its runs every poll interval (0.5 s), so
+    # the step's model call is cut short instead of running to the step's end.
+    async with (
+        await AgentClient.connect(replicas.a.address) as on_a,
+        await AgentClient.connect(replicas.b.address) as on_b,
+    ):
+        await on_a.start(json.dumps({"steps": 2, "words": 200}), session_id="s1")
+        events: list[pb.StreamEvent] = []
+        asked = 0.0
+        async for event in on_a.stream("s1"):
+            events.append(event)
+            if event.WhichOneof("payload") == "text_delta" and not asked:
+                asked = time.monotonic()
+                assert (await on_b.interrupt("s1", reason="from B")).accepted
+        took = time.monotonic() - asked
+        status = await on_b.get_status("s1")
+
+    assert events[-1].WhichOneof("payload") == "interrupted"
+    assert events[-1].interrupted.reason == "from B"
+    assert status.status == pb.SESSION_STATUS_INTERRUPTED and status.step_count == 0
+    words = sum(1 for e in events if e.WhichOneof("payload") == "text_delta")
+    assert words < 100 and took < 2.0, (words, took)
+
+
 async def test_killed_owner_is_taken_over_and_the_stream_stays_gapless(replicas: Replicas) -> None:
     async with await AgentClient.connect(replicas.target) as client:
         started = [

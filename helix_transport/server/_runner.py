@@ -19,6 +19,7 @@ from helix_transport.agent.definition import Agent
 from helix_transport.agent.loop import RunLoop
 from helix_transport.remote import CASCADE_TIMEOUT_S, Cascade
 from helix_transport.store import SessionRecord, SessionUpdate, Store
+from helix_transport.store._base import InterruptLookup
 from helix_transport.tracing.hooks import NO_HOOKS, HooksFactory, RunHooks
 from helix_transport.transport._pool import ClientPool
 
@@ -60,6 +61,7 @@ class SessionRunner:
         lease_ttl_s: float,
         clients: ClientPool,
         hooks: HooksFactory | None = None,
+        interrupt_poll_s: float = 0.5,
     ) -> None:
         self.agent = agent
         self.store = store
@@ -76,6 +78,9 @@ class SessionRunner:
         self._creating: collections.Counter[str] = collections.Counter()
         """Sessions ``create_and_start`` is creating: leased to us, not yet started."""
         self._renewer: asyncio.Task[None] | None = None
+        self._watcher: asyncio.Task[None] | None = None
+        self.interrupt_poll_s = interrupt_poll_s
+        """How often runs are checked for interrupts taken by another replica."""
         self._next_lapse = math.inf
         """The soonest a lease the last orphan scan saw held elsewhere would lapse."""
 
@@ -157,6 +162,12 @@ class SessionRunner:
             # A fresh context: not the first caller's principal and token for ever.
             self._renewer = asyncio.create_task(
                 self._renew_leases(), name="lease-renewer", context=contextvars.Context()
+            )
+        if self._watcher is None and isinstance(self.store, InterruptLookup):
+            self._watcher = asyncio.create_task(
+                self._watch_interrupts(self.store),
+                name="interrupt-watch",
+                context=contextvars.Context(),
             )
         return True
 
@@ -307,6 +318,25 @@ class SessionRunner:
                     logger.warning("session %s: lease lost, stopping the local run", session_id)
                     run.task.cancel()
 
+    async def _watch_interrupts(self, store: InterruptLookup) -> None:
+        """Wake the runs whose session another replica was asked to interrupt.
+
+        That replica stores the interrupt, which a run reads at its next step boundary;
+        a step can be a long model call. One store call a poll interval for all runs.
+        """
+        while True:
+            await asyncio.sleep(self.interrupt_poll_s)
+            runs = {sid: run for sid, run in self._runs.items() if not run.interrupt.is_set()}
+            if not runs:
+                continue
+            try:
+                pending = await store.pending_interrupts(list(runs))
+            except Exception:
+                logger.warning("could not look for interrupts", exc_info=True)
+                continue
+            for session_id in pending & runs.keys():
+                runs[session_id].interrupt.set()
+
     async def shutdown(self, *, grace_s: float) -> None:
         """Let runs finish for ``grace_s``, then cancel the rest (they stay resumable)."""
         tasks = [run.task for run in self._runs.values()]
@@ -317,7 +347,8 @@ class SessionRunner:
             if pending:
                 await asyncio.wait(pending)
         await self.cascade.aclose()
-        if self._renewer is not None:
-            self._renewer.cancel()
-            await asyncio.wait({self._renewer})
-            self._renewer = None
+        for housekeeping in (self._renewer, self._watcher):
+            if housekeeping is not None:
+                housekeeping.cancel()
+                await asyncio.wait({housekeeping})
+        self._renewer = self._watcher = None

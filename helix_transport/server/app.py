@@ -130,6 +130,7 @@ class AgentServer:
             lease_ttl_s=config.lease_ttl_s,
             clients=self.clients,
             hooks=hooks,
+            interrupt_poll_s=config.poll_interval_s,
         )
         self.servicer = AgentServicer(
             agent,

@@ -217,6 +217,22 @@ class EventNotifier(Protocol):
         ...
 
 
+@runtime_checkable
+class InterruptLookup(Protocol):
+    """Optional: a backend that says which of many sessions have an interrupt pending.
+
+    A replica asks it about all its runs every poll interval, so that an ``Interrupt``
+    taken by another replica (behind a Kubernetes Service, most are) stops a run
+    mid-step, in a model call or a long tool, not at its next step boundary. Backends
+    without it keep the step boundary.
+    """
+
+    async def pending_interrupts(self, session_ids: Sequence[str]) -> set[str]:
+        """The ids among ``session_ids`` whose interrupt request is not taken yet, in one
+        round trip (nothing is taken: ``take_interrupt`` still clears each)."""
+        ...
+
+
 def given_bytes(
     events: Sequence[StreamEvent], expected_sequence: int | None, encoded: Sequence[bytes] | None
 ) -> Sequence[bytes] | None:

@@ -177,6 +177,11 @@ class MemoryStore:
         self._check_open()
         return self._interrupts.pop(session_id, None)
 
+    async def pending_interrupts(self, session_ids: Sequence[str]) -> set[str]:
+        """The ids among ``session_ids`` with an untaken interrupt request."""
+        self._check_open()
+        return {session_id for session_id in session_ids if session_id in self._interrupts}
+
     async def put_subsession_ref(self, ref: SubSessionRef) -> None:
         """Insert or replace the ref keyed by (parent, child session id)."""
         self._check_open()

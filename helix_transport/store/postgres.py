@@ -159,6 +159,7 @@ _SAVE_CHECKPOINT = _upsert("checkpoints", _CHECKPOINT_COLUMNS, ("session_id",), 
 _LOAD_CHECKPOINT = "SELECT * FROM {s}.checkpoints WHERE session_id = $1"
 _SET_INTERRUPT = _upsert("interrupts", ["session_id", "reason"], ("session_id",), replace=True)
 _TAKE_INTERRUPT = "DELETE FROM {s}.interrupts WHERE session_id = $1 RETURNING reason"
+_PENDING_INTERRUPTS = "SELECT session_id FROM {s}.interrupts WHERE session_id = ANY($1::text[])"
 _LIST_REFS = "SELECT * FROM {s}.subsession_refs WHERE parent_session_id = $1 ORDER BY position"
 _GET_REF = (
     "SELECT * FROM {s}.subsession_refs WHERE parent_session_id = $1 AND child_session_id = $2"
@@ -517,6 +518,14 @@ class PostgresStore:
         """Read and clear the session's interrupt request in one statement."""
         reason: str | None = await self._call("fetchval", _TAKE_INTERRUPT, session_id)
         return reason
+
+    async def pending_interrupts(self, session_ids: Sequence[str]) -> set[str]:
+        """The ids among ``session_ids`` with an untaken interrupt request."""
+        ids = list(dict.fromkeys(session_ids))
+        if not ids:
+            return set()
+        rows = await self._call("fetch", _PENDING_INTERRUPTS, ids)
+        return {row["session_id"] for row in rows}
 
     async def put_subsession_ref(self, ref: SubSessionRef) -> None:
         """Insert or replace the ref keyed by (parent, child session id)."""

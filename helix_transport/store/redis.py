@@ -482,6 +482,18 @@ class RedisStore:
             raw = await self._client.getdel(self._key("interrupt", session_id))
         return None if raw is None else bytes(raw).decode()
 
+    async def pending_interrupts(self, session_ids: Sequence[str]) -> set[str]:
+        """The ids among ``session_ids`` with an untaken interrupt request (one ``MGET``)."""
+        self._check_open()
+        ids = list(dict.fromkeys(session_ids))
+        if not ids:
+            return set()
+        with _map_redis_errors():
+            values = await self._client.mget([self._key("interrupt", i) for i in ids])
+        return {
+            session_id for session_id, value in zip(ids, values, strict=True) if value is not None
+        }
+
     async def put_subsession_ref(self, ref: SubSessionRef) -> None:
         """Insert or replace the ref keyed by (parent, child session id)."""
         self._check_open()

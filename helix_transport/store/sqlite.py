@@ -418,6 +418,13 @@ class SqliteStore:
         """Read and clear the session's interrupt request."""
         return await self._run(lambda conn: _take_interrupt(conn, session_id))
 
+    async def pending_interrupts(self, session_ids: Sequence[str]) -> set[str]:
+        """The ids among ``session_ids`` with an untaken interrupt request."""
+        ids = list(dict.fromkeys(session_ids))
+        if not ids:
+            return set()
+        return await self._run(lambda conn: _pending_interrupts(conn, ids))
+
     async def put_subsession_ref(self, ref: SubSessionRef) -> None:
         """Insert or replace the ref keyed by (parent, child session id)."""
         await self._run(lambda conn: _write(conn, _PUT_REF, _ref_params(ref)))
@@ -994,6 +1001,17 @@ def _acquire_lease(conn: sqlite3.Connection, session_id: str, owner: str, ttl_s:
             return True
         _require_session(conn, session_id)
         return False
+
+
+def _pending_interrupts(conn: sqlite3.Connection, ids: list[str]) -> set[str]:
+    room = conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
+    pending: set[str] = set()
+    for start in range(0, len(ids), room):
+        part = ids[start : start + room]
+        marks = ", ".join("?" * len(part))
+        sql = f"SELECT session_id FROM interrupts WHERE session_id IN ({marks})"
+        pending.update(row[0] for row in conn.execute(sql, part))
+    return pending
 
 
 def _renew_leases(conn: sqlite3.Connection, ids: list[str], owner: str, ttl_s: float) -> set[str]:

@@ -29,7 +29,7 @@ import pytest
 from helix_transport._exceptions import SequenceConflict, SessionNotFound, UsageError
 from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
 from helix_transport._status import SessionStatus
-from helix_transport.store._base import READ_LIMIT, Store
+from helix_transport.store._base import READ_LIMIT, InterruptLookup, Store
 from helix_transport.store._records import (
     Checkpoint,
     RemoteCursor,
@@ -503,6 +503,22 @@ class StoreConformance:
         await store.set_interrupt("s-1", "")
         assert await store.take_interrupt("s-1") == ""
         assert await store.take_interrupt("s-1") is None
+
+    async def test_pending_interrupts_names_the_sessions_with_one_untaken(
+        self, store: Store
+    ) -> None:
+        if not isinstance(store, InterruptLookup):  # optional; every built-in store has it
+            assert not type(store).__module__.startswith("helix_transport."), type(store)
+            pytest.skip("no pending_interrupts: an Interrupt on another replica waits a step")
+        assert await store.pending_interrupts([]) == set()
+        await store.set_interrupt("s-1", "stop")
+        await store.set_interrupt("s-3", "")
+        assert await store.pending_interrupts(["s-1", "s-2", "s-3", "s-1"]) == {"s-1", "s-3"}
+        assert await store.take_interrupt("s-1") == "stop"  # looking took nothing
+        assert await store.pending_interrupts(["s-1", "s-2", "s-3"]) == {"s-3"}
+        many = [f"m-{n}" for n in range(2500)]  # past old SQLite's 999 parameters
+        await store.set_interrupt("m-2499", "late")
+        assert await store.pending_interrupts(many) == {"m-2499"}
 
     async def test_subsession_refs(self, store: Store) -> None:
         remote = SubSessionRef(
