@@ -103,11 +103,18 @@ async def _start_turn(
         status=SessionStatus.RUNNING, output_json="", error="", failure_reason=""
     )
     with admit():  # counted as starting until runner.continue_turn counts the run
+        # An interrupt accepted while the last turn's final step ran (which finished
+        # first) ended nothing; it must not stop this turn. The session is terminal
+        # until the append below, so no Interrupt accepts a new one meanwhile...
+        stale = await store.take_interrupt(session_id)
         try:
             sequence = await store.append(
                 session_id, [event], expected_sequence=record.last_sequence, update=reopen
             )
         except SequenceConflict:
+            # ...unless another Continue's turn began first: then it may be that turn's.
+            if stale is not None:
+                await store.set_interrupt(session_id, stale)
             return None
         started = await store.get_session(session_id)
         assert started is not None  # sessions are never deleted

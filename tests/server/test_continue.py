@@ -32,7 +32,7 @@ from helix_transport import (
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._turns import TURN_SEQUENCE_KEY
 from helix_transport.agent.scripted import ScriptedTurn, finish, register_script
-from helix_transport.store import Checkpoint, MemoryStore
+from helix_transport.store import Checkpoint, MemoryStore, Store
 from services.critic import agent as critic
 from tests.agents import counter, looper
 from tests.conftest import Serve
@@ -167,6 +167,23 @@ async def test_continue_is_idempotent_on_the_turn_and_checks_the_state(serve: Se
     assert not retry.created and retry.status == pb.SESSION_STATUS_COMPLETED
     assert kinds(turn2)[-1] == "completed"
     assert kinds(log).count("turn_started") == 1 and kinds(log).count("completed") == 2
+
+
+async def test_an_interrupt_left_over_from_the_last_turn_does_not_stop_the_next(
+    serve: Serve, store: Store
+) -> None:
+    # An Interrupt accepted while a turn's last step ran, which finished first, ends
+    # nothing; left in the store, it used to interrupt the next turn at its start.
+    async with serve(critic) as (_, client):
+        await client.start(json.dumps({"artifact": "v1: code"}), session_id="c1")
+        await collect(client, "c1")
+        await store.set_interrupt("c1", "too late for turn 1")
+        reply = await client.continue_session("c1", "v2: code and tests", turn=2)
+        second = await collect(client, "c1", after=reply.from_sequence)
+        interrupted = await client.interrupt("c1", reason="for turn 2")  # ended: moot
+
+    assert kinds(second)[0] == "turn_started" and kinds(second)[-1] == "completed"
+    assert not interrupted.accepted
 
 
 async def test_a_running_session_cannot_be_continued(serve: Serve) -> None:
