@@ -36,63 +36,75 @@ def status_name(value: pb.SessionStatus.ValueType) -> str:
     return _STATUS_NAMES.get(value, str(value))
 
 
+_MORE = "…"  # where a line of text was broken off, and where it goes on
+
+
 class EventPrinter:
     """Renders events for people: one line each, children indented under their parent.
 
-    Text deltas stream live on one open line; when several sessions stream text at
-    once (concurrent children), the others are buffered and printed as a whole line
-    when that session's next event arrives, so lines never interleave word by word.
+    Text deltas stream live on one open line. When several sessions stream at once
+    (concurrent children), the others' text is buffered and printed as a whole line
+    when that session's next event arrives, and another session's event ends the open
+    line first (marked ``…``, its rest buffered likewise), so lines never interleave.
+    A child is named by its agent type and what its id adds to its parent's
+    (``[researcher call_1_0]``), so siblings of one type tell apart.
     """
 
     def __init__(self, out: TextIO = sys.stdout, *, color: bool | None = None) -> None:
         self.out = out
         self.color = out.isatty() if color is None else color
-        self._open: str | None = None  # the session whose text line is open
+        self._open: tuple[str, str] | None = None  # the open text line: (session, prefix)
         self._buffered: dict[str, tuple[str, list[str]]] = {}  # session -> (prefix, text)
 
     def _c(self, code: str, text: str) -> str:
         return f"\x1b[{code}m{text}\x1b[0m" if self.color else text
 
-    def print(self, event: pb.StreamEvent, depth: int = 0) -> None:
+    def print(self, event: pb.StreamEvent, depth: int = 0, *, parent: str = "") -> None:
         """Print one event (and, for a forwarded child event, the child's event nested)."""
         kind = event.WhichOneof("payload")
         if kind == "child_event":
-            self.print(event.child_event.event, depth + 1)
+            self.print(event.child_event.event, depth + 1, parent=event.session_id)
             return
         session = event.session_id
+        who = _who(event, parent)
         if kind == "text_delta":
-            self._text(
-                session,
-                "  " * depth + self._c("2", f"[{event.agent_type}]") + " ",
-                event.text_delta.text,
-            )
+            prefix = "  " * depth + self._c("2", f"[{who}]") + " "
+            self._text(session, prefix, event.text_delta.text)
             return
         self._flush_text(session)
-        label = self._c("2", f"[{event.agent_type} #{event.sequence}]")
+        self._break_open_line()
+        label = self._c("2", f"[{who} #{event.sequence}]")
         self.out.write(f"{'  ' * depth}{label} {self._describe(event, kind)}\n")
         self.out.flush()
 
     def _text(self, session: str, prefix: str, text: str) -> None:
+        text = text.replace("\n", " ")
         if self._open is None and session not in self._buffered:
             self.out.write(prefix)
-            self._open = session
-        if self._open == session:
-            self.out.write(text.replace("\n", " "))
+            self._open = (session, prefix)
+        if self._open is not None and self._open[0] == session:
+            self.out.write(text)
             self.out.flush()
         else:
             self._buffered.setdefault(session, (prefix, []))[1].append(text)
 
+    def _break_open_line(self) -> None:
+        """End another session's open line; the rest of its text is buffered."""
+        if self._open is not None:
+            session, prefix = self._open
+            self.out.write(_MORE + "\n")
+            self._open = None
+            self._buffered[session] = (prefix, [_MORE])
+
     def _flush_text(self, session: str) -> None:
-        if self._open == session:
+        if self._open is not None and self._open[0] == session:
             self.out.write("\n")
             self._open = None
         buffered = self._buffered.pop(session, None)
-        if buffered is not None:
+        if buffered is not None and buffered[1] != [_MORE]:  # a broken line that went on
+            self._break_open_line()
             prefix, parts = buffered
-            if self._open is not None:  # don't split another session's open line
-                self.out.write("\n")
-                self._open = None
-            self.out.write(prefix + "".join(parts).replace("\n", " ") + "\n")
+            self.out.write(prefix + "".join(parts) + "\n")
 
     def _describe(self, event: pb.StreamEvent, kind: str | None) -> str:
         if kind == "run_started":
@@ -136,16 +148,19 @@ class EventPrinter:
     def close(self) -> None:
         """End the open line and print any buffered text."""
         if self._open is not None:
-            self._flush_text(self._open)
+            self._flush_text(self._open[0])
         for session in list(self._buffered):
             self._flush_text(session)
         self.out.flush()
 
 
-def _who(event: pb.StreamEvent) -> str:
-    """``researcher`` or, for a remote child, ``researcher call_2_0`` (its tool call)."""
-    _, remote, call = event.session_id.rpartition("-remote-")
-    return f"{event.agent_type} {call}" if remote else event.agent_type
+def _who(event: pb.StreamEvent, parent: str) -> str:
+    """``researcher``, or for a child ``researcher call_2_0``: what its id adds to its
+    parent's (``{parent}-remote-call_2_0``, ``{parent}-task-call_1_0-0``)."""
+    if not parent or not event.session_id.startswith(parent + "-"):
+        return event.agent_type
+    added = event.session_id[len(parent) + 1 :]
+    return f"{event.agent_type} {added.partition('-')[2] or added}"
 
 
 def _short(text: str, limit: int = 100) -> str:
@@ -370,8 +385,17 @@ def _client_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _serve_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--host", default=os.environ.get("HELIX_HOST", "127.0.0.1"))
-    parser.add_argument("--port", type=int, default=int(os.environ.get("HELIX_PORT", "50051")))
+    parser.add_argument(
+        "--host", default=os.environ.get("HELIX_HOST", "127.0.0.1"), help="(default $HELIX_HOST)"
+    )
+    # A string default: argparse converts it, so a bad HELIX_PORT is a usage error of
+    # `serve` alone, not a traceback of every command.
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=os.environ.get("HELIX_PORT", "50051"),
+        help="(default $HELIX_PORT)",
+    )
     parser.add_argument(
         "--store", default="", help=f"store URL (default ${STORE_URL_ENV} or sqlite)"
     )
@@ -457,6 +481,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2 if type(exc).__name__ == "UsageError" else 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader left (`helix-mesh call ... | head`): not an error. Point stdout at
+        # /dev/null so the interpreter's last flush does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 def serve_main(reference: str, argv: Sequence[str] | None = None) -> None:

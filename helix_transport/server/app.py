@@ -113,12 +113,18 @@ class AgentServer:
         interceptors += [ErrorMappingInterceptor(), LimitsInterceptor(config.limits)]
         self._server = grpc.aio.server(interceptors=interceptors, options=options)
         bind = f"{config.host}:{config.port}"
-        if auth.server_credentials is not None:
-            self.port = self._server.add_secure_port(bind, auth.server_credentials)
-        else:
-            self.port = self._server.add_insecure_port(bind)
+        try:
+            if auth.server_credentials is not None:
+                self.port = self._server.add_secure_port(bind, auth.server_credentials)
+            else:
+                self.port = self._server.add_insecure_port(bind)
+        except RuntimeError:  # grpc's "Failed to bind", with a hint about its debug logs
+            self.port = 0
         if self.port == 0:
-            raise UsageError(f"cannot bind {config.host}:{config.port}")
+            raise UsageError(
+                f"cannot listen on {bind}: the port is in use (another server?) "
+                "or the host is not an address of this machine"
+            )
         self.hub = EventHub()
         replica_id = config.replica_id or f"{socket.gethostname()}:{self.port}"
         self.clients = ClientPool(config=config.client, auth=client_auth)

@@ -1,0 +1,60 @@
+"""The terminal printer of ``helix-mesh call`` and ``make demo``: two children that
+stream at once never share a line, and siblings of one type are told apart."""
+
+from __future__ import annotations
+
+import io
+
+from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
+from helix_transport.cli import EventPrinter
+
+
+def child(call: str, sequence: int, **payload: object) -> pb.StreamEvent:
+    inner = pb.StreamEvent(
+        session_id=f"root-remote-{call}", agent_type="researcher", sequence=sequence, **payload
+    )
+    return pb.StreamEvent(
+        session_id="root",
+        agent_type="orchestrator",
+        child_event=pb.ChildEvent(tool_call_id=call, event=inner),
+    )
+
+
+def text(call: str, sequence: int, words: str) -> pb.StreamEvent:
+    return child(call, sequence, text_delta=pb.TextDelta(text=words))
+
+
+def tool(call: str, sequence: int, name: str) -> pb.StreamEvent:
+    return child(call, sequence, tool_start=pb.ToolStart(tool_name=name, arguments_json="{}"))
+
+
+def test_concurrent_children_never_share_a_line() -> None:
+    out = io.StringIO()
+    printer = EventPrinter(out, color=False)
+    for event in [
+        text("call_1_0", 3, "Writing up "),
+        text("call_1_1", 3, "Looking at "),  # the line is call_1_0's: buffered
+        tool("call_1_1", 4, "fetch_note"),  # call_1_1's event: its line first, whole
+        text("call_1_0", 4, "2 findings."),
+        text("call_1_0", 5, "\nDone"),
+        tool("call_1_1", 5, "search"),  # breaks call_1_0's open line
+        text("call_1_0", 6, " here."),
+        child("call_1_0", 7, completed=pb.Completed()),
+        text("call_1_1", 6, "Reading "),
+        tool("call_1_0", 8, "late"),  # breaks call_1_1's line, which then says no more
+        tool("call_1_1", 7, "fetch_note"),
+    ]:
+        printer.print(event)
+    printer.close()
+
+    assert out.getvalue().splitlines() == [
+        "  [researcher call_1_0] Writing up …",
+        "  [researcher call_1_1] Looking at ",
+        "  [researcher call_1_1 #4] → fetch_note({})",
+        "  [researcher call_1_1 #5] → search({})",
+        "  [researcher call_1_0] …2 findings. Done here.",
+        "  [researcher call_1_0 #7] completed",
+        "  [researcher call_1_1] Reading …",
+        "  [researcher call_1_0 #8] → late({})",
+        "  [researcher call_1_1 #7] → fetch_note({})",
+    ]
