@@ -1,12 +1,19 @@
-"""The terminal printer of ``helix-mesh call`` and ``make demo``: two children that
-stream at once never share a line, and siblings of one type are told apart."""
+"""What a person at a terminal sees: the printer of ``helix-mesh call`` and ``make demo``
+(two children that stream at once never share a line, and siblings of one type are told
+apart), and a server that cannot listen."""
 
 from __future__ import annotations
 
 import io
+import socket
 
+import pytest
+
+from helix_transport import ServerConfig, UsageError, create_server
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.cli import EventPrinter
+from helix_transport.store import MemoryStore
+from tests.agents import counter
 
 
 def child(call: str, sequence: int, **payload: object) -> pb.StreamEvent:
@@ -58,3 +65,19 @@ def test_concurrent_children_never_share_a_line() -> None:
         "  [researcher call_1_0 #8] → late({})",
         "  [researcher call_1_1 #7] → fetch_note({})",
     ]
+
+
+async def test_serving_on_a_port_in_use_is_a_usage_error_that_says_so() -> None:
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    try:
+        with pytest.raises(UsageError, match="port is in use"):
+            await create_server(
+                counter,
+                MemoryStore(),
+                ServerConfig(port=taken.getsockname()[1]),
+                allow_unauthenticated=True,
+            )
+    finally:
+        taken.close()
