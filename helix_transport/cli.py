@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from datetime import timedelta
 from typing import TextIO
 
@@ -36,6 +37,7 @@ def status_name(value: pb.SessionStatus.ValueType) -> str:
     return _STATUS_NAMES.get(value, str(value))
 
 
+_SLOW_S = 2.0  # when `call` says it is still waiting for the service
 _MORE = "…"  # where a line of text was broken off, and where it goes on
 
 
@@ -163,6 +165,14 @@ def _who(event: pb.StreamEvent, parent: str) -> str:
     return f"{event.agent_type} {added.partition('-')[2] or added}"
 
 
+async def _chain(
+    first: pb.StreamEvent, rest: AsyncIterator[pb.StreamEvent]
+) -> AsyncIterator[pb.StreamEvent]:
+    yield first
+    async for event in rest:
+        yield event
+
+
 def _short(text: str, limit: int = 100) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
@@ -190,18 +200,42 @@ async def _connect(args: argparse.Namespace, config: ClientConfig | None = None)
     )
 
 
+@contextlib.contextmanager
+def _say_if_slow(message: str, *, after_s: float = _SLOW_S) -> Iterator[None]:
+    """Print ``message`` on stderr if the block is still running after ``after_s``:
+    the client retries an unreachable service for its whole reconnect deadline (30 s),
+    which would otherwise look like a hang."""
+    handle = asyncio.get_running_loop().call_later(
+        after_s, lambda: print(f"helix-mesh: {message}", file=sys.stderr, flush=True)
+    )
+    try:
+        yield
+    finally:
+        handle.cancel()
+
+
 async def _call(args: argparse.Namespace) -> int:
     config = ClientConfig(rpc_timeout=timedelta(seconds=args.timeout))
+    waiting = (
+        f"no answer from {args.address} yet; retrying for up to "
+        f"{config.reconnect.deadline.total_seconds():g} s (Ctrl-C stops)"
+    )
     async with await _connect(args, config) as client:
         session_id = args.session_id
         if not args.follow:
-            started = await client.start(args.input, session_id=session_id)
+            with _say_if_slow(waiting):
+                started = await client.start(args.input, session_id=session_id)
             session_id = started.session_id
             if not started.created:
                 print(f"(session {session_id} already existed; streaming it)", file=sys.stderr)
         printer = EventPrinter()
         final: pb.StreamEvent | None = None
-        async for event in client.stream(session_id, from_sequence=args.from_sequence):
+        events = aiter(client.stream(session_id, from_sequence=args.from_sequence))
+        with _say_if_slow(waiting):  # --follow: the stream's first answer
+            first = await anext(events, None)
+        if first is not None:
+            events = _chain(first, events)
+        async for event in events:
             if args.json:
                 print(json_format.MessageToJson(event, indent=None), flush=True)
             else:
@@ -400,10 +434,20 @@ def _serve_options(parser: argparse.ArgumentParser) -> None:
         "--store", default="", help=f"store URL (default ${STORE_URL_ENV} or sqlite)"
     )
     parser.add_argument("--replica-id", default="", help="lease owner id (default hostname:port)")
-    parser.add_argument("--lease-ttl", type=float, default=5.0, help="session lease seconds")
-    parser.add_argument("--drain-timeout", type=float, default=10.0, help="shutdown drain seconds")
     parser.add_argument(
-        "--heartbeat-interval", type=float, default=5.0, help="seconds before a quiet stream beats"
+        "--lease-ttl", type=float, default=5.0, help="session lease seconds (default %(default)s)"
+    )
+    parser.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=10.0,
+        help="seconds to drain on SIGTERM (default %(default)s)",
+    )
+    parser.add_argument(
+        "--heartbeat-interval",
+        type=float,
+        default=5.0,
+        help="seconds before a quiet stream beats (default %(default)s)",
     )
     parser.add_argument(
         "--no-reflection",

@@ -8,8 +8,9 @@ import sys
 
 import pytest
 
-from helix_transport import AgentClient, create_server
+from helix_transport import AgentClient, ServerConfig, create_server
 from helix_transport.store import MemoryStore
+from helix_transport.testing.processes import free_port
 from tests.agents import counter
 from tests.helpers import ROOT
 
@@ -72,3 +73,23 @@ async def test_errors_are_one_line_and_non_zero() -> None:
         code, _, err = await cli("call", server.address, "--input", '{"steps": "x"}')
         assert code == 1 and err.strip().startswith("helix-mesh: input_json.steps:")
         assert "Traceback" not in err
+
+
+async def test_call_says_it_is_waiting_for_a_service_that_is_not_up_yet() -> None:
+    # Before, `call` retried silently for up to 30 s: it looked hung.
+    port = free_port()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "helix_transport.cli", "call", f"127.0.0.1:{port}",
+        "--input", '{"steps": 1, "words": 1}', "--session-id", "late",
+        cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stderr is not None
+    line = await asyncio.wait_for(proc.stderr.readline(), timeout=20)
+    assert line.decode().strip() == (
+        f"helix-mesh: no answer from 127.0.0.1:{port} yet; retrying for up to 30 s (Ctrl-C stops)"
+    )
+    config = ServerConfig(port=port)
+    async with await create_server(counter, MemoryStore(), config, allow_unauthenticated=True):
+        out, _ = await asyncio.wait_for(proc.communicate(), timeout=30)
+    assert proc.returncode == 0
+    assert json.loads(out[out.rindex(b"{") :]) == {"total": 1, "steps": 1}
