@@ -29,6 +29,49 @@ _LAPSE_MARGIN_S = 0.02
 """How long after a lease would lapse the orphan scan looks at it again."""
 
 
+class _Outage:
+    """Logs a housekeeping call that keeps failing once, not at every pass.
+
+    The first failure is a warning with its traceback; while it goes on, a reminder
+    at most every ``remind_s``; then one line when the call works again. A store
+    outage would otherwise log a warning every poll interval from each loop.
+    """
+
+    def __init__(self, what: str, *, remind_s: float = 60.0) -> None:
+        self.what = what
+        self.remind_s = remind_s
+        self._failures = 0
+        self._since = 0.0
+        self._reminded = 0.0
+
+    def failed(self) -> None:
+        now = time.monotonic()
+        self._failures += 1
+        if self._failures == 1:
+            self._since = self._reminded = now
+            logger.warning("%s failed (logged again only if it goes on)", self.what, exc_info=True)
+        elif now - self._reminded >= self.remind_s:
+            self._reminded = now
+            logger.warning(
+                "%s still failing: %d times in %.0f s",
+                self.what,
+                self._failures,
+                now - self._since,
+                exc_info=True,
+            )
+
+    def worked(self) -> None:
+        if self._failures:
+            failures = f"{self._failures} failure" + ("s" if self._failures > 1 else "")
+            logger.warning(
+                "%s works again, after %s in %.1f s",
+                self.what,
+                failures,
+                time.monotonic() - self._since,
+            )
+            self._failures = 0
+
+
 @dataclass
 class _Run:
     task: asyncio.Task[None]
@@ -285,12 +328,15 @@ class SessionRunner:
         lapse, not up to a TTL later. A live owner renews a third of a TTL at a time,
         so its leases cost at most one scan per two-thirds of a TTL.
         """
+        outage = _Outage("orphan scan")
         while True:
             await asyncio.sleep(self._until_next_scan())
             try:
                 await self.resume_orphans()
             except Exception:
-                logger.warning("orphan scan failed", exc_info=True)
+                outage.failed()
+            else:
+                outage.worked()
 
     def _until_next_scan(self) -> float:
         ttl = self.lease_ttl_s
@@ -300,6 +346,7 @@ class SessionRunner:
         return min(ttl, max(ttl / 4, self._next_lapse - time.time() + _LAPSE_MARGIN_S))
 
     async def _renew_leases(self) -> None:
+        outage = _Outage("lease renewal")
         while True:
             await asyncio.sleep(self.lease_ttl_s / 3)
             # Every run's lease in one store call: renewing them one by one took a
@@ -311,8 +358,9 @@ class SessionRunner:
             try:
                 held = await self.store.renew_leases(list(runs), self.owner, ttl_s=self.lease_ttl_s)
             except Exception:
-                logger.warning("lease renewal failed for %d sessions", len(runs), exc_info=True)
+                outage.failed()
                 continue
+            outage.worked()
             for session_id, run in runs.items():
                 if session_id not in held and self._runs.get(session_id) is run:
                     logger.warning("session %s: lease lost, stopping the local run", session_id)
@@ -324,6 +372,7 @@ class SessionRunner:
         That replica stores the interrupt, which a run reads at its next step boundary;
         a step can be a long model call. One store call a poll interval for all runs.
         """
+        outage = _Outage("looking for interrupts")
         while True:
             await asyncio.sleep(self.interrupt_poll_s)
             runs = {sid: run for sid, run in self._runs.items() if not run.interrupt.is_set()}
@@ -332,8 +381,9 @@ class SessionRunner:
             try:
                 pending = await store.pending_interrupts(list(runs))
             except Exception:
-                logger.warning("could not look for interrupts", exc_info=True)
+                outage.failed()
                 continue
+            outage.worked()
             for session_id in pending & runs.keys():
                 runs[session_id].interrupt.set()
 
