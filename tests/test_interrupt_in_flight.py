@@ -20,7 +20,7 @@ import pytest
 from helix_transport import AgentClient, create_server
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.registry import address_env_var
-from helix_transport.store import MemoryStore, SessionRecord
+from helix_transport.store import MemoryStore, SessionRecord, SubSessionRef
 from services.researcher import agent as researcher
 from tests.agents import counter, delegator
 from tests.companion_agents import coordinator, planner
@@ -97,3 +97,56 @@ async def test_a_child_started_while_its_parent_is_interrupted_is_stopped(
                 await slow.changed.wait_for(lambda: len(slow.created) == children)
             statuses = [await child_client.wait(c) for c in slow.created]
     assert [s.status for s in statuses] == [pb.SESSION_STATUS_INTERRUPTED] * children, statuses
+
+
+class RefsAfterAnInterrupt(MemoryStore):
+    """A shared store whose first child ref is written only once ``gate`` opens."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writing = asyncio.Event()
+        self.gate = asyncio.Event()
+
+    async def put_subsession_ref(self, ref: SubSessionRef) -> None:
+        if not self.writing.is_set():
+            self.writing.set()
+            await self.gate.wait()
+        await super().put_subsession_ref(ref)
+
+
+async def test_a_child_started_after_another_replica_cascaded_is_stopped(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Replica B takes the Interrupt and cascades to the children recorded then: none.
+    # Replica A, running the parent, sees the interrupt only at its next poll and
+    # meanwhile records and starts a child. Before, that child ran to its end: the
+    # parent's run ended interrupted and nothing asked again.
+    monkeypatch.setenv("HELIX_SCRIPTED_DELAY_MS", "100")
+    shared = RefsAfterAnInterrupt()
+    async with AsyncExitStack() as stack:
+        child_server = await stack.enter_async_context(
+            await create_server(counter, MemoryStore(), allow_unauthenticated=True)
+        )
+        monkeypatch.setenv(address_env_var(counter.name), child_server.address)
+        replicas = [
+            await stack.enter_async_context(
+                await create_server(delegator, shared, allow_unauthenticated=True)
+            )
+            for _ in range(2)
+        ]
+        a, b, child = [
+            await stack.enter_async_context(await AgentClient.connect(server.address))
+            for server in (*replicas, child_server)
+        ]
+        calls = [{"tool": "count", "args": {"steps": 30, "words": 2}}]
+        await a.start(json.dumps({"calls": calls}), session_id="root")
+        async with asyncio.timeout(10):
+            await shared.writing.wait()  # A is about to record the child
+        assert (await b.interrupt("root", reason="stop")).accepted
+        shared.gate.set()
+        events = [e async for e in a.stream("root")]
+        assert events[-1].WhichOneof("payload") == "interrupted"
+        (ref,) = await shared.list_subsession_refs("root")
+        async with asyncio.timeout(15):
+            status = await child.wait(ref.child_session_id)
+    assert status.status == pb.SESSION_STATUS_INTERRUPTED, status

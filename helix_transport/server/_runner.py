@@ -239,8 +239,8 @@ class SessionRunner:
         try:
             status = await loop.run(resume_reason=resume_reason)
             logger.info("session %s ended %s", session_id, status)
-            if status is SessionStatus.FAILED:
-                await self._stop_children(session_id)
+            if status in (SessionStatus.FAILED, SessionStatus.INTERRUPTED):
+                await self._stop_children(session_id, status)
         except Exception as exc:
             if _matches(exc, (SequenceConflict, LeaseLost)):
                 logger.warning(
@@ -253,7 +253,7 @@ class SessionRunner:
             else:
                 logger.exception("session %s: run loop crashed", session_id)
                 if await self._fail_internal(loop):
-                    await self._stop_children(session_id)
+                    await self._stop_children(session_id, SessionStatus.FAILED)
         finally:
             self._runs.pop(session_id, None)
             self.hub.forget(session_id)  # no local writer any more
@@ -273,18 +273,22 @@ class SessionRunner:
             return False
         return True
 
-    async def _stop_children(self, session_id: str) -> None:
-        """Interrupt the children a failed run left running, as an ``Interrupt`` would.
+    async def _stop_children(self, session_id: str, status: SessionStatus) -> None:
+        """Interrupt the children a failed or interrupted run left running.
 
         The turn that wanted their results is over (a failed session's next turn
-        starts its conversation fresh). Only once the failure is durable: a run
-        stopped any other way (a crash, a lost lease, a drain) is resumed later, and
-        rejoins its children.
+        starts its conversation fresh). Only once that end is durable: a run stopped
+        any other way (a crash, a lost lease, a drain) is resumed later, and rejoins
+        its children. An ``Interrupt`` has cascaded already, but only to the children
+        recorded when it did: the run, still going until it saw the interrupt (at once
+        on this replica, within a poll interval from another), may have started more.
+        The children it reached are asked again and answer that they have stopped: one
+        more ``Interrupt`` each, after the run's end.
         """
         try:
             async with asyncio.timeout(CASCADE_TIMEOUT_S):
                 await self.cascade.interrupt_children(
-                    session_id, reason=f"parent {session_id} failed"
+                    session_id, reason=f"parent {session_id} {status.value}"
                 )
         except TimeoutError:
             pass  # the first asks were slow; they go on in the background
