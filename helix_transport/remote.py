@@ -303,9 +303,13 @@ class _ChildCall:
         await self.ctx.store.put_subsession_ref(self.ref)
 
     async def give_up(self, reason: str) -> None:
-        """Interrupt the child (best effort) and record the call as failed."""
-        with contextlib.suppress(HelixError):
-            await self.client.interrupt(self.child_id, reason=reason)
+        """Interrupt the child and record the call as failed.
+
+        Asked as a cascade asks (see ``Cascade``): a child whose ``Start`` is still on
+        its way when the call gives up is asked again until it exists, in the
+        background; asked once, it would run to its end unseen, its ref failed.
+        """
+        await Cascade(self.ctx.store, self.ctx.clients).interrupt_child(self.ref, reason=reason)
         with contextlib.suppress(ToolError):
             await self._end(SessionStatus.FAILED, error=f"{self.agent_type} {reason}")
 
@@ -457,16 +461,26 @@ class Cascade:
         not take go on in the background. Cancelling the wait leaves them running too.
         """
         refs = await self._store.list_subsession_refs(session_id)
-        asked: list[asyncio.Future[None]] = []
-        for ref in refs:
-            if ref.status is SessionStatus.RUNNING and ref.address:
-                first = asyncio.get_running_loop().create_future()
-                ask = asyncio.create_task(self._ask(ref, reason or "parent interrupted", first))
-                self._asks.add(ask)
-                ask.add_done_callback(self._asks.discard)
-                asked.append(first)
+        asked = [
+            self._start_asking(ref, reason or "parent interrupted")
+            for ref in refs
+            if ref.status is SessionStatus.RUNNING and ref.address
+        ]
         if asked:
             await asyncio.wait(asked)
+
+    async def interrupt_child(self, ref: SubSessionRef, *, reason: str) -> None:
+        """Interrupt one child, asking as ``interrupt_children`` does; returns once it
+        has been asked once."""
+        await self._start_asking(ref, reason)
+
+    def _start_asking(self, ref: SubSessionRef, reason: str) -> asyncio.Future[None]:
+        """Ask ``ref``'s child in a task of its own; the future is done after one ask."""
+        first = asyncio.get_running_loop().create_future()
+        ask = asyncio.create_task(self._ask(ref, reason, first))
+        self._asks.add(ask)
+        ask.add_done_callback(self._asks.discard)
+        return first
 
     async def _ask(self, ref: SubSessionRef, reason: str, first: asyncio.Future[None]) -> None:
         config = self._clients.config

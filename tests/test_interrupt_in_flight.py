@@ -150,3 +150,35 @@ async def test_a_child_started_after_another_replica_cascaded_is_stopped(
         async with asyncio.timeout(15):
             status = await child.wait(ref.child_session_id)
     assert status.status == pb.SESSION_STATUS_INTERRUPTED, status
+
+
+async def test_a_child_whose_call_timed_out_during_its_start_is_stopped(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # `count_quickly` gives up after 0.5 s, while the child's service is still creating
+    # the session. Before, the one interrupt it sent found no session; the child then
+    # ran to its end, its ref already failed.
+    monkeypatch.setenv("HELIX_SCRIPTED_DELAY_MS", "100")
+    slow = SlowToCreate(delay_s=1.0)
+    async with AsyncExitStack() as stack:
+        child_server = await stack.enter_async_context(
+            await create_server(counter, slow, allow_unauthenticated=True)
+        )
+        monkeypatch.setenv(address_env_var(counter.name), child_server.address)
+        parent_server = await stack.enter_async_context(
+            await create_server(delegator, MemoryStore(), allow_unauthenticated=True)
+        )
+        client, child_client = [
+            await stack.enter_async_context(await AgentClient.connect(server.address))
+            for server in (parent_server, child_server)
+        ]
+        calls = [{"tool": "count_quickly", "args": {"steps": 30, "words": 2}}]
+        await client.start(json.dumps({"calls": calls}), session_id="root")
+        events = [e async for e in client.stream("root")]
+        ends = [e.tool_end for e in events if e.WhichOneof("payload") == "tool_end"]
+        assert ends[0].is_error and "timed out after 0.5s" in ends[0].result_json
+        async with asyncio.timeout(15):
+            async with slow.changed:  # the Start landed after all
+                await slow.changed.wait_for(lambda: len(slow.created) == 1)
+            status = await child_client.wait(slow.created[0])
+    assert status.status == pb.SESSION_STATUS_INTERRUPTED, status
