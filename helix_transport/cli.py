@@ -16,7 +16,7 @@ import contextlib
 import json
 import os
 import sys
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from datetime import timedelta
 from typing import TextIO
 
@@ -165,14 +165,6 @@ def _who(event: pb.StreamEvent, parent: str) -> str:
     return f"{event.agent_type} {added.partition('-')[2] or added}"
 
 
-async def _chain(
-    first: pb.StreamEvent, rest: AsyncIterator[pb.StreamEvent]
-) -> AsyncIterator[pb.StreamEvent]:
-    yield first
-    async for event in rest:
-        yield event
-
-
 def _short(text: str, limit: int = 100) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
@@ -222,7 +214,12 @@ async def _call(args: argparse.Namespace) -> int:
     )
     async with await _connect(args, config) as client:
         session_id = args.session_id
-        if not args.follow:
+        if args.follow:
+            # Fails at once, as `status` does, where nothing listens or no such session
+            # is: the stream would retry the first for 30 s, and its first event may
+            # rightly be long in coming.
+            await client.get_status(session_id)
+        else:
             with _say_if_slow(waiting):
                 started = await client.start(args.input, session_id=session_id)
             session_id = started.session_id
@@ -230,12 +227,7 @@ async def _call(args: argparse.Namespace) -> int:
                 print(f"(session {session_id} already existed; streaming it)", file=sys.stderr)
         printer = EventPrinter()
         final: pb.StreamEvent | None = None
-        events = aiter(client.stream(session_id, from_sequence=args.from_sequence))
-        with _say_if_slow(waiting):  # --follow: the stream's first answer
-            first = await anext(events, None)
-        if first is not None:
-            events = _chain(first, events)
-        async for event in events:
+        async for event in client.stream(session_id, from_sequence=args.from_sequence):
             if args.json:
                 print(json_format.MessageToJson(event, indent=None), flush=True)
             else:

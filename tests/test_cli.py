@@ -93,3 +93,22 @@ async def test_call_says_it_is_waiting_for_a_service_that_is_not_up_yet() -> Non
         out, _ = await asyncio.wait_for(proc.communicate(), timeout=30)
     assert proc.returncode == 0
     assert json.loads(out[out.rindex(b"{") :]) == {"total": 1, "steps": 1}
+
+
+async def test_follow_waits_quietly_for_a_quiet_session(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Re-attached at the end of a running session's log, the next event may be seconds
+    # away (a long model call): that is not a service out of reach.
+    monkeypatch.setenv("HELIX_SCRIPTED_DELAY_MS", "2500")
+    async with (
+        await create_server(counter, MemoryStore(), allow_unauthenticated=True) as server,
+        await AgentClient.connect(server.address) as client,
+    ):
+        await client.start(json.dumps({"steps": 1, "words": 1}), session_id="q1")
+        last = (await client.get_status("q1")).last_sequence
+        code, out, err = await cli(
+            "call", server.address, "--follow", "--session-id", "q1", "--from-sequence", str(last)
+        )
+        assert code == 0 and "completed" in out
+        assert err == ""
+        code, _, err = await cli("call", server.address, "--follow", "--session-id", "nope")
+        assert code == 1 and err.strip() == "helix-mesh: session 'nope' not found"
