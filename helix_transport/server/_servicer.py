@@ -236,7 +236,10 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
 
         A remote child reports its own subtree (``include_children`` on its service);
         a child in this store is summed here. An unreachable child service fails the
-        call rather than report a short total.
+        call rather than report a short total. A child the caller may not see counts
+        nothing, local or remote (there its service answers ``NOT_FOUND``, as it does
+        for a child whose ``Start`` never landed): a total shows only what its caller
+        could read session by session.
         """
         total = record.usage
         for ref in await self.store.list_subsession_refs(record.session_id):
