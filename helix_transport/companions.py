@@ -558,6 +558,7 @@ class Companions:
         }
         # The ref before the Start, so that an interrupt cascading while the Start is in
         # flight finds the child (see remote.Cascade).
+        previous = await ctx.store.get_subsession_ref(ctx.session_id, child.session_id)
         await self._save_ref(ctx, child)
         try:
             await client.start(
@@ -567,12 +568,20 @@ class Companions:
                 metadata=metadata,
             )
         except HelixError as exc:
-            child.status, child.error = "failed", f"could not start: {exc.message}"
-            await self._save_ref(ctx, child)  # not running: nothing to cascade to
             if isinstance(exc, SessionExists):
+                # Not this call's child. A ref from before (a spawn whose Start landed
+                # before the parent crashed, say) still says what that session is; with
+                # none, a failed one keeps cascades away from a session not ours.
+                if previous is not None:
+                    await ctx.store.put_subsession_ref(previous)
+                else:
+                    child.status, child.error = "failed", f"could not start: {exc.message}"
+                    await self._save_ref(ctx, child)
                 raise ToolError(
                     f"child {name!r}: its session exists with another first message"
                 ) from None
+            child.status, child.error = "failed", f"could not start: {exc.message}"
+            await self._save_ref(ctx, child)  # not running: nothing to cascade to
             _Children(ctx.state).raw["children"].pop(name, None)  # free a reserved name
             raise ToolError(f"could not spawn {name!r}: {exc.message}") from exc
         await self._began(ctx, child, ref_saved=True)

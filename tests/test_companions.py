@@ -21,7 +21,7 @@ from helix_transport import AgentClient, create_server
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.companions import child_session_id
 from helix_transport.registry import address_env_var
-from helix_transport.store import MemoryStore
+from helix_transport.store import MemoryStore, SubSessionRef
 from services.critic import agent as critic
 from tests.agents import counter
 from tests.companion_agents import planner
@@ -168,3 +168,42 @@ async def test_interrupting_the_parent_interrupts_its_running_children(
     assert (await planner_client.get_status("p2")).status == pb.SESSION_STATUS_INTERRUPTED
     assert child_log[-1].WhichOneof("payload") == "interrupted"
     assert child_log[-1].interrupted.reason == "enough"
+
+
+async def test_a_spawn_refused_as_existing_keeps_the_ref_it_found(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A parent that crashed after a spawn's Start landed but before its state was saved
+    # spawns the name again, now with another message: the child's service refuses
+    # (ALREADY_EXISTS). The ref from the first spawn must still say the child runs, so
+    # that an interrupt of the parent reaches it; the refused spawn used to mark it
+    # failed.
+    monkeypatch.setenv("HELIX_SCRIPTED_DELAY_MS", "20")
+    parent_store = MemoryStore()
+    async with AsyncExitStack() as stack:
+        counter_server = await stack.enter_async_context(
+            await create_server(counter, MemoryStore(), allow_unauthenticated=True)
+        )
+        monkeypatch.setenv(address_env_var(counter.name), counter_server.address)
+        planner_server = await stack.enter_async_context(
+            await create_server(planner, parent_store, allow_unauthenticated=True)
+        )
+        client, counters = [
+            await stack.enter_async_context(await AgentClient.connect(server.address))
+            for server in (planner_server, counter_server)
+        ]
+        child_id = child_session_id("p1", "worker")
+        await counters.start(LONG, session_id=child_id, parent_session_id="p1")
+        first = SubSessionRef(
+            parent_session_id="p1",
+            child_session_id=child_id,
+            agent_type="counter",
+            tool_call_id="call_0",
+            address=counter_server.address,
+        )
+        await parent_store.put_subsession_ref(first)
+        again = json.dumps({"steps": 1, "words": 1})
+        result, _ = await run_plan(client, "p1", [[spawn("counter", again, name="worker")]])
+        assert "exists with another first message" in json.dumps(result)
+        assert await parent_store.get_subsession_ref("p1", child_id) == first
+        await counters.interrupt(child_id)
