@@ -28,6 +28,7 @@ from helix_transport.server import _validation as check
 from helix_transport.server._ownership import visible
 from helix_transport.server._runner import SessionRunner
 from helix_transport.server._shield import outlive_caller
+from helix_transport.server.limits import Limits
 from helix_transport.store import SessionRecord, SessionUpdate, Store
 
 
@@ -46,6 +47,7 @@ async def continue_session(
     store: Store,
     runner: SessionRunner,
     admit: Callable[[], AbstractContextManager[None]],
+    limits: Limits = Limits.default,
 ) -> pb.ContinueResponse:
     """Handle one ``Continue`` request (errors are mapped by the interceptor).
 
@@ -53,7 +55,7 @@ async def continue_session(
     answered even while the replica drains or is at capacity; it raises to refuse.
     """
     session_id = check.session_id(request.session_id)
-    message = check.message(request.message)
+    message = check.message(request.message, limits=limits)
     if request.turn < 2:
         raise InvalidArgument("turn", "must be at least 2 (turn 1 is the run Start began)")
     for _ in range(3):  # a lost race with a concurrent Continue is re-examined

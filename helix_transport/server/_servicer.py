@@ -206,7 +206,11 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
 
     async def Continue(self, request: pb.ContinueRequest, context: Context) -> pb.ContinueResponse:
         return await continue_session(
-            request, store=self.store, runner=self.runner, admit=self._admit_turn
+            request,
+            store=self.store,
+            runner=self.runner,
+            admit=self._admit_turn,
+            limits=self.limits,
         )
 
     @contextlib.contextmanager

@@ -16,9 +16,8 @@ from pydantic import BaseModel, ValidationError
 from helix_transport._exceptions import InvalidArgument
 from helix_transport.server.limits import Limits
 
-SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]*$")
+SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:\-]*")
 MAX_SESSION_ID = 512
-MAX_INPUT_BYTES = Limits.default.max_input_bytes
 MAX_METADATA_ENTRIES = 64
 MAX_METADATA_KEY = 128
 MAX_METADATA_VALUE = 4096
@@ -43,7 +42,7 @@ def session_id(value: str, *, field: str = "session_id", generate: bool = False)
         raise InvalidArgument(field, "must not be empty")
     if len(value) > MAX_SESSION_ID:
         raise InvalidArgument(field, f"longer than {MAX_SESSION_ID} characters")
-    if not SESSION_ID.match(value):
+    if not SESSION_ID.fullmatch(value):  # `$` would let a final newline through
         raise InvalidArgument(
             field, "must be 1-512 characters from [A-Za-z0-9_.:-], starting with a letter or digit"
         )
@@ -159,10 +158,10 @@ def reason(value: str) -> str:
     return value
 
 
-def message(value: str) -> str:
-    """A ``Continue`` message: not empty, at most ``MAX_INPUT_BYTES``."""
+def message(value: str, *, limits: Limits = Limits.default) -> str:
+    """A ``Continue`` message: not empty, at most ``limits.max_input_bytes`` (as an input)."""
     if not value.strip():
         raise InvalidArgument("message", "must not be empty")
-    if len(value.encode()) > MAX_INPUT_BYTES:
-        raise InvalidArgument("message", f"larger than {MAX_INPUT_BYTES} bytes")
+    if len(value.encode()) > limits.max_input_bytes:
+        raise InvalidArgument("message", f"larger than {limits.max_input_bytes} bytes")
     return value

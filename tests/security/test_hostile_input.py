@@ -60,6 +60,8 @@ BAD_REQUESTS: list[tuple[str, object, str]] = [
     ("GetStatus", pb.GetStatusRequest(session_id="s", wait=Duration(seconds=1, nanos=-1)), "wait"),
     ("GetStatus", pb.GetStatusRequest(session_id="s", wait=Duration(nanos=10**9)), "wait"),
     ("Interrupt", pb.InterruptRequest(session_id="x" * 10_000), "session_id"),
+    ("Interrupt", pb.InterruptRequest(session_id="s\n"), "session_id"),  # `$` let it through
+    ("Start", pb.StartRequest(session_id="t\n", input_json='{"topic": "t"}'), "session_id"),
     ("Interrupt", pb.InterruptRequest(session_id="s", reason="x" * 5000), "reason"),
     ("Interrupt", pb.InterruptRequest(session_id="s", reason="stop\x00"), "reason"),
     ("Continue", pb.ContinueRequest(session_id="", message="m", turn=2), "session_id"),
@@ -172,7 +174,15 @@ async def test_oversized_message_is_resource_exhausted_and_the_server_serves_on(
                 "Start",
                 pb.StartRequest(input_json=json.dumps({"topic": "x" * (100 << 10)})),
             )
+        with pytest.raises(grpc.aio.AioRpcError) as over_message:  # the limit, not 1 MiB
+            await call(
+                channel,
+                "Continue",
+                pb.ContinueRequest(session_id="s", message="m" * (100 << 10), turn=2),
+            )
         ok = await call(channel, "Start", pb.StartRequest(input_json='{"topic": "t"}'))
+    assert over_message.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert over_message.value.details() == f"message: larger than {64 << 10} bytes"
     assert too_big.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert over_input.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert (
