@@ -537,14 +537,17 @@ async def _wait_either(
     timeout_s: float,
 ) -> None:
     """Wake on a local publish or on the store's notice of an append in any process."""
-    waits: set[asyncio.Future[Any]] = {
-        asyncio.ensure_future(asyncio.shield(waiter)),
-        asyncio.ensure_future(
-            store.wait_for_events(session_id, after_sequence=last, timeout_s=timeout_s)
-        ),
-    }
+    deadline = time.monotonic() + timeout_s
+    local = asyncio.ensure_future(asyncio.shield(waiter))
+    notice = asyncio.ensure_future(
+        store.wait_for_events(session_id, after_sequence=last, timeout_s=timeout_s)
+    )
+    waits: set[asyncio.Future[Any]] = {local, notice}
     try:
-        await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        if notice in done and notice.exception() is not None and local not in done:
+            # The store cannot wait now (its notices are down): poll, do not spin.
+            await asyncio.wait({local}, timeout=max(0.0, deadline - time.monotonic()))
     finally:
         for task in waits:
             task.cancel()

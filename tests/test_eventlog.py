@@ -8,6 +8,7 @@ import gc
 from typing import Any
 
 from helix_transport._eventlog import Batch, EventHub, SessionWriter, follow
+from helix_transport._exceptions import StoreUnavailable
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._status import SessionStatus
 from helix_transport.store import READ_LIMIT, Checkpoint, SessionRecord, SessionUpdate
@@ -420,3 +421,36 @@ async def test_a_reader_leaving_removes_its_own_cursor_not_an_equal_one() -> Non
         assert hub._readers["s"] == [staying] and hub._readers["s"][0] is staying
         staying.after = 9
     assert "s" not in hub._readers
+
+
+class NoticesDown(MemoryStore):
+    """A store whose cross-process notices fail (a lost LISTEN connection, say)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads = 0
+
+    async def read(self, *args: Any, **kwargs: Any) -> list[pb.StreamEvent]:
+        self.reads += 1
+        return await super().read(*args, **kwargs)
+
+    async def wait_for_events(
+        self, session_id: str, *, after_sequence: int, timeout_s: float
+    ) -> bool:
+        raise StoreUnavailable("notices: down for the test")
+
+
+async def test_a_follower_whose_store_cannot_notify_polls_instead_of_spinning() -> None:
+    # Before, each failed wait returned at once and the follower read the store again
+    # in a loop (3,346 reads in 2 s against PostgreSQL after its LISTEN connection died).
+    store = NoticesDown()
+    await store.create_session(
+        SessionRecord(session_id="s", agent_type="a", input_json="{}", input_hash="")
+    )
+    reader = asyncio.ensure_future(
+        anext(aiter(follow(store, EventHub(), "s", from_sequence=0, poll_interval_s=0.2)))
+    )
+    await asyncio.sleep(1.0)
+    assert not reader.done()
+    reader.cancel()
+    assert store.reads <= 10, store.reads  # about one per poll interval

@@ -601,14 +601,22 @@ class PostgresStore:
                     del self._waiters[session_id]
 
     async def _ensure_listener(self) -> None:
-        if self._listener is not None and not self._listener.is_closed():
+        if self._listener is not None and not _is_lost(self._listener):
             return
         async with self._listener_lock:
-            if self._listener is not None and not self._listener.is_closed():
+            if self._listener is not None and not _is_lost(self._listener):
                 return
+            # A lost listener (the server restarted, or ended the connection) is gone
+            # from the pool already; LISTEN again on a fresh one. Notices sent meanwhile
+            # are missed: waiters fall back on their poll interval.
+            self._listener = None
             with _map_pg_errors(self._where):
                 conn = await self._pool.acquire(timeout=self._acquire_timeout_s)
-                await conn.add_listener(self.channel, self._on_notify)
+                try:
+                    await conn.add_listener(self.channel, self._on_notify)
+                except BaseException:  # cancelled too: a waiter gave up meanwhile
+                    await asyncio.shield(self._pool.release(conn))
+                    raise
             self._listener = conn
 
     def _on_notify(self, conn: Any, pid: int, channel: str, payload: str) -> None:

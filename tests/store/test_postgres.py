@@ -370,3 +370,27 @@ async def test_schemas_are_isolated(postgres_dsn: str, schema: str) -> None:
             await conn.execute(f'DROP SCHEMA IF EXISTS "{other}" CASCADE')
         finally:
             await conn.close()
+
+
+async def test_a_lost_listen_connection_is_replaced(
+    postgres_dsn: str, schema: str, admin: asyncpg.Connection
+) -> None:
+    # The server ends the LISTEN connection (a restart, a failover, an idle cutoff).
+    # Before, every later wait raised asyncpg's InterfaceError until the process
+    # restarted, and each follower of another replica's session spun on the store.
+    async with await PostgresStore.open(postgres_dsn, schema=schema) as store:
+        await store.create_session(make_record())
+        assert not await store.wait_for_events("s-1", after_sequence=0, timeout_s=0.1)
+        pid = await store._listener.fetchval("SELECT pg_backend_pid()")
+        await admin.execute("SELECT pg_terminate_backend($1)", pid)
+        await asyncio.sleep(0.3)
+        assert not await store.wait_for_events("s-1", after_sequence=0, timeout_s=0.1)
+        waiting = asyncio.ensure_future(
+            store.wait_for_events("s-1", after_sequence=0, timeout_s=10)
+        )
+        await asyncio.sleep(0.2)  # listening again
+        started = time.monotonic()
+        async with await PostgresStore.open(postgres_dsn, schema=schema) as other:
+            await other.append("s-1", [make_event("a")], expected_sequence=0)
+        assert await waiting
+        assert time.monotonic() - started < 5  # woken by the notice, not the timeout
