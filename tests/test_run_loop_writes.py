@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
 from helix_transport._eventlog import EventHub, SessionWriter
 from helix_transport._exceptions import SequenceConflict
@@ -14,6 +15,9 @@ from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._status import SessionStatus
 from helix_transport.agent.definition import Agent
 from helix_transport.agent.loop import RunLoop
+from helix_transport.agent.scripted import ScriptedTurn, finish, register_script, steps_taken
+from helix_transport.agent.scripted import call as scripted_call
+from helix_transport.agent.tools import ToolContext, tool
 from helix_transport.store import Checkpoint, SessionRecord
 from helix_transport.store.memory import MemoryStore
 from helix_transport.transport._pool import ClientPool
@@ -148,3 +152,46 @@ async def test_a_run_that_died_before_its_first_checkpoint_resumes_with_one_run_
     resumed = [e.run_resumed for e in events if e.WhichOneof("payload") == "run_resumed"]
     assert [(r.step, r.reason) for r in resumed] == [(1, "restart")]
     assert json.loads(events[-2].output.output_json) == {"total": 1, "steps": 1}
+
+
+class _RaceInput(BaseModel):
+    q: str = "x"
+
+
+@tool
+async def race_backends(ctx: ToolContext, args: _RaceInput) -> str:
+    """Keep the first of two answers; awaits the loser it cancelled (a common slip)."""
+    slow = asyncio.create_task(asyncio.sleep(10, result="slow"))
+    fast = await asyncio.sleep(0.01, result="fast")
+    slow.cancel()
+    await slow  # raises CancelledError into the tool
+    return fast
+
+
+def _race_script(messages: list[dict[str, Any]]) -> ScriptedTurn:
+    if steps_taken(messages) == 0:
+        return ScriptedTurn(tool_calls=(scripted_call("race_backends", q="x"),))
+    return finish(ok=True)
+
+
+class _Ok(BaseModel):
+    ok: bool
+
+
+async def test_a_tool_that_cancels_itself_fails_its_call_not_the_run() -> None:
+    # Before, the CancelledError escaping the tool read as an interrupt: the session
+    # ended `interrupted` with no reason (and would have cascaded to its children).
+    racer = Agent(
+        name="racer",
+        description="races two backends",
+        input_model=_RaceInput,
+        output_model=_Ok,
+        tools=[race_backends],
+        model=register_script("racer", _race_script),
+    )
+    store = MemoryStore()
+    await _create(store)
+    assert await _run(racer, store) is SessionStatus.COMPLETED
+    events = await store.read("s", from_sequence=0)
+    ends = [e.tool_end for e in events if e.WhichOneof("payload") == "tool_end"]
+    assert ends[0].is_error and "CancelledError" in ends[0].result_json

@@ -334,6 +334,14 @@ class RunLoop:
             result, is_error = json.dumps({"error": exc.message}), True
         except TimeoutError:
             result, is_error = json.dumps({"error": f"tool {call.name!r} timed out"}), True
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is None or current.cancelling():
+                raise  # the step is being cancelled (an interrupt, a lost lease, a drain)
+            # The tool's own doing (it awaited a task it had cancelled, say): its
+            # failure, as any other error, not an interrupt of the whole run.
+            logger.warning("tool %s cancelled itself in session %s", call.name, self.session_id)
+            result, is_error = json.dumps({"error": "CancelledError: the tool was cancelled"}), True
         except Exception as exc:
             # A failing tool is the model's problem to handle, not the run's.
             logger.warning(
@@ -394,7 +402,10 @@ class RunLoop:
                 # Wait for the step to unwind (an in-flight model call is cancelled).
                 await asyncio.wait({task})
         if task.cancelled():
-            return INTERRUPTED
+            if signal.done() and not signal.cancelled():
+                return INTERRUPTED
+            # Cancelled from within, not by an interrupt: that is a crash, not a stop.
+            raise RuntimeError("the step was cancelled without an interrupt")
         return task.result()
 
     async def _checkpoint(self, state: _RunState, *, step: int | None = None) -> None:
