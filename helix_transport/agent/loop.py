@@ -61,6 +61,10 @@ FINISH_INSTRUCTIONS = (
     "its arguments must match its schema exactly."
 )
 NUDGE = f"Continue the task. To end it, call `{FINISH_TOOL}` with the final output."
+MAX_RESULT_BYTES = 1 << 20
+"""Largest tool result or output a run logs. Each is one event, and an event must fit in
+one gRPC message, also wrapped by every parent that forwards it (4 MiB by default):
+a larger one would be logged but could never be streamed, nor anything after it."""
 
 
 @dataclass(frozen=True)
@@ -101,8 +105,11 @@ class RunLoop:
         interrupt_signal: asyncio.Event,
         clients: ClientPool,
         hooks: RunHooks = NO_HOOKS,
+        max_result_bytes: int = MAX_RESULT_BYTES,
     ) -> None:
         self.agent = agent
+        self.max_result_bytes = max_result_bytes
+        """Tool results and outputs above this are refused, as errors the model sees."""
         self.record = record
         self.store = store
         self.writer = writer
@@ -321,10 +328,11 @@ class RunLoop:
         try:
             if finishing:
                 output = self.agent.output_model.model_validate_json(call.arguments_json or "{}")
-                output_json = output.model_dump_json()
+                output_json = self._within_limit(output.model_dump_json(), "the output")
                 result, is_error = json.dumps({"ok": True}), False
             else:
-                result, is_error = await self._call_tool(state, call), False
+                result = await self._call_tool(state, call)
+                result, is_error = self._within_limit(result, f"tool {call.name!r}'s result"), False
         except ValidationError as exc:
             problem = f"invalid output: {describe_validation_error(exc)}"
             # Recoverable: the model sees the problem and gets another step.
@@ -361,6 +369,16 @@ class RunLoop:
         )
         message = {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": result}
         return _ToolOutcome(message=message, output_json=output_json)
+
+    def _within_limit(self, text: str, what: str) -> str:
+        """``text``, or ``ToolError`` when it is too large to log as one event."""
+        most = self.max_result_bytes
+        if len(text) * 4 > most and len(encoded := text.encode()) > most:  # cheap when small
+            raise ToolError(
+                f"{what} is {len(encoded)} bytes, over the {most} bytes one event may carry: "
+                "return less (a summary, or where to find the rest)"
+            )
+        return text
 
     async def _call_tool(self, state: _RunState, call: ToolCall) -> str:
         tool = self.agent.tool(call.name)

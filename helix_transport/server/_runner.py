@@ -16,7 +16,7 @@ from helix_transport._exceptions import LeaseLost, SequenceConflict, StoreUnavai
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._status import SessionStatus
 from helix_transport.agent.definition import Agent
-from helix_transport.agent.loop import RunLoop
+from helix_transport.agent.loop import MAX_RESULT_BYTES, RunLoop
 from helix_transport.remote import CASCADE_TIMEOUT_S, Cascade
 from helix_transport.store import SessionRecord, SessionUpdate, Store
 from helix_transport.store._base import InterruptLookup
@@ -105,6 +105,7 @@ class SessionRunner:
         clients: ClientPool,
         hooks: HooksFactory | None = None,
         interrupt_poll_s: float = 0.5,
+        max_result_bytes: int = MAX_RESULT_BYTES,
     ) -> None:
         self.agent = agent
         self.store = store
@@ -122,6 +123,8 @@ class SessionRunner:
         """Sessions ``create_and_start`` is creating: leased to us, not yet started."""
         self._renewer: asyncio.Task[None] | None = None
         self._watcher: asyncio.Task[None] | None = None
+        self.max_result_bytes = max_result_bytes
+        """The largest tool result or output a run logs (see ``RunLoop``)."""
         self.interrupt_poll_s = interrupt_poll_s
         """How often runs are checked for interrupts taken by another replica."""
         self._next_lapse = math.inf
@@ -198,6 +201,7 @@ class SessionRunner:
             interrupt_signal=signal,
             clients=self.clients,
             hooks=self._hooks_for(record),
+            max_result_bytes=self.max_result_bytes,
         )
         task = asyncio.create_task(self._run(loop, resume_reason), name=f"run:{record.session_id}")
         self._runs[record.session_id] = _Run(task=task, interrupt=signal)

@@ -24,6 +24,7 @@ from helix_transport._eventlog import EventHub
 from helix_transport._exceptions import UsageError
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.agent.definition import Agent
+from helix_transport.agent.loop import MAX_RESULT_BYTES
 from helix_transport.agent.model import warm_up
 from helix_transport.server._encoding import add_agent_service
 from helix_transport.server._runner import SessionRunner
@@ -137,6 +138,8 @@ class AgentServer:
             clients=self.clients,
             hooks=hooks,
             interrupt_poll_s=config.poll_interval_s,
+            # Half a message: room for the wrapping of every parent that forwards it.
+            max_result_bytes=min(MAX_RESULT_BYTES, config.limits.max_message_bytes // 2),
         )
         self.servicer = AgentServicer(
             agent,

@@ -9,14 +9,18 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Any
 
 import grpc
 import pytest
 from google.protobuf.duration_pb2 import Duration
+from pydantic import BaseModel
 
-from helix_transport import AgentClient, InvalidArgument, Limits
+from helix_transport import Agent, AgentClient, InvalidArgument, Limits, ToolContext, tool
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._proto.helix.agent.v1 import agent_pb2_grpc as pb_grpc
+from helix_transport.agent.scripted import ScriptedTurn, finish, register_script, steps_taken
+from helix_transport.agent.scripted import call as scripted_call
 from helix_transport.server._validation import MAX_SEQUENCE, json_depth_exceeds
 from tests.agents import counter
 from tests.conftest import Serve
@@ -294,3 +298,45 @@ def test_json_depth_check_is_fast_on_a_megabyte() -> None:
     assert not json_depth_exceeds(strings, 64)
     elapsed = time.perf_counter() - started
     print(f"depth checks of 2 x ~1 MiB: {elapsed * 1000:.1f} ms")
+
+
+class _FetchArgs(BaseModel):
+    size: int
+
+
+@tool
+async def fetch_blob(ctx: ToolContext, args: _FetchArgs) -> str:
+    """Return a blob of ``size`` characters (a web page, a file)."""
+    return "x" * args.size
+
+
+class _Ok(BaseModel):
+    ok: bool
+
+
+def _fetch_script(messages: list[dict[str, Any]]) -> ScriptedTurn:
+    if steps_taken(messages) == 0:
+        return ScriptedTurn(tool_calls=(scripted_call("fetch_blob", size=5_000_000),))
+    return finish(ok=True)
+
+
+async def test_a_tool_result_too_large_for_one_message_is_refused_and_the_log_stays_readable(
+    serve: Serve,
+) -> None:
+    # Before, the 5 MB result was logged as one event that no Stream could send (over
+    # the 4 MiB message limit): every reader failed at it, so none reached the end.
+    fetcher = Agent(
+        name="fetcher",
+        description="fetches blobs",
+        input_model=_FetchArgs,
+        output_model=_Ok,
+        tools=[fetch_blob],
+        model=register_script("fetcher", _fetch_script),
+    )
+    async with serve(fetcher) as (_, client):
+        await client.start('{"size": 1}', session_id="big")
+        events = [e async for e in client.stream("big")]
+    assert events[-1].WhichOneof("payload") == "completed"
+    (end,) = [e.tool_end for e in events if e.tool_end.tool_name == "fetch_blob"]
+    assert end.is_error
+    assert "result is 5000002 bytes, over the 1048576 bytes one event may carry" in end.result_json
