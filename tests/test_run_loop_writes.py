@@ -195,3 +195,36 @@ async def test_a_tool_that_cancels_itself_fails_its_call_not_the_run() -> None:
     events = await store.read("s", from_sequence=0)
     ends = [e.tool_end for e in events if e.WhichOneof("payload") == "tool_end"]
     assert ends[0].is_error and "CancelledError" in ends[0].result_json
+
+
+@tool
+async def remember_badly(ctx: ToolContext, args: _RaceInput) -> str:
+    """Keeps a set in the run's durable state (JSON has no sets)."""
+    ctx.state["seen"] = {args.q}
+    return "noted"
+
+
+def _remember_script(messages: list[dict[str, Any]]) -> ScriptedTurn:
+    if steps_taken(messages) == 0:
+        return ScriptedTurn(tool_calls=(scripted_call("remember_badly", q="x"),))
+    return finish(ok=True)
+
+
+async def test_state_that_is_not_json_fails_the_run_with_a_clear_error() -> None:
+    # Before, the store refused the step's checkpoint with a TypeError: the run crashed
+    # (to be resumed into the same refusal), and on SQLite the error also failed the
+    # appends of other sessions in the same write.
+    agent = Agent(
+        name="rememberer",
+        description="remembers",
+        input_model=_RaceInput,
+        output_model=_Ok,
+        tools=[remember_badly],
+        model=register_script("rememberer", _remember_script),
+    )
+    store = MemoryStore()
+    await _create(store)
+    assert await _run(agent, store) is SessionStatus.FAILED
+    record = await store.get_session("s")
+    assert record is not None and record.failure_reason == "invalid_state"
+    assert "ToolContext.state must hold JSON values only" in record.error

@@ -437,7 +437,7 @@ class RunLoop:
                 step=done,
                 messages=state.messages,
                 usage=state.usage,
-                state=state.state,
+                state=_storable(state.state),
             ),
         )
 
@@ -458,7 +458,7 @@ class RunLoop:
                 step=state.step,
                 messages=state.messages,
                 usage=state.usage,
-                state=state.state,
+                state=_storable(state.state),
             ),
         )
         return SessionStatus.COMPLETED
@@ -485,6 +485,24 @@ class RunLoop:
             ),
         )
         return SessionStatus.INTERRUPTED
+
+
+class _StateNotJSON(AgentRunError):
+    failure_reason = "invalid_state"
+
+
+def _storable(state: dict[str, Any]) -> dict[str, Any]:
+    """``state``, checked to be JSON before a checkpoint carries it to the store.
+
+    A tool that leaves another value there (a set, an object) fails the run with a
+    clear error; the store would refuse the checkpoint, and the run would crash and
+    resume into the same refusal.
+    """
+    try:
+        json.dumps(state)
+    except (TypeError, ValueError) as exc:
+        raise _StateNotJSON(f"ToolContext.state must hold JSON values only: {exc}") from None
+    return state
 
 
 def _resumed(step: int, reason: str) -> pb.StreamEvent:

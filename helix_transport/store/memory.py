@@ -121,6 +121,8 @@ class MemoryStore:
         """
         data = given_bytes(events, expected_sequence, encoded)
         check_checkpoint(checkpoint, expected_sequence, appended_count(events, data))
+        # Before anything changes: a checkpoint that is not JSON stores nothing.
+        saved = None if checkpoint is None else json.dumps(_checkpoint_to_json(checkpoint))
         record = self._require_session(session_id)
         last = record.last_sequence
         if expected_sequence is not None and expected_sequence != last:
@@ -134,8 +136,8 @@ class MemoryStore:
         if update is not None:
             record = update.apply(record, now=time.time())
         self._sessions[session_id] = dataclasses.replace(record, last_sequence=last)
-        if checkpoint is not None:
-            self._checkpoints[session_id] = json.dumps(_checkpoint_to_json(checkpoint))
+        if saved is not None:
+            self._checkpoints[session_id] = saved
         return last
 
     async def read(

@@ -375,6 +375,8 @@ class RedisStore:
         # the writer's fence implies (``encoded``; a conflict stores nothing).
         given = given_bytes(events, expected_sequence, encoded)
         check_checkpoint(checkpoint, expected_sequence, appended_count(events, given))
+        # Before anything is written: a checkpoint that is not JSON stores nothing.
+        saved = None if checkpoint is None else _checkpoint_json(checkpoint)
         payloads = (
             list(given)
             if given is not None
@@ -400,8 +402,8 @@ class RedisStore:
             raise SequenceConflict(session_id, expected_sequence, last)
         for offset, event in enumerate(events, start=last - len(events) + 1):
             event.sequence = offset
-        if checkpoint is not None:
-            await self.save_checkpoint(checkpoint)
+        if checkpoint is not None and saved is not None:
+            await self._put_checkpoint(checkpoint, saved)
         return last
 
     async def read(
@@ -446,15 +448,15 @@ class RedisStore:
     async def save_checkpoint(self, checkpoint: Checkpoint) -> None:
         """Replace the session's checkpoint, fenced by the log's end (see ``Store``)."""
         self._check_open()
-        data = dataclasses.asdict(checkpoint)
+        await self._put_checkpoint(checkpoint, _checkpoint_json(checkpoint))
+
+    async def _put_checkpoint(self, checkpoint: Checkpoint, saved: str) -> None:
         keys = [
             self._key("session", checkpoint.session_id),
             self._key("checkpoint", checkpoint.session_id),
         ]
         with _map_redis_errors():
-            actual = await self._save_checkpoint(
-                keys=keys, args=[checkpoint.last_sequence, json.dumps(data)]
-            )
+            actual = await self._save_checkpoint(keys=keys, args=[checkpoint.last_sequence, saved])
         if int(actual) != checkpoint.last_sequence:
             raise SequenceConflict(checkpoint.session_id, checkpoint.last_sequence, int(actual))
 
@@ -650,3 +652,8 @@ def _ref_from_json(raw: bytes) -> SubSessionRef:
     if data["remote"] is not None:
         data["remote"] = RemoteCursor(**data["remote"])
     return SubSessionRef(**data)
+
+
+def _checkpoint_json(checkpoint: Checkpoint) -> str:
+    """The checkpoint as stored; raises (``TypeError``) when it is not JSON."""
+    return json.dumps(dataclasses.asdict(checkpoint))

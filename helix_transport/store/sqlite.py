@@ -360,7 +360,17 @@ class SqliteStore:
         check_checkpoint(checkpoint, expected_sequence, appended_count(events, encoded))
         done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._appends.append(
-            _Append(session_id, events, expected_sequence, update, encoded, checkpoint, done)
+            _Append(
+                session_id,
+                events,
+                expected_sequence,
+                update,
+                encoded,
+                # Serialized here, not in the batch: a checkpoint that cannot be stored
+                # fails its own append, not every append sharing its transaction.
+                None if checkpoint is None else _checkpoint_params(checkpoint),
+                done,
+            )
         )
         if self._append_task is None:
             self._append_task = asyncio.create_task(self._drain_appends())
@@ -712,7 +722,7 @@ class _Append:
     expected_sequence: int | None
     update: SessionUpdate | None
     encoded: Sequence[bytes] | None
-    checkpoint: Checkpoint | None
+    checkpoint: _CheckpointParams | None
     done: asyncio.Future[int]
 
 
@@ -855,7 +865,7 @@ def _append_rows(
     expected_sequence: int | None,
     update: SessionUpdate | None,
     encoded: Sequence[bytes] | None = None,
-    checkpoint: Checkpoint | None = None,
+    checkpoint: _CheckpointParams | None = None,
 ) -> int:
     """One append inside the caller's transaction; raises before writing anything."""
     if update is None and expected_sequence is not None:
@@ -952,14 +962,16 @@ def _save_checkpoint(conn: sqlite3.Connection, checkpoint: Checkpoint) -> None:
         ).fetchone()
         if row is not None and row[0] != checkpoint.last_sequence:
             raise SequenceConflict(checkpoint.session_id, checkpoint.last_sequence, row[0])
-        _write_checkpoint(conn, checkpoint)
+        _write_checkpoint(conn, _checkpoint_params(checkpoint))
 
 
-def _write_checkpoint(conn: sqlite3.Connection, checkpoint: Checkpoint | None) -> None:
-    """Replace the session's checkpoint, inside the caller's transaction."""
-    if checkpoint is None:
-        return
-    params = (
+_CheckpointParams = tuple[str, int, str, str, int, str]
+"""A checkpoint as the row that stores it."""
+
+
+def _checkpoint_params(checkpoint: Checkpoint) -> _CheckpointParams:
+    """The checkpoint's row; raises (``TypeError``) when it is not JSON."""
+    return (
         checkpoint.session_id,
         checkpoint.step,
         json.dumps(checkpoint.messages),
@@ -967,7 +979,12 @@ def _write_checkpoint(conn: sqlite3.Connection, checkpoint: Checkpoint | None) -
         checkpoint.last_sequence,
         json.dumps(checkpoint.state),
     )
-    conn.execute("INSERT OR REPLACE INTO checkpoints VALUES (?, ?, ?, ?, ?, ?)", params)
+
+
+def _write_checkpoint(conn: sqlite3.Connection, params: _CheckpointParams | None) -> None:
+    """Replace the session's checkpoint, inside the caller's transaction."""
+    if params is not None:
+        conn.execute("INSERT OR REPLACE INTO checkpoints VALUES (?, ?, ?, ?, ?, ?)", params)
 
 
 def _load_checkpoint(conn: sqlite3.Connection, session_id: str) -> Checkpoint | None:

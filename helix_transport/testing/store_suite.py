@@ -482,6 +482,29 @@ class StoreConformance:
         assert _texts(await store.read("s-1")) == ["a", "b", "c"]
         assert await store.load_checkpoint("s-1") == later
 
+    async def test_a_checkpoint_that_is_not_json_fails_its_append_alone(self, store: Store) -> None:
+        # A tool left a set in its state: that append raises and stores nothing (not its
+        # events nor its record update), and appends beside it are not touched.
+        await store.create_session(make_record("s-1"))
+        await store.create_session(make_record("s-2"))
+        bad = Checkpoint(
+            session_id="s-1", step=1, messages=[], last_sequence=1, state={"seen": {1, 2}}
+        )
+        update = SessionUpdate(status=SessionStatus.COMPLETED)
+        outcomes = await asyncio.gather(
+            store.append(
+                "s-1", [make_event("a")], expected_sequence=0, update=update, checkpoint=bad
+            ),
+            store.append("s-2", [make_event("b", session_id="s-2")], expected_sequence=0),
+            return_exceptions=True,
+        )
+        assert isinstance(outcomes[0], TypeError) and outcomes[1] == 1, outcomes
+        record = await store.get_session("s-1")
+        assert record is not None
+        assert (record.status, record.last_sequence) == (SessionStatus.RUNNING, 0)
+        assert await store.read("s-1") == [] and await store.load_checkpoint("s-1") is None
+        assert _texts(await store.read("s-2")) == ["b"]
+
     async def test_checkpoint_is_fenced_by_the_log(self, store: Store) -> None:
         await store.create_session(make_record("s-1"))
         await store.append("s-1", [make_event("a"), make_event("b")])

@@ -895,7 +895,8 @@ class Failed(_message.Message):
     error: _builtins.str
     """For people."""
     failure_reason: _builtins.str
-    """A machine-readable reason: "max_steps", "model_error", "invalid_output",
+    """A machine-readable reason: "max_steps", "model_error", "tool_timeout",
+    "invalid_state" (a tool left state that is not JSON), "invalid_output",
     "tool_error", "internal".
     """
     def __init__(
