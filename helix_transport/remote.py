@@ -22,6 +22,7 @@ import dataclasses
 import json
 import logging
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel
@@ -460,7 +461,10 @@ class Cascade:
         Returns once each child has been asked once: the asks a child's service could
         not take go on in the background. Cancelling the wait leaves them running too.
         """
-        refs = await self._store.list_subsession_refs(session_id)
+        await self.interrupt_refs(await self._store.list_subsession_refs(session_id), reason=reason)
+
+    async def interrupt_refs(self, refs: Sequence[SubSessionRef], *, reason: str) -> None:
+        """``interrupt_children`` for refs listed beforehand (the running ones)."""
         asked = [
             self._start_asking(ref, reason or "parent interrupted")
             for ref in refs

@@ -18,7 +18,7 @@ from helix_transport._status import SessionStatus
 from helix_transport.agent.definition import Agent
 from helix_transport.agent.loop import MAX_RESULT_BYTES, RunLoop
 from helix_transport.remote import CASCADE_TIMEOUT_S, Cascade
-from helix_transport.store import SessionRecord, SessionUpdate, Store
+from helix_transport.store import SessionRecord, SessionUpdate, Store, SubSessionRef
 from helix_transport.store._base import InterruptLookup
 from helix_transport.tracing.hooks import NO_HOOKS, HooksFactory, RunHooks
 from helix_transport.transport._pool import ClientPool
@@ -123,6 +123,8 @@ class SessionRunner:
         """Sessions ``create_and_start`` is creating: leased to us, not yet started."""
         self._renewer: asyncio.Task[None] | None = None
         self._watcher: asyncio.Task[None] | None = None
+        self._pending: set[asyncio.Task[None]] = set()
+        """New turns waiting for another replica to release their session's lease."""
         self.max_result_bytes = max_result_bytes
         """The largest tool result or output a run logs (see ``RunLoop``)."""
         self.interrupt_poll_s = interrupt_poll_s
@@ -227,7 +229,36 @@ class SessionRunner:
         previous = self._runs.get(record.session_id)
         if previous is not None:
             await asyncio.wait({previous.task})
-        return await self.start(record)
+        if await self.start(record):
+            return True
+        # The last turn's owner is another replica, still releasing its lease (it ended
+        # that turn: the session was terminal when this one began), or dead (its lease
+        # lapses within a TTL). Take the turn once the lease is free, not at the next
+        # orphan scan, which would also log the turn as a resumed run.
+        task = asyncio.create_task(self._start_when_free(record), name="continue-turn")
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+        return False
+
+    async def _start_when_free(self, record: SessionRecord) -> None:
+        deadline = time.monotonic() + self.lease_ttl_s + _LAPSE_MARGIN_S
+        delay = 0.01
+        while time.monotonic() < deadline:
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.2)
+            try:
+                fresh = await self.store.get_session(record.session_id)
+                # Someone else took the turn up (or ended it): theirs to run.
+                if fresh is None or (fresh.status, fresh.last_sequence) != (
+                    SessionStatus.RUNNING,
+                    record.last_sequence,
+                ):
+                    return
+                if await self.start(fresh):
+                    return
+            except Exception:  # the orphan scan is still there
+                logger.warning("session %s: new turn not started", record.session_id, exc_info=True)
+                return
 
     def _hooks_for(self, record: SessionRecord) -> RunHooks:
         if self.hooks is None:
@@ -240,11 +271,13 @@ class SessionRunner:
 
     async def _run(self, loop: RunLoop, resume_reason: str) -> None:
         session_id = loop.session_id
+        ended: SessionStatus | None = None  # a durable end whose children must stop
+        children: list[SubSessionRef] = []
         try:
             status = await loop.run(resume_reason=resume_reason)
             logger.info("session %s ended %s", session_id, status)
             if status in (SessionStatus.FAILED, SessionStatus.INTERRUPTED):
-                await self._stop_children(session_id, status)
+                ended = status
         except Exception as exc:
             if _matches(exc, (SequenceConflict, LeaseLost)):
                 logger.warning(
@@ -257,12 +290,26 @@ class SessionRunner:
             else:
                 logger.exception("session %s: run loop crashed", session_id)
                 if await self._fail_internal(loop):
-                    await self._stop_children(session_id, SessionStatus.FAILED)
+                    ended = SessionStatus.FAILED
         finally:
+            if ended is not None:
+                # Listed while the lease is still held: once it is released a new turn
+                # may start (here or on another replica), with children of its own.
+                children = await self._children(session_id)
             self._runs.pop(session_id, None)
             self.hub.forget(session_id)  # no local writer any more
             with contextlib.suppress(Exception):
                 await asyncio.shield(self.store.release_lease(session_id, self.owner))
+        # After the release: a Continue does not wait for the children's services.
+        if ended is not None and children:
+            await self._stop_children(session_id, children, ended)
+
+    async def _children(self, session_id: str) -> list[SubSessionRef]:
+        try:
+            return await self.store.list_subsession_refs(session_id)
+        except Exception:  # best effort, as the cascade of an Interrupt
+            logger.warning("session %s: could not list its children", session_id, exc_info=True)
+            return []
 
     async def _fail_internal(self, loop: RunLoop) -> bool:
         """End the run failed (``internal``); False if that write did not go through."""
@@ -277,7 +324,9 @@ class SessionRunner:
             return False
         return True
 
-    async def _stop_children(self, session_id: str, status: SessionStatus) -> None:
+    async def _stop_children(
+        self, session_id: str, children: list[SubSessionRef], status: SessionStatus
+    ) -> None:
         """Interrupt the children a failed or interrupted run left running.
 
         The turn that wanted their results is over (a failed session's next turn
@@ -291,8 +340,8 @@ class SessionRunner:
         """
         try:
             async with asyncio.timeout(CASCADE_TIMEOUT_S):
-                await self.cascade.interrupt_children(
-                    session_id, reason=f"parent {session_id} {status.value}"
+                await self.cascade.interrupt_refs(
+                    children, reason=f"parent {session_id} {status.value}"
                 )
         except TimeoutError:
             pass  # the first asks were slow; they go on in the background
@@ -397,6 +446,8 @@ class SessionRunner:
 
     async def shutdown(self, *, grace_s: float) -> None:
         """Let runs finish for ``grace_s``, then cancel the rest (they stay resumable)."""
+        for waiting in list(self._pending):  # their turns: for the orphan scan elsewhere
+            waiting.cancel()
         tasks = [run.task for run in self._runs.values()]
         if tasks:
             _, pending = await asyncio.wait(tasks, timeout=grace_s)

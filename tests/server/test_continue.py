@@ -333,3 +333,41 @@ async def test_continue_reads_the_log_from_the_last_checkpoint(old_checkpoints: 
     # The latest turn's start is one read where the checkpoint says it is; an old
     # checkpoint does not say, so that retry reads the log.
     assert (0 in reads_for_latest) is old_checkpoints
+
+
+class SlowToRelease(MemoryStore):
+    """A store shared by replicas whose lease releases take ``delay_s`` once ``slow``."""
+
+    def __init__(self, delay_s: float) -> None:
+        super().__init__()
+        self.delay_s = delay_s
+        self.slow = False
+
+    async def release_lease(self, session_id: str, owner: str) -> None:
+        if self.slow:
+            await asyncio.sleep(self.delay_s)
+        await super().release_lease(session_id, owner)
+
+
+async def test_a_turn_continued_through_another_replica_starts_once_the_lease_is_free() -> None:
+    # Replica A ran turn 1 and is still releasing its lease when B takes the Continue.
+    # Before, B answered created=true but left the turn to its orphan scan (up to a
+    # lease TTL later, 5 s here), which logged it as a resumed run.
+    store = SlowToRelease(delay_s=1.0)
+    async with (
+        await create_server(critic, store, allow_unauthenticated=True) as a,
+        await create_server(critic, store, allow_unauthenticated=True) as b,
+        await AgentClient.connect(a.address) as via_a,
+        await AgentClient.connect(b.address) as via_b,
+    ):
+        store.slow = True
+        await via_a.start(json.dumps({"artifact": "v1: code"}), session_id="r1")
+        await collect(via_a, "r1")  # turn 1 ended; A holds the lease for 1 s more
+        started = asyncio.get_running_loop().time()
+        reply = await via_b.continue_session("r1", "v2: code and tests", turn=2)
+        second = await collect(via_b, "r1", after=reply.from_sequence)
+        took = asyncio.get_running_loop().time() - started
+    assert reply.created
+    assert kinds(second)[0] == "turn_started" and "run_resumed" not in kinds(second)
+    assert second[-1].WhichOneof("payload") == "completed"
+    assert took < 4, took  # the lease was free after ~1 s
