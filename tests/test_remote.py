@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+import grpc
 import pytest
 
 from helix_transport import (
@@ -24,6 +25,7 @@ from helix_transport import (
     create_server,
 )
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
+from helix_transport._proto.helix.agent.v1 import agent_pb2_grpc as pb_grpc
 from helix_transport.agent.tools import ToolContext
 from helix_transport.registry import address_env_var
 from helix_transport.remote import (
@@ -365,3 +367,21 @@ async def test_a_child_whose_start_was_refused_adds_no_usage_to_its_parents_tota
         await strict.shutdown(grace_s=1)
     assert status.status == pb.SESSION_STATUS_COMPLETED
     assert status.total_usage == status.usage
+
+
+async def test_a_total_whose_child_service_is_down_is_unavailable_without_its_address(
+    mesh: Mesh,
+) -> None:
+    # Before, the child's ConnectError crossed the wire as INTERNAL, carrying the child
+    # service's address and grpc's resolver detail; and INTERNAL is not retried.
+    events = await run(mesh, calls(("count", {"steps": 1, "words": 2})))
+    assert kind(events[-1]) == "completed"
+    await mesh.servers["counter"].shutdown(grace_s=0)
+    stub = pb_grpc.AgentServiceStub(mesh.client._channel)
+    request = pb.GetStatusRequest(session_id="root", include_children=True)
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await stub.GetStatus(request, timeout=30)
+    assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+    details = info.value.details() or ""
+    assert details.startswith("could not read the usage of child session 'root-remote-")
+    assert mesh.addresses["counter"] not in details

@@ -11,7 +11,12 @@ from typing import Any
 import grpc
 
 from helix_transport._eventlog import EventHub, follow
-from helix_transport._exceptions import ResourceExhausted, SessionExists, SessionNotFound
+from helix_transport._exceptions import (
+    HelixError,
+    ResourceExhausted,
+    SessionExists,
+    SessionNotFound,
+)
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._proto.helix.agent.v1 import agent_pb2_grpc as pb_grpc
 from helix_transport.agent.definition import Agent
@@ -256,6 +261,20 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
                     status = await client.get_status(ref.child_session_id, include_children=True)
                 except SessionNotFound:
                     continue  # its Start never landed (refused, or still on its way): no usage
+                except HelixError as exc:
+                    # The child's service's trouble, not the caller's: retryable, and
+                    # without its address or its error's detail (that goes to the log).
+                    logger.warning(
+                        "session %s: usage of child %s at %s: %s",
+                        record.session_id,
+                        ref.child_session_id,
+                        ref.address,
+                        exc.message,
+                    )
+                    raise ServerUnavailable(
+                        f"could not read the usage of child session {ref.child_session_id!r} "
+                        f"({type(exc).__name__}); retry later"
+                    ) from exc
                 usage = status.total_usage
                 total = total + Usage(
                     prompt_tokens=usage.prompt_tokens,

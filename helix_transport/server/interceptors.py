@@ -54,7 +54,7 @@ def status_for(exc: HelixError) -> grpc.StatusCode:
 
 
 async def _abort(context: grpc.aio.ServicerContext[Any, Any], method: str, exc: Exception) -> None:
-    if isinstance(exc, HelixError):
+    if isinstance(exc, HelixError) and status_for(exc) is not grpc.StatusCode.INTERNAL:
         code = status_for(exc)
         await context.abort(code, exc.message, trailing_metadata=rich_trailer(code, exc))
     # Never send internals across the wire: log them with a reference the caller can quote.
