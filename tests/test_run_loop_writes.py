@@ -228,3 +228,40 @@ async def test_state_that_is_not_json_fails_the_run_with_a_clear_error() -> None
     record = await store.get_session("s")
     assert record is not None and record.failure_reason == "invalid_state"
     assert "ToolContext.state must hold JSON values only" in record.error
+
+
+class _TakenOverWhileInterrupted(MemoryStore):
+    """An interrupt arrives as the run starts; by the time the run writes its end,
+    another replica owns the session (the fence refuses that write)."""
+
+    async def append(self, session_id: str, events: Any, **options: Any) -> int:
+        kinds = [pb.StreamEvent.FromString(e).WhichOneof("payload") for e in options["encoded"]]
+        if "run_started" in kinds:
+            await self.set_interrupt(session_id, "stop")
+        if "interrupted" in kinds:
+            raise SequenceConflict(session_id, options["expected_sequence"], 99)
+        return await super().append(session_id, events, **options)
+
+
+async def test_an_interrupt_taken_by_a_run_that_lost_its_session_is_put_back() -> None:
+    # Before, the run took the interrupt, could not write its end, and the interrupt
+    # was gone: the replica that took the session over ran on.
+    store = _TakenOverWhileInterrupted()
+    await _create(store)
+    record = await store.get_session("s")
+    assert record is not None
+    signal = asyncio.Event()
+    signal.set()  # the interrupt's wake-up reached this run mid-step
+    loop = RunLoop(
+        counter,
+        record,
+        store=store,
+        writer=SessionWriter(
+            store, EventHub(), session_id="s", agent_type=counter.name, last_sequence=0
+        ),
+        interrupt_signal=signal,
+        clients=ClientPool(),
+    )
+    with pytest.raises(SequenceConflict):
+        await loop.run()
+    assert await store.take_interrupt("s") == "stop"

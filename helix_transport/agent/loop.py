@@ -221,7 +221,7 @@ class RunLoop:
         reason = await self._boundary(state, save=save)
         while True:
             if reason is not None:
-                return await self._interrupted(state, reason)
+                return await self._end_interrupted(state, reason)
             if state.step - int(state.state.get(TURN_BASE_KEY, 0)) >= self.agent.max_steps:
                 return await self._fail(
                     state, f"no output after {self.agent.max_steps} steps", "max_steps"
@@ -231,7 +231,7 @@ class RunLoop:
             outcome = await self._race(self._step(state))
             if outcome is INTERRUPTED:
                 reason = await self.store.take_interrupt(self.session_id)
-                return await self._interrupted(state, reason or "")
+                return await self._end_interrupted(state, reason)
             state.step = step
             if isinstance(outcome, str):
                 return await self._complete(state, outcome)
@@ -250,6 +250,20 @@ class RunLoop:
             await self._put_back(check)
             raise
         return await check
+
+    async def _end_interrupted(self, state: _RunState, reason: str | None) -> SessionStatus:
+        """End the run interrupted; if that write is refused (another replica took the
+        session over), the interrupt taken from the store goes back for the run that
+        goes on."""
+        try:
+            return await self._interrupted(state, reason or "")
+        except BaseException:
+            if reason is None:
+                raise
+            taken: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
+            taken.set_result(reason)
+            await self._put_back(taken)
+            raise
 
     async def _put_back(self, check: asyncio.Future[str | None]) -> None:
         try:
