@@ -46,7 +46,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, field_validator
 
-from helix_transport._exceptions import AgentRunError, HelixError
+from helix_transport._exceptions import AgentRunError, HelixError, SessionNotFound
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._status import SessionStatus
 from helix_transport._turns import TURN_KEY
@@ -67,6 +67,14 @@ UNREACHABLE_PAUSE_S = 0.25
 unreachable past the client's reconnect deadline."""
 MAX_TASKS = 64
 """Tasks one call may dispatch."""
+
+_GONE = pb.GetStatusResponse(
+    status=pb.SESSION_STATUS_FAILED,
+    error="the child session is not found: its service lost it, or no longer lets this "
+    "parent see it",
+)
+"""A task whose service answers NOT_FOUND. Its Start succeeded before it was recorded,
+so it existed: waiting on would park the parent for ever."""
 
 
 class RunDeadlineExceeded(AgentRunError):
@@ -219,15 +227,17 @@ class Dispatcher:
         }
 
     async def _start(self, ctx: ToolContext, task: _Task, input_json: str) -> None:
-        client = await ctx.clients.get(task.address)
+        """Start one task; a failure marks it failed, never the batch: the batch is
+        recorded whatever happens to each task, so no started child goes unrecorded."""
         metadata = {
             **ctx.metadata,
             ROOT_SESSION_KEY: ctx.metadata.get(ROOT_SESSION_KEY, ctx.session_id),
         }
-        # The ref before the Start, so that an interrupt cascading while the Start is in
-        # flight finds the child (see remote.Cascade).
-        await _save_ref(ctx, task)
         try:
+            client = await ctx.clients.get(task.address)
+            # The ref before the Start, so that an interrupt cascading while the Start
+            # is in flight finds the child (see remote.Cascade).
+            await _save_ref(ctx, task)
             await client.start(
                 input_json,
                 session_id=task.session_id,
@@ -236,7 +246,8 @@ class Dispatcher:
             )
         except HelixError as exc:
             task.status, task.error = "failed", f"could not start: {exc.message}"
-            await _save_ref(ctx, task)
+            with contextlib.suppress(HelixError):  # the batch records it failed anyway
+                await _save_ref(ctx, task)
         ctx.emit(
             subagent_started(
                 tool_call_id=ctx.tool_call_id,
@@ -310,6 +321,8 @@ class Dispatcher:
             try:
                 client = await ctx.clients.get(task["address"])
                 status = await client.wait(task["session_id"])
+            except SessionNotFound:
+                status = _GONE
             except HelixError:
                 await asyncio.sleep(UNREACHABLE_PAUSE_S)
                 continue
@@ -360,6 +373,8 @@ class Dispatcher:
         try:
             client = await ctx.clients.get(task["address"])
             status = await client.get_status(task["session_id"])
+        except SessionNotFound:
+            status = _GONE
         except HelixError:
             return
         if status.status not in (pb.SESSION_STATUS_RUNNING, pb.SESSION_STATUS_UNSPECIFIED):

@@ -9,19 +9,21 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
 
-from helix_transport import Agent, AgentClient, create_server
+from helix_transport import Agent, AgentClient, ServerConfig, create_server
+from helix_transport._exceptions import StoreUnavailable
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
+from helix_transport._status import SessionStatus
 from helix_transport.registry import address_env_var
-from helix_transport.store import MemoryStore
+from helix_transport.store import MemoryStore, SessionRecord, SubSessionRef
 from services.researcher import agent as researcher
 from tests.companion_agents import coordinator, quitter, stubborn
-from tests.helpers import ROOT, ServiceProcess, free_port
+from tests.helpers import ROOT, ServiceProcess, assert_eventually, free_port
 
 TOPICS = ["event sourcing", "grpc streaming", "backoff"]
 
@@ -269,3 +271,73 @@ async def test_a_continued_turn_gets_a_fresh_deadline_and_pass() -> None:
     assert await dispatcher.step(second, []) == []  # turn 2: nothing due, no deadline yet
     assert second.state[STATE_KEY]["turn"] == 2
     assert second.state[STATE_KEY]["started_at"] > time.time() - 5
+
+
+class _BlipsOnThirdRef(MemoryStore):
+    """The parent's store: its third child-ref write fails once (a Redis/PG blip)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.puts = 0
+
+    async def put_subsession_ref(self, ref: SubSessionRef) -> None:
+        self.puts += 1
+        if self.puts == 3:
+            raise StoreUnavailable("down for one write")
+        await super().put_subsession_ref(ref)
+
+
+async def test_a_task_that_cannot_start_fails_alone_and_its_batch_is_recorded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Before, the failed write failed the whole call after the other tasks' children had
+    # started: they were in no batch, never delivered, and the model was told nothing ran.
+    researchers = MemoryStore()
+    async with (
+        await create_server(researcher, researchers, allow_unauthenticated=True) as child,
+    ):
+        monkeypatch.setenv(address_env_var("researcher"), child.address)
+        async with (
+            await create_server(coordinator, _BlipsOnThirdRef(), allow_unauthenticated=True) as p,
+            await AgentClient.connect(p.address) as client,
+        ):
+            await client.start(json.dumps({"topics": ["a", "b", "c"]}), session_id="d1")
+            events = [e async for e in client.stream("d1")]
+    assert events[-1].WhichOneof("payload") == "completed", events[-1]
+    results = json.loads(events[-1].completed.output_json)["results"]
+    assert sorted(r["status"] for r in results) == ["completed", "completed", "failed"]
+    started = await researchers.list_sessions(status=SessionStatus.COMPLETED)
+    assert len(started) == 2  # each started child once, none twice
+
+
+async def _any(listing: Awaitable[list[SessionRecord]]) -> bool:
+    return bool(await listing)
+
+
+async def test_a_parked_parent_whose_task_is_gone_records_it_failed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The child's service loses the session (a memory store, restarted): NOT_FOUND.
+    # Before, the parked parent took that for "unreachable" and waited for ever.
+    monkeypatch.setenv("HELIX_SCRIPTED_DELAY_MS", "100")
+    first = MemoryStore()
+    child = await create_server(researcher, first, allow_unauthenticated=True)
+    await child.start()
+    port = int(child.address.rsplit(":", 1)[1])
+    monkeypatch.setenv(address_env_var("researcher"), child.address)
+    async with (
+        await create_server(coordinator, MemoryStore(), allow_unauthenticated=True) as p,
+        await AgentClient.connect(p.address) as client,
+    ):
+        await client.start(json.dumps({"topics": ["a"]}), session_id="d2")
+        await assert_eventually(lambda: _any(first.list_sessions(status=SessionStatus.RUNNING)))
+        await child.shutdown(grace_s=0)
+        again = await create_server(
+            researcher, MemoryStore(), ServerConfig(port=port), allow_unauthenticated=True
+        )
+        async with again:
+            async with asyncio.timeout(30):
+                events = [e async for e in client.stream("d2")]
+    assert events[-1].WhichOneof("payload") == "completed", events[-1]
+    (result,) = json.loads(events[-1].completed.output_json)["results"]
+    assert result["status"] == "failed" and "not found" in result["error"]
