@@ -309,6 +309,7 @@ class SessionWriter:
         """A checkpoint to save with the next batch, at its end (see ``flush``)."""
         self._task: asyncio.Task[None] | None = None
         self._error: BaseException | None = None
+        self._closed = False
         hub.expect(session_id, self._next_sequence)
 
     def _stamp(self, event: StreamEvent) -> StreamEvent:
@@ -394,7 +395,14 @@ class SessionWriter:
             encoded=encoded,
             checkpoint=checkpoint,
         )
-        self._hub.publish_encoded(self.session_id, first, encoded, terminal=terminal)
+        if not self._closed:
+            self._hub.publish_encoded(self.session_id, first, encoded, terminal=terminal)
+
+    def close(self) -> None:
+        """The run is over: a write still in flight lands in the store, but its events
+        are not published. Its hub tail is gone (``EventHub.forget``), and publishing
+        would make a new one that nothing drops, which readers would wait on."""
+        self._closed = True
 
     async def flush(
         self, update: SessionUpdate | None = None, *, checkpoint: Checkpoint | None = None

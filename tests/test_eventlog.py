@@ -454,3 +454,28 @@ async def test_a_follower_whose_store_cannot_notify_polls_instead_of_spinning() 
     assert not reader.done()
     reader.cancel()
     assert store.reads <= 10, store.reads  # about one per poll interval
+
+
+class _SlowAppends(MemoryStore):
+    async def append(self, session_id: str, events: Any, **options: Any) -> int:
+        await asyncio.sleep(0.1)
+        return await super().append(session_id, events, **options)
+
+
+async def test_a_write_landing_after_its_run_ended_leaves_no_tail_behind() -> None:
+    # A run cancelled (its lease lost) while an append was in flight: the hub forgot the
+    # session, then the append landed and published into a new tail nothing ever
+    # dropped; readers past it waited a poll interval at every turn, for good.
+    store = _SlowAppends()
+    await store.create_session(
+        SessionRecord(session_id="s", agent_type="a", input_json="{}", input_hash="")
+    )
+    hub = EventHub()
+    writer = SessionWriter(store, hub, session_id="s", agent_type="a", last_sequence=0)
+    writer.emit(pb.StreamEvent(text_delta=pb.TextDelta(text="late")))
+    await asyncio.sleep(0.02)  # the append is in flight
+    writer.close()
+    hub.forget("s")
+    await asyncio.sleep(0.2)
+    assert [e.text_delta.text for e in await store.read("s")] == ["late"]
+    assert hub.since("s", 0, 10) is None  # no tail: readers go to the store

@@ -297,6 +297,7 @@ class SessionRunner:
                 # may start (here or on another replica), with children of its own.
                 children = await self._children(session_id)
             self._runs.pop(session_id, None)
+            loop.writer.close()
             self.hub.forget(session_id)  # no local writer any more
             with contextlib.suppress(Exception):
                 await asyncio.shield(self.store.release_lease(session_id, self.owner))
