@@ -56,12 +56,12 @@ from helix_transport.store._records import (
     Usage,
 )
 
-# Applies a SessionUpdate's encoded field/value pairs (ARGV[first..]) to the session
+# Applies a SessionUpdate's encoded field/value pairs (ARGV[first..last]) to the session
 # hash, moving the id between status sets, exactly as ``SessionUpdate.apply`` does.
 _APPLY_UPDATE = """
-local function apply_update(key, index_prefix, now, terminal, first)
+local function apply_update(key, index_prefix, now, terminal, first, last)
   local status = redis.call('HGET', key, 'status')
-  for i = first, #ARGV, 2 do
+  for i = first, last, 2 do
     if ARGV[i] == 'status' and ARGV[i + 1] ~= status then
       local id = redis.call('HGET', key, 'session_id')
       redis.call('SREM', index_prefix .. status, id)
@@ -100,14 +100,15 @@ _UPDATE = (
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status then return {'missing'} end
 if ARGV[1] ~= '' and ARGV[1] ~= status then return {'mismatch'} end
-apply_update(KEYS[1], ARGV[2], ARGV[3], ARGV[4], 5)
+apply_update(KEYS[1], ARGV[2], ARGV[3], ARGV[4], 5, #ARGV)
 return {'ok', redis.call('HGETALL', KEYS[1])}
 """
 )
 
-# KEYS: session hash, event stream. ARGV: expected sequence or '', append token,
-# event count n, has-update flag, status set prefix, now, terminal flag, n payloads,
-# the update's field/value pairs.
+# KEYS: session hash, event stream, and the checkpoint key when the append carries
+# one. ARGV: expected sequence or '', append token, event count n, has-update flag,
+# status set prefix, now, terminal flag, n payloads, the update's field/value pairs,
+# and last the checkpoint's JSON when it carries one: all in one atomic write.
 #
 # The token makes a retried call safe: redis-py resends a command after a connection
 # or timeout error, and if the first attempt had already landed, appending again
@@ -127,7 +128,12 @@ for i = 1, n do
 end
 last = last + n
 redis.call('HSET', KEYS[1], 'last_sequence', string.format('%d', last), 'append_token', ARGV[2])
-if ARGV[4] == '1' then apply_update(KEYS[1], ARGV[5], ARGV[6], ARGV[7], 8 + n) end
+local pairs_end = #ARGV
+if #KEYS == 3 then
+  redis.call('SET', KEYS[3], ARGV[#ARGV])
+  pairs_end = #ARGV - 1
+end
+if ARGV[4] == '1' then apply_update(KEYS[1], ARGV[5], ARGV[6], ARGV[7], 8 + n, pairs_end) end
 return {'ok', last}
 """
 )
@@ -361,8 +367,7 @@ class RedisStore:
         """Append ``events``, assigning their sequences in place (see ``Store.append``).
 
         When the append fails, the events keep the sequences they had before. A
-        ``checkpoint`` is saved right after, fenced like ``save_checkpoint`` (a second
-        round trip, not one atomic write).
+        ``checkpoint`` is saved in the same atomic write.
 
         Raises:
             SessionNotFound: no such session.
@@ -390,9 +395,12 @@ class RedisStore:
             "0" if update is None else "1",
             *head,
             *payloads,
-            *pairs,  # last: the script finds them after the payloads
+            *pairs,  # the script finds them after the payloads
         ]
         keys = [self._key("session", session_id), self._key("events", session_id)]
+        if saved is not None:
+            args.append(saved)
+            keys.append(self._key("checkpoint", session_id))
         with _map_redis_errors():
             answer = await self._append(keys=keys, args=args)
         if answer[0] == b"missing":
@@ -402,8 +410,6 @@ class RedisStore:
             raise SequenceConflict(session_id, expected_sequence, last)
         for offset, event in enumerate(events, start=last - len(events) + 1):
             event.sequence = offset
-        if checkpoint is not None and saved is not None:
-            await self._put_checkpoint(checkpoint, saved)
         return last
 
     async def read(
@@ -448,9 +454,7 @@ class RedisStore:
     async def save_checkpoint(self, checkpoint: Checkpoint) -> None:
         """Replace the session's checkpoint, fenced by the log's end (see ``Store``)."""
         self._check_open()
-        await self._put_checkpoint(checkpoint, _checkpoint_json(checkpoint))
-
-    async def _put_checkpoint(self, checkpoint: Checkpoint, saved: str) -> None:
+        saved = _checkpoint_json(checkpoint)
         keys = [
             self._key("session", checkpoint.session_id),
             self._key("checkpoint", checkpoint.session_id),

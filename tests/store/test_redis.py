@@ -25,6 +25,7 @@ from helix_transport._exceptions import StoreError, StoreUnavailable, UsageError
 from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
 from helix_transport._status import SessionStatus
 from helix_transport.store import (
+    Checkpoint,
     SessionUpdate,
     Store,
 )
@@ -239,3 +240,26 @@ async def test_prefixes_are_isolated(prefix: str) -> None:
         assert await theirs.get_session("s-1") is None
         assert await theirs.read("s-1") == []
         assert await theirs.list_sessions(status=SessionStatus.RUNNING) == []
+
+
+async def test_a_checkpoint_rides_in_its_appends_atomic_write(store: RedisStore) -> None:
+    # Before, it was a second round trip after the append: a connection lost between
+    # the two left the events and a terminal status stored without the checkpoint the
+    # next turn starts from, and the append raised although its events had landed.
+    await store.create_session(make_record())
+
+    async def lost(*args: object, **kwargs: object) -> None:
+        raise redis.exceptions.ConnectionError("lost between the two writes")
+
+    store._save_checkpoint = lost  # type: ignore[method-assign,assignment]
+    checkpoint = Checkpoint(session_id="s-1", step=1, messages=[], last_sequence=1)
+    update = SessionUpdate(status=SessionStatus.COMPLETED)
+    assert (
+        await store.append(
+            "s-1", [make_event("a")], expected_sequence=0, update=update, checkpoint=checkpoint
+        )
+        == 1
+    )
+    assert await store.load_checkpoint("s-1") == checkpoint
+    record = await store.get_session("s-1")
+    assert record is not None and record.status is SessionStatus.COMPLETED
