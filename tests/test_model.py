@@ -39,3 +39,21 @@ async def test_scripted_usage_reports_its_zero_cost() -> None:
     )
     costs = [chunk.usage.cost async for chunk in stream if getattr(chunk, "usage", None)]
     assert costs == [0.0]
+
+
+async def test_tool_calls_sent_without_ids_get_ids_of_their_own() -> None:
+    # Child sessions are named after their tool call: `call_0` in two steps (the old
+    # fallback) made the second step's delegation rejoin the first's child.
+    nameless = scripted.register_script(
+        "test-model-no-ids",
+        lambda messages: scripted.ScriptedTurn(
+            tool_calls=(scripted.ScriptedToolCall(name="x", with_id=False),)
+        ),
+    )
+    ids = []
+    for _ in range(2):
+        response = await stream_completion(
+            model=nameless, messages=[{"role": "user", "content": "{}"}], tools=[], on_text=print
+        )
+        ids += [c.id for c in response.tool_calls]
+    assert len(set(ids)) == 2 and all(i.startswith("call_") for i in ids), ids

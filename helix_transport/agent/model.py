@@ -7,6 +7,7 @@ assembled tool calls and token usage. Provider errors become ``ModelAPIError``.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -114,9 +115,16 @@ async def stream_completion(
                     slot["name"] += tc.function.name
                 if tc.function and tc.function.arguments:
                     slot["arguments"] += tc.function.arguments
+    # A provider that sends no ids gets fresh ones: child sessions are named after
+    # their tool call, so `call_0` in two steps would make the second rejoin the first.
+    # Made once, kept in the conversation: a resumed run re-runs the same ids.
     tool_calls = [
-        ToolCall(id=c["id"] or f"call_{i}", name=c["name"], arguments_json=c["arguments"] or "{}")
-        for i, c in sorted(calls.items())
+        ToolCall(
+            id=c["id"] or f"call_{uuid.uuid4().hex[:16]}",
+            name=c["name"],
+            arguments_json=c["arguments"] or "{}",
+        )
+        for _, c in sorted(calls.items())
     ]
     return ModelResponse(text="".join(text), tool_calls=tool_calls, usage=usage)
 

@@ -34,6 +34,8 @@ class ScriptedToolCall:
 
     name: str
     arguments: dict[str, Any] = field(default_factory=dict)
+    with_id: bool = True
+    """False: sent without an id, as some providers do."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -159,7 +161,7 @@ class ScriptedLLM(CustomLLM):
                 await asyncio.sleep(delay)
             yield _chunk(
                 tool_use={
-                    "id": f"call_{step}_{index}",
+                    "id": f"call_{step}_{index}" if tool_call.with_id else None,
                     "type": "function",
                     "function": {
                         "name": tool_call.name,
