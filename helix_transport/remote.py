@@ -142,12 +142,7 @@ class _RemoteDelegation:
         except HelixError as exc:
             raise ToolError(f"{self.agent_type}: {exc.message}") from exc
         call = _ChildCall(ctx, client, agent_type=self.agent_type, address=address)
-        try:
-            async with asyncio.timeout(self.timeout_s):
-                return await call.run(input_json)
-        except TimeoutError:
-            await call.give_up(f"timed out after {self.timeout_s:g}s")
-            raise ToolError(f"{self.agent_type} timed out after {self.timeout_s:g}s") from None
+        return await call.run(input_json, timeout_s=self.timeout_s)
 
 
 class _ChildCall:
@@ -170,7 +165,7 @@ class _ChildCall:
             remote=RemoteCursor(stream_id=self.child_id),
         )
 
-    async def run(self, input_json: str) -> Any:
+    async def run(self, input_json: str, *, timeout_s: float | None = None) -> Any:
         ctx = self.ctx
         existing = await ctx.store.get_subsession_ref(ctx.session_id, self.child_id)
         last = 0
@@ -199,19 +194,30 @@ class _ChildCall:
         # The ref before the Start: an interrupt cascading while the Start is in flight
         # finds the child (see Cascade), and a resumed parent knows to rejoin it.
         await self._save(last_sequence=last)
+        started = False
         try:
-            await self.client.start(
-                input_json,
-                session_id=self.child_id,
-                parent_session_id=ctx.session_id,
-                metadata=metadata,
-            )
-            final = await self._forward(last) or await self._final_from_status()
+            # The timeout covers the child's work, not the recording of its end: expiring
+            # there would end one call twice (a second subagent_end, a completed child
+            # reported timed out).
+            async with asyncio.timeout(timeout_s):
+                await self.client.start(
+                    input_json,
+                    session_id=self.child_id,
+                    parent_session_id=ctx.session_id,
+                    metadata=metadata,
+                )
+                started = True
+                final = await self._forward(last) or await self._final_from_status()
+        except TimeoutError:
+            await self.give_up(f"timed out after {timeout_s:g}s")
+            raise ToolError(f"{self.agent_type} timed out after {timeout_s:g}s") from None
         except SessionExists as exc:
             return await self._end(
                 SessionStatus.FAILED, error=f"{exc.message} (a different call owns it)"
             )
         except HelixError as exc:
+            if started:  # lost track of a running child (its stream broke for good)
+                await self._stop(f"parent {ctx.session_id} lost its stream")
             return await self._end(SessionStatus.FAILED, error=f"{self.agent_type}: {exc.message}")
         kind = final.WhichOneof("payload")
         if kind == "completed":
@@ -303,6 +309,11 @@ class _ChildCall:
         self.ref = dataclasses.replace(self.ref, **changes)
         await self.ctx.store.put_subsession_ref(self.ref)
 
+    async def _stop(self, reason: str) -> None:
+        """Ask the child to stop: a child the parent no longer follows must not run on
+        unseen, its ref failed and out of any later cascade's reach."""
+        await Cascade(self.ctx.store, self.ctx.clients).interrupt_child(self.ref, reason=reason)
+
     async def give_up(self, reason: str) -> None:
         """Interrupt the child and record the call as failed.
 
@@ -310,7 +321,7 @@ class _ChildCall:
         its way when the call gives up is asked again until it exists, in the
         background; asked once, it would run to its end unseen, its ref failed.
         """
-        await Cascade(self.ctx.store, self.ctx.clients).interrupt_child(self.ref, reason=reason)
+        await self._stop(reason)
         with contextlib.suppress(ToolError):
             await self._end(SessionStatus.FAILED, error=f"{self.agent_type} {reason}")
 

@@ -26,6 +26,7 @@ from helix_transport import (
 )
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._proto.helix.agent.v1 import agent_pb2_grpc as pb_grpc
+from helix_transport._status import SessionStatus
 from helix_transport.agent.tools import ToolContext
 from helix_transport.registry import address_env_var
 from helix_transport.remote import (
@@ -34,7 +35,7 @@ from helix_transport.remote import (
     remote_agent_tool_from_service,
 )
 from helix_transport.server.limits import Limits
-from helix_transport.store import MemoryStore, SessionRecord, Store
+from helix_transport.store import MemoryStore, SessionRecord, Store, SubSessionRef
 from helix_transport.transport._pool import ClientPool
 from tests.agents import counter, delegator, looper, middle
 from tests.helpers import assert_eventually, free_port
@@ -385,3 +386,37 @@ async def test_a_total_whose_child_service_is_down_is_unavailable_without_its_ad
     details = info.value.details() or ""
     assert details.startswith("could not read the usage of child session 'root-remote-")
     assert mesh.addresses["counter"] not in details
+
+
+class _SlowToRecordAnEnd(MemoryStore):
+    """A parent's store slow to record a child's end (a store round trip under load)."""
+
+    async def put_subsession_ref(self, ref: SubSessionRef) -> None:
+        if ref.status is not SessionStatus.RUNNING:
+            await asyncio.sleep(1.0)
+        await super().put_subsession_ref(ref)
+
+
+async def test_a_delegation_that_ends_as_its_timeout_expires_ends_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # `count_quickly` gives up after 0.5 s; the child is done in milliseconds, but
+    # recording its end takes 1 s. Before, the timeout covered that recording too: the
+    # call logged a second subagent_end (failed) and told the model the child timed out.
+    async with (
+        await create_server(counter, MemoryStore(), allow_unauthenticated=True) as child,
+    ):
+        monkeypatch.setenv(address_env_var("counter"), child.address)
+        parent_store = _SlowToRecordAnEnd()
+        async with (
+            await create_server(delegator, parent_store, allow_unauthenticated=True) as parent,
+            await AgentClient.connect(parent.address) as client,
+        ):
+            await client.start(calls(("count_quickly", {"steps": 1, "words": 1})), session_id="t1")
+            events = [e async for e in client.stream("t1")]
+            (ref,) = await parent_store.list_subsession_refs("t1")
+    ends = [e.subagent_end for e in events if kind(e) == "subagent_end"]
+    assert [e.status for e in ends] == [pb.SESSION_STATUS_COMPLETED]
+    (tool_end,) = [e.tool_end for e in events if e.tool_end.tool_name == "count_quickly"]
+    assert not tool_end.is_error, tool_end.result_json
+    assert ref.status is SessionStatus.COMPLETED

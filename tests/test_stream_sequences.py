@@ -7,11 +7,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from datetime import timedelta
 from typing import Any
 
+import grpc
 import pytest
 
-from helix_transport import AgentClient
+from helix_transport import AgentClient, ClientConfig, RetryConfig
 from helix_transport._exceptions import SequenceGap
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from tests.helpers import serve_stream
@@ -116,3 +118,31 @@ async def test_the_reader_stops_at_the_terminal_event_even_when_more_follow(
     # As a continued session's log: turn 1 ends at 3, turn 2 follows.
     events = await _read(responses, read, final=3)
     assert [event.sequence for event in events] == [1, 2, 3]
+
+
+async def test_a_quiet_stream_broken_again_and_again_resumes_each_time() -> None:
+    # Each call is answered (a heartbeat) and then dropped, as a proxy that cuts long
+    # streams or a rolling restart does, while the session is quiet; the fifth call
+    # brings its end. Before, the reconnect deadline (1 s here) counted from the first
+    # break across every reconnect that worked, and the stream failed StreamInterrupted.
+    calls = 0
+
+    async def stream(request: bytes, context: Any) -> AsyncIterator[pb.StreamResponse]:
+        nonlocal calls
+        calls += 1
+        yield pb.StreamResponse(heartbeat=pb.Heartbeat())
+        if calls < 5:
+            await asyncio.sleep(0.4)
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "draining")
+        end = pb.StreamEvent(session_id="q", sequence=1, completed=pb.Completed(output_json="{}"))
+        yield pb.StreamResponse(events=[end])
+
+    quick = ClientConfig(reconnect=RetryConfig(deadline=timedelta(seconds=1)))
+    async with (
+        serve_stream(stream, serializer=pb.StreamResponse.SerializeToString) as address,
+        await AgentClient.connect(address, config=quick) as client,
+    ):
+        events = client.stream("q")
+        received = [e async for e in events]
+    assert [e.WhichOneof("payload") for e in received] == ["completed"]
+    assert events.reconnects == 4

@@ -453,6 +453,9 @@ class EventStream:
                         )
                     if response.HasField("heartbeat"):
                         self.heartbeats += 1
+                    # Any answer shows the resumed call works: the reconnect deadline is
+                    # for one outage, not for every break of a quiet session together.
+                    broken_since = None
                     # Listed once: each access to a repeated message field makes a wrapper.
                     events = list(response.events)
                     fresh = self._fresh(events)
