@@ -341,7 +341,9 @@ class Companions:
             queued = existing.inbox if existing.status == "completed" else []
             dropped = len(existing.inbox) - len(queued)
             message = "\n\n".join([*queued, args.message])
-            child = await self._continue(ctx, dataclasses.replace(existing, inbox=[]), message)
+            child = await self._continue_showing(
+                ctx, dataclasses.replace(existing, inbox=[]), message, previous
+            )
         result: dict[str, Any]
         if config.mode == "non-blocking":
             result = {"name": name, "status": "running", "session_id": child.session_id}
@@ -376,7 +378,9 @@ class Companions:
             )
         previous = self._unseen_outcome(ctx, child)
         message = "\n\n".join([*child.inbox, args.message])  # queued ones first, in order
-        child = await self._continue(ctx, dataclasses.replace(child, inbox=[]), message)
+        child = await self._continue_showing(
+            ctx, dataclasses.replace(child, inbox=[]), message, previous
+        )
         result = {"name": child.name, "delivered": True, "status": "running", "turn": child.turn}
         return result if previous is None else {**result, "previous_turn": previous}
 
@@ -651,6 +655,21 @@ class Companions:
                 return {"name": child.name, "status": "timeout", "detail": "still running"}
         self._delivered(ctx, child)
         return {"name": child.name, **child.outcome()}
+
+    async def _continue_showing(
+        self, ctx: ToolContext, child: _Child, message: str, previous: dict[str, Any] | None
+    ) -> _Child:
+        """``_continue``; when it fails, its error carries ``previous`` (an outcome just
+        marked delivered), which would otherwise reach the model through no result."""
+        try:
+            return await self._continue(ctx, child, message)
+        except ToolError as exc:
+            if previous is None:
+                raise
+            shown = json.dumps(previous)
+            raise ToolError(
+                f"{exc.message} (its previous turn, not shown before: {shown})"
+            ) from exc
 
     def _unseen_outcome(self, ctx: ToolContext, child: _Child) -> dict[str, Any] | None:
         """A finished turn's outcome the parent's model has not seen: shown now, by the

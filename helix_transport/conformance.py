@@ -1022,7 +1022,10 @@ class _Kit:
         await self.expect_error(
             grpc.StatusCode.ALREADY_EXISTS, self.stub.Continue(other, timeout=self.rpc_timeout_s)
         )
-        skip = pb.ContinueRequest(session_id=session_id, message="next", turn=4, fresh=True)
+        # A valid input: a fresh turn's message is one, and is checked as one first.
+        skip = pb.ContinueRequest(
+            session_id=session_id, message=self.input_json, turn=4, fresh=True
+        )
         await self.expect_error(
             grpc.StatusCode.FAILED_PRECONDITION,
             self.stub.Continue(skip, timeout=self.rpc_timeout_s),

@@ -56,6 +56,8 @@ async def continue_session(
     """
     session_id = check.session_id(request.session_id)
     message = check.message(request.message, limits=limits)
+    if request.fresh:  # a fresh turn starts from an input, held to what Start holds it to
+        check.agent_input(runner.agent.input_model, message, limits=limits, field="message")
     if request.turn < 2:
         raise InvalidArgument("turn", "must be at least 2 (turn 1 is the run Start began)")
     for _ in range(3):  # a lost race with a concurrent Continue is re-examined

@@ -67,32 +67,37 @@ def json_depth_exceeds(text: str, max_depth: int) -> bool:
 
 
 def agent_input(
-    model: type[BaseModel], input_json: str, *, limits: Limits = Limits.default
+    model: type[BaseModel],
+    input_json: str,
+    *,
+    limits: Limits = Limits.default,
+    field: str = "input_json",
 ) -> BaseModel:
-    """``input_json`` parsed and validated against the agent's input model."""
+    """``input_json`` parsed and validated against the agent's input model; violations
+    name ``field`` (``message`` for a fresh turn's input)."""
     size = len(input_json.encode("utf-8", "surrogatepass"))
     if size > limits.max_input_bytes:
-        raise InvalidArgument("input_json", f"larger than {limits.max_input_bytes} bytes ({size})")
+        raise InvalidArgument(field, f"larger than {limits.max_input_bytes} bytes ({size})")
     if json_depth_exceeds(input_json, limits.max_json_depth):
-        raise InvalidArgument("input_json", f"nested deeper than {limits.max_json_depth} levels")
+        raise InvalidArgument(field, f"nested deeper than {limits.max_json_depth} levels")
     try:
         return model.model_validate_json(input_json or "{}")
     except ValidationError as exc:
         errors = exc.errors(include_url=False)
         first = errors[0]
         if first["type"] == "json_invalid":
-            raise InvalidArgument("input_json", f"not valid JSON ({first['msg']})") from None
-        violations = [(_path(e["loc"]), e["msg"]) for e in errors[:MAX_VIOLATIONS]]
+            raise InvalidArgument(field, f"not valid JSON ({first['msg']})") from None
+        violations = [(_path(e["loc"], field), e["msg"]) for e in errors[:MAX_VIOLATIONS]]
         if len(errors) > MAX_VIOLATIONS:
-            violations.append(("input_json", f"{len(errors) - MAX_VIOLATIONS} more problems"))
+            violations.append((field, f"{len(errors) - MAX_VIOLATIONS} more problems"))
         raise InvalidArgument(*violations[0], violations=violations) from None
     except (ValueError, RecursionError):
-        raise InvalidArgument("input_json", "cannot be parsed as JSON") from None
+        raise InvalidArgument(field, "cannot be parsed as JSON") from None
 
 
-def _path(loc: tuple[int | str, ...]) -> str:
+def _path(loc: tuple[int | str, ...], field: str = "input_json") -> str:
     """``input_json.items[2].name`` for pydantic's ``("items", 2, "name")``."""
-    path = "input_json"
+    path = field
     for part in loc:
         path += f"[{part}]" if isinstance(part, int) else f".{part}"
     return path

@@ -72,6 +72,9 @@ BAD_REQUESTS: list[tuple[str, object, str]] = [
     ("Continue", pb.ContinueRequest(session_id="s", message=" ", turn=2), "message"),
     ("Continue", pb.ContinueRequest(session_id="s", message="m" * (2 << 20), turn=2), "message"),
     ("Continue", pb.ContinueRequest(session_id="s", message="m", turn=-(1 << 31)), "turn"),
+    # A fresh turn's message is its input: checked as Start checks one (it was not).
+    ("Continue", pb.ContinueRequest(session_id="s", message='{"topic": 5}', turn=2, fresh=True), "message.topic"),
+    ("Continue", pb.ContinueRequest(session_id="s", message="[" * 100 + "]" * 100, turn=2, fresh=True), "message"),
 ]  # fmt: skip
 
 
