@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import hmac
+import itertools
 import logging
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -222,10 +223,13 @@ class TokenFileAuthenticator:
         entries: list[tuple[str, Principal]] = []
         seen: set[str] = set()
         for number, line in enumerate(text.splitlines(), start=1):
-            line = line.split("#", 1)[0].strip()
-            if not line:
-                continue
+            # A comment is a line or a word that starts with '#': a '#' inside a token
+            # is part of it (cutting there would accept a shorter, weaker token).
             parts = line.split()
+            if "#" in line:
+                parts = list(itertools.takewhile(lambda part: not part.startswith("#"), parts))
+            if not parts:
+                continue
             if len(parts) not in (2, 3):
                 raise UsageError(f"{path}:{number}: expected 'TOKEN PRINCIPAL [TENANT]'")
             token, name, tenant = parts[0], parts[1], parts[2] if len(parts) == 3 else ""

@@ -23,7 +23,7 @@ from helix_transport import AgentClient, AgentServer, ServerConfig, UsageError, 
 from helix_transport._exceptions import SessionNotFound, Unauthenticated
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._proto.helix.agent.v1 import agent_pb2_grpc as pb_grpc
-from helix_transport.server.auth import AuthConfig
+from helix_transport.server.auth import AuthConfig, Presented, TokenFileAuthenticator
 from helix_transport.store import MemoryStore
 from helix_transport.transport._auth import ClientAuth
 from tests.agents import counter
@@ -370,3 +370,14 @@ async def test_two_client_certificates_are_two_principals(pki: Pki, tokens: Toke
         async with client(address, token="forged-token-123456", **_cert(pki, pki.client_a)) as c:
             with pytest.raises(Unauthenticated, match="invalid bearer token"):
                 await c.get_status(session_id)  # a bad token is never ignored
+
+
+def test_a_hash_inside_a_token_is_part_of_it(tmp_path: Path) -> None:
+    # Before, each line was cut at its first '#', so a token holding one left a line
+    # without its principal, refused as malformed ("expected 'TOKEN PRINCIPAL'").
+    path = tmp_path / "tokens"
+    path.write_text("# the mesh's tokens\n" + "a" * 20 + "#secret alice acme  # a comment\n")
+    tokens = TokenFileAuthenticator.from_file(str(path))
+    alice = tokens.authenticate(Presented(bearer="a" * 20 + "#secret"))
+    assert alice is not None and (alice.name, alice.tenant) == ("alice", "acme")
+    assert tokens.authenticate(Presented(bearer="a" * 20)) is None
