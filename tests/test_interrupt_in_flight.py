@@ -14,11 +14,13 @@ from __future__ import annotations
 import asyncio
 import json
 from contextlib import AsyncExitStack
+from datetime import timedelta
 
 import pytest
 
-from helix_transport import AgentClient, create_server
+from helix_transport import AgentClient, ClientConfig, RetryConfig, ServerConfig, create_server
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
+from helix_transport._status import SessionStatus
 from helix_transport.registry import address_env_var
 from helix_transport.store import MemoryStore, SessionRecord, SubSessionRef
 from services.researcher import agent as researcher
@@ -181,4 +183,52 @@ async def test_a_child_whose_call_timed_out_during_its_start_is_stopped(
             async with slow.changed:  # the Start landed after all
                 await slow.changed.wait_for(lambda: len(slow.created) == 1)
             status = await child_client.wait(slow.created[0])
+    assert status.status == pb.SESSION_STATUS_INTERRUPTED, status
+
+
+async def test_a_child_whose_stream_is_lost_for_good_is_stopped(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The child's service goes away for longer than the parent's reconnect deadline: the
+    # parent's call fails. Before, the child, back with its service, ran on unseen, its
+    # ref failed and out of any later cascade's reach; now the parent asks it to stop.
+    monkeypatch.setenv("HELIX_SCRIPTED_DELAY_MS", "50")
+    patience = ClientConfig(
+        reconnect=RetryConfig(
+            max_backoff=timedelta(milliseconds=200), deadline=timedelta(seconds=3)
+        )
+    )
+    child_store = MemoryStore()
+    first = await create_server(counter, child_store, allow_unauthenticated=True)
+    await first.start()
+    port = int(first.address.rsplit(":", 1)[1])
+    monkeypatch.setenv(address_env_var(counter.name), first.address)
+    async with (
+        await create_server(
+            delegator, MemoryStore(), ServerConfig(client=patience), allow_unauthenticated=True
+        ) as parent,
+        await AgentClient.connect(parent.address) as client,
+    ):
+        calls = [{"tool": "count", "args": {"steps": 30, "words": 2}}]
+        await client.start(json.dumps({"calls": calls}), session_id="root")
+        seen: list[pb.StreamEvent] = []
+        async for event in client.stream("root"):
+            seen.append(event)
+            if event.WhichOneof("payload") == "child_event":
+                break  # the child runs
+        await first.shutdown(grace_s=0)
+        async for event in client.stream("root", from_sequence=seen[-1].sequence):
+            if event.WhichOneof("payload") == "tool_end":
+                assert event.tool_end.is_error  # the parent gave up on the child
+                break
+        # Back on the same port and store: the child resumes, and is asked to stop.
+        again = await create_server(
+            counter, child_store, ServerConfig(port=port), allow_unauthenticated=True
+        )
+        async with again, await AgentClient.connect(again.address) as child:
+            (child_id,) = [
+                s.session_id for s in await child_store.list_sessions(status=SessionStatus.RUNNING)
+            ]
+            async with asyncio.timeout(20):
+                status = await child.wait(child_id)
     assert status.status == pb.SESSION_STATUS_INTERRUPTED, status
