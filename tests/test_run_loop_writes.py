@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -17,7 +18,7 @@ from helix_transport.agent.definition import Agent
 from helix_transport.agent.loop import RunLoop
 from helix_transport.agent.scripted import ScriptedTurn, finish, register_script, steps_taken
 from helix_transport.agent.scripted import call as scripted_call
-from helix_transport.agent.tools import ToolContext, tool
+from helix_transport.agent.tools import Tool, ToolContext, tool
 from helix_transport.store import Checkpoint, SessionRecord
 from helix_transport.store.memory import MemoryStore
 from helix_transport.transport._pool import ClientPool
@@ -178,17 +179,22 @@ class _Ok(BaseModel):
     ok: bool
 
 
+def _one_tool_agent(name: str, one: Tool, script: Callable[..., ScriptedTurn]) -> Agent:
+    """An agent whose script calls ``one`` once, then finishes."""
+    return Agent(
+        name=name,
+        description=f"calls {one.name} once",
+        input_model=_RaceInput,
+        output_model=_Ok,
+        tools=[one],
+        model=register_script(name, script),
+    )
+
+
 async def test_a_tool_that_cancels_itself_fails_its_call_not_the_run() -> None:
     # Before, the CancelledError escaping the tool read as an interrupt: the session
     # ended `interrupted` with no reason (and would have cascaded to its children).
-    racer = Agent(
-        name="racer",
-        description="races two backends",
-        input_model=_RaceInput,
-        output_model=_Ok,
-        tools=[race_backends],
-        model=register_script("racer", _race_script),
-    )
+    racer = _one_tool_agent("racer", race_backends, _race_script)
     store = MemoryStore()
     await _create(store)
     assert await _run(racer, store) is SessionStatus.COMPLETED
@@ -214,14 +220,7 @@ async def test_state_that_is_not_json_fails_the_run_with_a_clear_error() -> None
     # Before, the store refused the step's checkpoint with a TypeError: the run crashed
     # (to be resumed into the same refusal), and on SQLite the error also failed the
     # appends of other sessions in the same write.
-    agent = Agent(
-        name="rememberer",
-        description="remembers",
-        input_model=_RaceInput,
-        output_model=_Ok,
-        tools=[remember_badly],
-        model=register_script("rememberer", _remember_script),
-    )
+    agent = _one_tool_agent("rememberer", remember_badly, _remember_script)
     store = MemoryStore()
     await _create(store)
     assert await _run(agent, store) is SessionStatus.FAILED
