@@ -278,6 +278,9 @@ class SessionRunner:
             logger.info("session %s ended %s", session_id, status)
             if status in (SessionStatus.FAILED, SessionStatus.INTERRUPTED):
                 ended = status
+                # Listed while the lease is still held: once it is released a new turn
+                # may start (here or on another replica), with children of its own.
+                children = await self._children(session_id)
         except Exception as exc:
             if _matches(exc, (SequenceConflict, LeaseLost)):
                 logger.warning(
@@ -291,11 +294,8 @@ class SessionRunner:
                 logger.exception("session %s: run loop crashed", session_id)
                 if await self._fail_internal(loop):
                     ended = SessionStatus.FAILED
+                    children = await self._children(session_id)
         finally:
-            if ended is not None:
-                # Listed while the lease is still held: once it is released a new turn
-                # may start (here or on another replica), with children of its own.
-                children = await self._children(session_id)
             self._runs.pop(session_id, None)
             loop.writer.close()
             self.hub.forget(session_id)  # no local writer any more
