@@ -312,7 +312,8 @@ class _ChildCall:
     async def _stop(self, reason: str) -> None:
         """Ask the child to stop: a child the parent no longer follows must not run on
         unseen, its ref failed and out of any later cascade's reach."""
-        await Cascade(self.ctx.store, self.ctx.clients).interrupt_child(self.ref, reason=reason)
+        cascade = Cascade(self.ctx.store, self.ctx.clients)
+        await cascade.interrupt_refs([self.ref], reason=reason)  # running: saved before Start
 
     async def give_up(self, reason: str) -> None:
         """Interrupt the child and record the call as failed.
@@ -476,26 +477,16 @@ class Cascade:
 
     async def interrupt_refs(self, refs: Sequence[SubSessionRef], *, reason: str) -> None:
         """``interrupt_children`` for refs listed beforehand (the running ones)."""
-        asked = [
-            self._start_asking(ref, reason or "parent interrupted")
-            for ref in refs
-            if ref.status is SessionStatus.RUNNING and ref.address
-        ]
+        asked: list[asyncio.Future[None]] = []
+        for ref in refs:
+            if ref.status is SessionStatus.RUNNING and ref.address:
+                first = asyncio.get_running_loop().create_future()
+                ask = asyncio.create_task(self._ask(ref, reason or "parent interrupted", first))
+                self._asks.add(ask)
+                ask.add_done_callback(self._asks.discard)
+                asked.append(first)
         if asked:
             await asyncio.wait(asked)
-
-    async def interrupt_child(self, ref: SubSessionRef, *, reason: str) -> None:
-        """Interrupt one child, asking as ``interrupt_children`` does; returns once it
-        has been asked once."""
-        await self._start_asking(ref, reason)
-
-    def _start_asking(self, ref: SubSessionRef, reason: str) -> asyncio.Future[None]:
-        """Ask ``ref``'s child in a task of its own; the future is done after one ask."""
-        first = asyncio.get_running_loop().create_future()
-        ask = asyncio.create_task(self._ask(ref, reason, first))
-        self._asks.add(ask)
-        ask.add_done_callback(self._asks.discard)
-        return first
 
     async def _ask(self, ref: SubSessionRef, reason: str, first: asyncio.Future[None]) -> None:
         config = self._clients.config
