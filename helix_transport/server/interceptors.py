@@ -54,8 +54,8 @@ def status_for(exc: HelixError) -> grpc.StatusCode:
 
 
 async def _abort(context: grpc.aio.ServicerContext[Any, Any], method: str, exc: Exception) -> None:
-    if isinstance(exc, HelixError) and status_for(exc) is not grpc.StatusCode.INTERNAL:
-        code = status_for(exc)
+    # A HelixError mapped to INTERNAL may carry internals (a child's address): not sent.
+    if isinstance(exc, HelixError) and (code := status_for(exc)) is not grpc.StatusCode.INTERNAL:
         await context.abort(code, exc.message, trailing_metadata=rich_trailer(code, exc))
     # Never send internals across the wire: log them with a reference the caller can quote.
     ref = uuid.uuid4().hex[:12]
