@@ -71,9 +71,11 @@ async def test_a_step_that_only_finishes_is_written_once_with_the_runs_end() -> 
     await _create(store, json.dumps({"steps": 1, "words": 2}))
     status = await _run(counter, store)
     assert status is SessionStatus.COMPLETED
-    # Run start, the tick's calls before it runs, the end of step 1, then step 2 only
-    # with the run's end: its finish call has no checkpoint of its own.
-    assert [step for _, step in store.appends if step is not None] == [0, 0, 1, 2]
+    # The tick's calls before it runs, the end of step 1, then step 2 only with the
+    # run's end: its finish call has no checkpoint of its own. Nor is there one before
+    # step 1: it would hold only the input.
+    assert [step for _, step in store.appends if step is not None] == [0, 1, 2]
+    assert store.appends[0] == (["run_started"], None)
     last_kinds, last_checkpoint = store.appends[-1]
     assert last_checkpoint == 2
     assert last_kinds[-4:] == ["tool_start", "tool_end", "output", "completed"]
@@ -98,11 +100,17 @@ async def test_an_interrupt_requested_before_the_first_step_stops_the_run_there(
 
 
 class _LosesTheSession(MemoryStore):
-    """Another process took the session over: every checkpointing append is refused."""
+    """Asked to stop while step 1's tools run, then taken over by another process:
+    the checkpoint at the end of step 1 is refused."""
+
+    checkpoints = 0
 
     async def append(self, session_id: str, events: Any, **options: Any) -> int:
         if options.get("checkpoint") is not None:
-            raise SequenceConflict(session_id, options["expected_sequence"], 99)
+            self.checkpoints += 1
+            if self.checkpoints > 1:
+                raise SequenceConflict(session_id, options["expected_sequence"], 99)
+            await self.set_interrupt(session_id, "stop")  # beside step 1's tool calls
         return await super().append(session_id, events, **options)
 
 
@@ -111,8 +119,7 @@ async def test_an_interrupt_taken_beside_a_refused_checkpoint_is_put_back() -> N
     # refused this process no longer runs the session, and the new owner must still
     # see the interrupt.
     store = _LosesTheSession()
-    await _create(store)
-    await store.set_interrupt("s", "stop")
+    await _create(store, json.dumps({"steps": 1, "words": 2}))
     with pytest.raises(SequenceConflict):
         await _run(counter, store)
     assert await store.take_interrupt("s") == "stop"
@@ -123,8 +130,8 @@ class _Died(Exception):
 
 
 class _DiesBeforeItsFirstCheckpoint(MemoryStore):
-    """As on Redis, where a checkpoint is written right after its events: the process
-    dies between the two, once."""
+    """The process dies once, when the run's first events have landed but its first
+    checkpoint has not."""
 
     died = False
 

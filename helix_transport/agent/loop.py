@@ -158,9 +158,9 @@ class RunLoop:
             )
             return state, False
         record = self.record
-        # A log with events but no checkpoint: the run died before its first one landed
-        # (on Redis a checkpoint is written right after its events). It starts over from
-        # step 1, but its log already has its one run_started.
+        # A log with events but no checkpoint: the run died before its first step's
+        # checkpoint landed. It starts over from step 1, but its log already has its one
+        # run_started.
         started = record.last_sequence > 0
         if started:
             self.writer.emit(_resumed(1, resume_reason))
@@ -177,7 +177,10 @@ class RunLoop:
         # The model sees the validated input, defaults filled in.
         user = self.agent.input_model.model_validate_json(record.input_json).model_dump_json()
         self.hooks.on_run_start(resumed=started, step=1)
-        return _RunState(step=0, messages=self._first_messages(user)), True
+        # No checkpoint before step 1: it would hold only what the record's input
+        # gives, which is how a run resumed without one starts over (above). So the
+        # first model call does not wait for a write.
+        return _RunState(step=0, messages=self._first_messages(user)), False
 
     def _first_messages(self, user: str) -> list[dict[str, Any]]:
         system = "\n\n".join(p for p in (self.agent.system_prompt, FINISH_INSTRUCTIONS) if p)
