@@ -23,6 +23,20 @@ DETAILS_KEY = "grpc-status-details-bin"
 
 Metadata = tuple[tuple[str, str | bytes], ...]
 
+# gRPC fails a call whose metadata passes 16 KiB (at random from 8 KiB), status
+# included, so a status built from a caller's input (a field path holding their
+# dict keys, say) is cut to stay well below: its own code, never RESOURCE_EXHAUSTED.
+MAX_MESSAGE = 1024
+MAX_FIELD = 256
+MAX_DESCRIPTION = 512
+MAX_VIOLATIONS_SIZE = 4096
+"""Characters of field violations sent; the rest are counted, not listed."""
+
+
+def cut(text: str, most: int = MAX_MESSAGE) -> str:
+    """``text``, shortened to ``most`` characters with an ellipsis."""
+    return text if len(text) <= most else text[: most - 1] + "…"
+
 
 def trailing_metadata(
     code: grpc.StatusCode,
@@ -35,12 +49,16 @@ def trailing_metadata(
     """The trailer carrying ``code``/``message`` and the given details."""
     details: list[any_pb2.Any] = []
     if violations:
-        bad = error_details_pb2.BadRequest(
-            field_violations=[
-                error_details_pb2.BadRequest.FieldViolation(field=field, description=problem)
-                for field, problem in violations
-            ]
-        )
+        bad = error_details_pb2.BadRequest()
+        size = 0
+        for listed, (field, problem) in enumerate(violations):
+            field, problem = cut(field, MAX_FIELD), cut(problem, MAX_DESCRIPTION)
+            size += len(field) + len(problem)
+            if size > MAX_VIOLATIONS_SIZE:
+                more = f"{len(violations) - listed} more problems"
+                bad.field_violations.add(field="", description=more)
+                break
+            bad.field_violations.add(field=field, description=problem)
         details.append(_pack(bad))
     if retry_after_s is not None:
         delay = duration_pb2.Duration()
@@ -49,7 +67,7 @@ def trailing_metadata(
         details.append(_pack(error_details_pb2.RetryInfo(retry_delay=delay)))
     if reason:
         details.append(_pack(error_details_pb2.ErrorInfo(reason=reason, domain="helix-mesh")))
-    status = status_pb2.Status(code=code.value[0], message=message, details=details)
+    status = status_pb2.Status(code=code.value[0], message=cut(message), details=details)
     return tuple(rpc_status.to_status(status).trailing_metadata)
 
 

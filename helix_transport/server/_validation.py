@@ -29,7 +29,10 @@ MAX_VIOLATIONS = 20
 """Field violations reported per request; the rest are counted, not listed."""
 
 # A JSON string literal (escapes included), and an innermost empty array or object.
-_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+# An unclosed string (even one ending in a lone backslash) runs to the end of the
+# text: were a match to fail there, it would be retried from every quote inside the
+# string, quadratic in the text's size.
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*(?:"|\\?\Z)', re.DOTALL)
 _INNERMOST = re.compile(r"\[\]|\{\}")
 _NOT_BRACKET = str.maketrans("", "", "".join(chr(c) for c in range(128) if chr(c) not in "[]{}"))
 
@@ -95,11 +98,20 @@ def agent_input(
         raise InvalidArgument(field, "cannot be parsed as JSON") from None
 
 
+MAX_PATH_PART = 64
+"""A path part (a dict key from the caller's input) is cut to this many characters:
+the path goes back in the status trailer, which gRPC caps at 16 KiB."""
+
+
 def _path(loc: tuple[int | str, ...], field: str = "input_json") -> str:
     """``input_json.items[2].name`` for pydantic's ``("items", 2, "name")``."""
     path = field
     for part in loc:
-        path += f"[{part}]" if isinstance(part, int) else f".{part}"
+        if isinstance(part, int):
+            path += f"[{part}]"
+        else:
+            shown = part if len(part) <= MAX_PATH_PART else part[: MAX_PATH_PART - 1] + "…"
+            path += f".{shown}"
     return path
 
 

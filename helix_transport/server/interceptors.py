@@ -56,7 +56,8 @@ def status_for(exc: HelixError) -> grpc.StatusCode:
 async def _abort(context: grpc.aio.ServicerContext[Any, Any], method: str, exc: Exception) -> None:
     # A HelixError mapped to INTERNAL may carry internals (a child's address): not sent.
     if isinstance(exc, HelixError) and (code := status_for(exc)) is not grpc.StatusCode.INTERNAL:
-        await context.abort(code, exc.message, trailing_metadata=rich_trailer(code, exc))
+        message = _rich_status.cut(exc.message)
+        await context.abort(code, message, trailing_metadata=rich_trailer(code, exc))
     # Never send internals across the wire: log them with a reference the caller can quote.
     ref = uuid.uuid4().hex[:12]
     logger.error("unhandled error in %s (ref %s)", method, ref, exc_info=exc)

@@ -75,6 +75,13 @@ BAD_REQUESTS: list[tuple[str, object, str]] = [
     # A fresh turn's message is its input: checked as Start checks one (it was not).
     ("Continue", pb.ContinueRequest(session_id="s", message='{"topic": 5}', turn=2, fresh=True), "message.topic"),
     ("Continue", pb.ContinueRequest(session_id="s", message="[" * 100 + "]" * 100, turn=2, fresh=True), "message"),
+    # An unclosed string of escaped quotes: the depth check was quadratic in it (40 KB
+    # held the event loop 7 s), and this one would have held it for hours.
+    ("Start", pb.StartRequest(input_json="[" * 65 + '"' + '\\"' * 300_000 + "\\"), "input_json"),
+    # A key from the input is part of the field's path, cut so the trailer fits (a 20 KB
+    # key made the status RESOURCE_EXHAUSTED: gRPC's 16 KiB cap on metadata).
+    ("Start", pb.StartRequest(input_json=json.dumps({"topic": "t", "tags": {"k" + "x" * 20_000: 1}})), "input_json.tags.k" + "x" * 62 + "…"),
+    ("Start", pb.StartRequest(input_json=json.dumps({"topic": "t", "tags": {f"{i}" + "x" * 1_000: 1 for i in range(40)}})), "input_json.tags.0" + "x" * 62 + "…"),
 ]  # fmt: skip
 
 
@@ -291,14 +298,19 @@ def test_json_depth_matches_the_parsed_depth(value: object) -> None:
         assert json_depth_exceeds(text, limit) == (depth > limit), (text, limit)
 
 
+@pytest.mark.timeout(60)  # the quadratic check of the unclosed strings took hours
 def test_json_depth_check_is_fast_on_a_megabyte() -> None:
     import time
 
     worst = "[" * (1 << 19) + "]" * (1 << 19)
     strings = json.dumps(["[" * 100] * 10_000)
+    unclosed = "[" * 65 + '"' + '\\"' * (1 << 19)
     started = time.perf_counter()
     assert json_depth_exceeds(worst, 64)
     assert not json_depth_exceeds(strings, 64)
+    # Unbalanced, so left to the parser: what matters is that the check ends.
+    assert not json_depth_exceeds(unclosed, 64)
+    assert not json_depth_exceeds(unclosed + "\\", 64)
     elapsed = time.perf_counter() - started
     print(f"depth checks of 2 x ~1 MiB: {elapsed * 1000:.1f} ms")
 
