@@ -364,6 +364,9 @@ class SessionRunner:
         for record in await self.store.list_sessions(status=SessionStatus.RUNNING):
             if record.session_id in self._runs or record.session_id in self._creating:
                 continue
+            # Services of several agent types may share one store: each resumes its own.
+            if record.agent_type != self.agent.name:
+                continue
             # Never leased and younger than a lease: its Start (on a replica of a version
             # that leased after creating) may be between the two. Older, its creator died.
             if not record.owner and time.time() - record.created_at < self.lease_ttl_s:

@@ -12,8 +12,8 @@ Every key starts with the store's prefix (``{prefix}:...``):
 
 Each write that touches more than one key, or reads before it writes, is one Lua
 script, so it is atomic on the server without WATCH/MULTI round trips. Scripts touch
-keys of several sessions (the status sets), so this needs a single Redis (or a
-Sentinel-managed primary), not Redis Cluster.
+keys of several sessions (the status sets), so this needs a single Redis, not Redis
+Cluster. Nor Sentinel: the store connects to one address and follows no failover.
 """
 
 from __future__ import annotations

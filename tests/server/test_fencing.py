@@ -99,6 +99,34 @@ async def test_orphan_scan_leaves_a_session_between_create_and_lease() -> None:
         assert await server.runner.resume_orphans() == 0
 
 
+async def test_orphan_scan_resumes_only_sessions_of_its_own_agent_type() -> None:
+    """Services of several agent types on one store (as the k8s manifests deploy them):
+    a crashed summarizer's session was taken over by the researcher's scan and failed."""
+    store = MemoryStore()
+    input_json = json.dumps({"steps": 1, "words": 1})
+    for session_id, agent_type in (("mine", "counter"), ("theirs", "summarizer")):
+        await store.create_session(
+            SessionRecord(
+                session_id=session_id,
+                agent_type=agent_type,
+                input_json=input_json,
+                input_hash=input_fingerprint(input_json),
+                created_at=time.time() - 3600,  # its creator died long ago
+            )
+        )
+    async with await create_server(counter, store, allow_unauthenticated=True) as server:
+
+        async def mine_done() -> bool:
+            done = await store.get_session("mine")
+            return done is not None and done.status is SessionStatus.COMPLETED
+
+        await assert_eventually(mine_done)
+        assert await server.runner.resume_orphans() == 0
+    theirs = await store.get_session("theirs")
+    assert theirs is not None
+    assert (theirs.status, theirs.owner, theirs.last_sequence) == (SessionStatus.RUNNING, "", 0)
+
+
 class _HeldCreate(MemoryStore):
     """Holds each create_session's answer (the session is already stored) until released."""
 
