@@ -169,8 +169,11 @@ def _short(text: str, limit: int = 100) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _proto_json(message: pb.GetStatusResponse | pb.DescribeResponse) -> str:
-    return json_format.MessageToJson(message, preserving_proto_field_name=True, indent=2)
+def _proto_json(
+    message: pb.GetStatusResponse | pb.DescribeResponse | pb.StreamEvent, *, indent: int | None = 2
+) -> str:
+    """JSON with the proto's own field names, as every command prints them."""
+    return json_format.MessageToJson(message, preserving_proto_field_name=True, indent=indent)
 
 
 def _client_auth(args: argparse.Namespace) -> ClientAuth | None:
@@ -229,7 +232,7 @@ async def _call(args: argparse.Namespace) -> int:
         final: pb.StreamEvent | None = None
         async for event in client.stream(session_id, from_sequence=args.from_sequence):
             if args.json:
-                print(json_format.MessageToJson(event, indent=None), flush=True)
+                print(_proto_json(event, indent=None), flush=True)
             else:
                 printer.print(event)
             final = event
@@ -296,7 +299,6 @@ def _serve(args: argparse.Namespace) -> int:
         "false",
         "no",
     )
-    health_port = args.health_port or os.environ.get("HELIX_HEALTH_PORT", "")
     config = ServerConfig(
         host=args.host,
         port=args.port,
@@ -305,7 +307,7 @@ def _serve(args: argparse.Namespace) -> int:
         graceful_shutdown_timeout_s=args.drain_timeout,
         heartbeat_interval_s=args.heartbeat_interval,
         reflection=reflection,
-        health_port=int(health_port) if health_port else None,
+        health_port=args.health_port,
         limits=Limits.from_env(
             max_message_bytes=args.max_message_bytes,
             max_input_bytes=args.max_input_bytes,
@@ -449,8 +451,8 @@ def _serve_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--health-port",
         type=int,
-        default=None,
-        help="plaintext health-only port (HELIX_HEALTH_PORT)",
+        default=os.environ.get("HELIX_HEALTH_PORT") or None,  # converted as --port's
+        help="plaintext health-only port, 0 to pick one (HELIX_HEALTH_PORT)",
     )
     auth = parser.add_argument_group("authentication (see README, Security)")
     auth.add_argument("--auth-tokens", default="", help="token file (HELIX_AUTH_TOKENS_FILE)")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 
 import pytest
@@ -49,6 +50,20 @@ async def test_call_status_interrupt_describe() -> None:
         )
         lines = [json.loads(line) for line in out.splitlines()]
         assert code == 0 and int(lines[0]["sequence"]) == 4
+        # The proto's field names, as `status` and `describe` print them.
+        assert lines[-1]["session_id"] == "c1" and "output_json" in lines[-1]["completed"]
+
+
+async def test_a_bad_health_port_is_a_usage_error() -> None:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "helix_transport.cli", "serve", "tests.agents:counter",
+        "--allow-unauthenticated", "--store", "memory://",
+        cwd=ROOT, env={**os.environ, "HELIX_HEALTH_PORT": "abc"},
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    _, err = await asyncio.wait_for(proc.communicate(), timeout=60)
+    assert proc.returncode == 2  # argparse's, as for a bad HELIX_PORT: not a traceback
+    assert "argument --health-port: invalid int value: 'abc'" in err.decode()
 
 
 async def test_status_waits_for_a_running_session_to_end(monkeypatch: pytest.MonkeyPatch) -> None:
