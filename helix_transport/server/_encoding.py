@@ -22,7 +22,8 @@ from helix_transport._proto.helix.agent.v1 import agent_pb2_grpc as pb_grpc
 from helix_transport._wire import varint
 
 MAX_RESPONSE_BYTES = 1 << 20
-"""Events are packed into one ``StreamResponse`` up to about this size."""
+"""Events are packed into one ``StreamResponse`` up to this size (or half the server's
+``max_message_bytes``, when that is smaller: one event may take up that half)."""
 
 _EVENTS_KEY = b"\x0a"
 """``StreamResponse.events``: field 1, length-delimited."""
@@ -34,9 +35,9 @@ def _head(size: int) -> bytes:
     return _SHORT_HEADS[size] if size < 0x80 else _EVENTS_KEY + varint(size)
 
 
-def encode_responses(encoded: Sequence[bytes]) -> list[bytes]:
+def encode_responses(encoded: Sequence[bytes], most: int = MAX_RESPONSE_BYTES) -> list[bytes]:
     """Serialized events as encoded ``StreamResponse`` messages, split only where one
-    would pass ``MAX_RESPONSE_BYTES`` (an event larger than that goes alone)."""
+    would pass ``most`` bytes (an event larger than that goes alone)."""
     count = len(encoded)
     if count == 1:  # a live stream's usual response (alone, whatever its size)
         data = encoded[0]
@@ -45,16 +46,16 @@ def encode_responses(encoded: Sequence[bytes]) -> list[bytes]:
         heads = [
             _SHORT_HEADS[n] if n < 0x80 else _EVENTS_KEY + varint(n) for n in map(len, encoded)
         ]
-        if sum(map(len, heads)) + sum(map(len, encoded)) <= MAX_RESPONSE_BYTES:
+        if sum(map(len, heads)) + sum(map(len, encoded)) <= most:
             return [b"".join(chain.from_iterable(zip(heads, encoded, strict=False)))]
     responses: list[bytes] = []
     parts: list[bytes] = []
     size = 0
     for data in encoded:
-        if parts and size + len(data) > MAX_RESPONSE_BYTES:
+        head = _head(len(data))
+        if parts and size + len(head) + len(data) > most:
             responses.append(b"".join(parts))
             parts, size = [], 0
-        head = _head(len(data))
         parts += (head, data)
         size += len(head) + len(data)
     if parts:

@@ -23,7 +23,7 @@ from helix_transport.agent.definition import Agent
 from helix_transport.remote import CASCADE_TIMEOUT_S
 from helix_transport.server import _validation as check
 from helix_transport.server._continue import continue_session
-from helix_transport.server._encoding import encode_responses
+from helix_transport.server._encoding import MAX_RESPONSE_BYTES, encode_responses
 from helix_transport.server._heartbeat import heartbeat
 from helix_transport.server._identity import current_principal
 from helix_transport.server._ownership import visible
@@ -63,6 +63,9 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
         self.poll_interval_s = poll_interval_s
         self.heartbeat_interval_s = heartbeat_interval_s
         self.limits = limits
+        # A response must pass the server's own send limit, and the client's: a reader
+        # given more would fail at the same place on every reconnect.
+        self._response_bytes = min(MAX_RESPONSE_BYTES, limits.max_message_bytes // 2)
         self.accepting = True
         self._starting = 0  # Starts between the capacity check and their run starting
 
@@ -153,7 +156,7 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
             if not batch.encoded:  # quiet for a while: a sign of life, not an event
                 yield pb.StreamResponse(heartbeat=await heartbeat(self.store, session_id))
                 continue
-            for response in encode_responses(batch.encoded):
+            for response in encode_responses(batch.encoded, self._response_bytes):
                 yield response
 
     async def GetStatus(

@@ -1,11 +1,17 @@
-"""Stream responses encoded from event bytes equal what protobuf would build."""
+"""Stream responses encoded from event bytes equal what protobuf would build, and fit\nthe server's message limit."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from helix_transport import AgentClient, Limits, ServerConfig, SessionStatus, create_server
+from helix_transport._eventlog import EventHub, SessionWriter
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.server._encoding import MAX_RESPONSE_BYTES, encode_responses
+from helix_transport.store import MemoryStore, SessionRecord, SessionUpdate
+from tests.agents import counter
 
 
 def _event(sequence: int, text_size: int) -> pb.StreamEvent:
@@ -51,3 +57,36 @@ def test_an_event_over_the_limit_goes_alone() -> None:
 
 def test_no_events_no_responses() -> None:
     assert encode_responses([]) == []
+
+
+def test_a_batch_of_a_few_events_splits_at_a_smaller_budget_heads_counted() -> None:
+    batch = [_event(i + 1, 1000) for i in range(20)]
+    each = pb.StreamResponse(events=batch[:1]).ByteSize()  # the event and its field header
+    responses = encode_responses(_encoded(batch), most=each * 3)
+    assert [len(pb.StreamResponse.FromString(r).events) for r in responses] == [3] * 6 + [2]
+    assert all(len(r) <= each * 3 for r in responses)
+
+
+async def test_a_server_with_a_small_message_limit_streams_a_log_of_large_events() -> None:
+    # Each 100 KiB result fits the 256 KiB limit (results may take half of it), but the
+    # replay packed four into one 400 KiB response, over the server's send limit: the
+    # reader failed RESOURCE_EXHAUSTED at the same place on every reconnect.
+    store = MemoryStore()
+    record = SessionRecord(session_id="s", agent_type="counter", input_json="{}", input_hash="")
+    await store.create_session(record)
+    writer = SessionWriter(store, EventHub(), session_id="s", agent_type="counter", last_sequence=0)
+    result = json.dumps("r" * (100 << 10))
+    for i in range(4):
+        writer.emit(pb.StreamEvent(tool_end=pb.ToolEnd(tool_call_id=f"c{i}", result_json=result)))
+    await writer.finish(
+        pb.StreamEvent(completed=pb.Completed(output_json="{}")),
+        SessionUpdate(status=SessionStatus.COMPLETED),
+    )
+    config = ServerConfig(limits=Limits(max_message_bytes=256 << 10, max_input_bytes=1 << 10))
+    async with (
+        await create_server(counter, store, config, allow_unauthenticated=True) as server,
+        await AgentClient.connect(server.address) as client,
+    ):
+        events = [event async for event in client.stream("s")]
+    assert [e.sequence for e in events] == [1, 2, 3, 4, 5]
+    assert events[-1].WhichOneof("payload") == "completed"
