@@ -58,9 +58,9 @@ async def read_turns(store: Store, session_id: str, *, after: int = 0) -> list[S
     position = after
     while True:
         events = await store.read(session_id, from_sequence=position, limit=READ_LIMIT)
-        turns += [_started(e) for e in events if e.WhichOneof("payload") == "turn_started"]
-        if len(events) < READ_LIMIT:
+        if not events:  # only an empty page ends the log: SQLite cuts one at 4 MiB
             return turns
+        turns += [_started(e) for e in events if e.WhichOneof("payload") == "turn_started"]
         position = events[-1].sequence
 
 
@@ -133,11 +133,11 @@ async def heal(
     position = after
     while position < until:
         events = await store.read(session_id, from_sequence=position, limit=READ_LIMIT)
+        if not events:  # a page may be short (SQLite cuts one at 4 MiB): not the end
+            break
         for event in events:
             if event.sequence < until and event.WhichOneof("payload") == "tool_end":
                 results[event.tool_end.tool_call_id] = event.tool_end
-        if len(events) < READ_LIMIT:
-            break
         position = events[-1].sequence
     healed = list(messages)
     for call in last["tool_calls"]:

@@ -429,14 +429,13 @@ class ForwardedSoFar:
             events = await self._store.read(
                 self._session_id, from_sequence=self._read_to, limit=READ_LIMIT
             )
+            if not events:  # only an empty page ends the log: a store may cut one short
+                return
             for event in events:
                 if event.WhichOneof("payload") == "child_event":
                     call, child = event.child_event.tool_call_id, event.child_event.event
                     self._last[call] = max(self._last.get(call, 0), child.sequence)
-            if events:
-                self._read_to = events[-1].sequence
-            if len(events) < READ_LIMIT:
-                return
+            self._read_to = events[-1].sequence
 
 
 def forwarded_so_far(ctx: ToolContext) -> ForwardedSoFar:

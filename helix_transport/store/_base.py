@@ -126,7 +126,9 @@ class Store(Protocol):
     ) -> list[StreamEvent]:
         """Up to ``limit`` events with ``sequence > from_sequence``, in order.
 
-        ``limit`` is capped at ``READ_LIMIT``; a limit below 1 returns ``[]``.
+        ``limit`` is capped at ``READ_LIMIT``; a limit below 1 returns ``[]``. A page
+        may hold fewer events than asked for while more follow (SQLite cuts one at
+        4 MiB): only an empty page means there is nothing after ``from_sequence``.
         """
         ...
 
