@@ -537,6 +537,9 @@ async def _follow(
             await _wait(waiter, poll_interval_s)
 
 
+_NOTICE_GRACE_S = 0.25
+
+
 async def _wait_either(
     waiter: asyncio.Future[None],
     store: EventNotifier,
@@ -552,7 +555,11 @@ async def _wait_either(
     )
     waits: set[asyncio.Future[Any]] = {local, notice}
     try:
-        done, _ = await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        # A notice that times out returns by itself; the grace lets it, since cancelling
+        # a blocked read costs its connection (redis-py drops it): one a poll a reader.
+        done, _ = await asyncio.wait(
+            waits, timeout=timeout_s + _NOTICE_GRACE_S, return_when=asyncio.FIRST_COMPLETED
+        )
         if notice in done and notice.exception() is not None and local not in done:
             # The store cannot wait now (its notices are down): poll, do not spin.
             await asyncio.wait({local}, timeout=max(0.0, deadline - time.monotonic()))

@@ -61,3 +61,36 @@ async def test_events_already_there_return_at_once(two_stores: tuple[Store, Stor
     started = time.monotonic()
     assert await reader.wait_for_events("s1", after_sequence=1, timeout_s=5) is True
     assert time.monotonic() - started < 1.0
+
+
+async def test_an_idle_follower_on_redis_keeps_its_connection(redis_url: str) -> None:
+    # The follow loop's wait used to time out together with the blocked XREAD and cancel
+    # it, and redis-py drops a connection whose read is cancelled: each follower served
+    # from the store opened a new connection every poll interval.
+    import redis.asyncio as aioredis
+
+    from helix_transport._eventlog import EventHub, follow
+
+    store = await open_store(f"{redis_url}?prefix=helix_test_{uuid.uuid4().hex[:16]}")
+    admin = aioredis.Redis.from_url(redis_url)
+
+    async def connections_made() -> int:
+        return int((await admin.info("stats"))["total_connections_received"])
+
+    async def read_all() -> None:
+        async for _ in follow(store, EventHub(), "s1", from_sequence=0, poll_interval_s=0.1):
+            pass
+
+    try:
+        await store.create_session(make_record("s1"))
+        before = await connections_made()
+        readers = [asyncio.create_task(read_all()) for _ in range(4)]
+        await asyncio.sleep(2)  # 20 polls each
+        made = await connections_made() - before
+        for reader in readers:
+            reader.cancel()
+        await asyncio.gather(*readers, return_exceptions=True)
+    finally:
+        await admin.aclose()
+        await store.aclose()
+    assert made <= 8, made  # each reader's first, and some slack; it was 4 x 20
