@@ -192,8 +192,13 @@ class SpanHooks:
         self.tracer = tracer
         self.agent_type = agent_type
         self.record = record
-        self.root_session_id = record.metadata.get(ROOT_SESSION_KEY) or record.session_id
-        remote = _PROPAGATOR.extract(carrier=dict(record.metadata))
+        # A root session is its own root, whatever its metadata says: the trace of a
+        # session id is derived from it, so a caller naming another's root id (or its
+        # trace, in a `traceparent`) would have put its run in that trace.
+        child = bool(record.parent_session_id)
+        inherited = record.metadata if child else {}
+        self.root_session_id = inherited.get(ROOT_SESSION_KEY) or record.session_id
+        remote = _PROPAGATOR.extract(carrier=dict(inherited))
         if trace.get_current_span(remote).get_span_context().is_valid:
             self._parent: Context | None = remote
         else:

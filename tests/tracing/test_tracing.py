@@ -177,6 +177,46 @@ async def test_the_runner_uses_the_free_no_op_hooks_without_tracing() -> None:
     assert server.runner._hooks_for(record) is NO_HOOKS
 
 
+def test_a_root_session_is_its_own_root_whatever_its_metadata_says() -> None:
+    # A caller naming another session as its root (or sending that trace's traceparent)
+    # put its run in that trace and Langfuse session: another tenant's, possibly.
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from helix_transport.tracing.otel import SpanHooks, make_provider
+
+    exporter = InMemorySpanExporter()
+    provider = make_provider("counter")
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("test")
+    victim = trace_id_for("alice-1")
+    spoofed = {
+        "helix.root_session_id": "alice-1",
+        "traceparent": f"00-{victim:032x}-{0xABCDEF:016x}-01",
+    }
+    for session_id, parent in (("carol-1", ""), ("alice-1-remote-c1", "alice-1")):
+        record = SessionRecord(
+            session_id=session_id,
+            agent_type="counter",
+            input_json="{}",
+            input_hash="",
+            parent_session_id=parent,
+            metadata=spoofed,
+        )
+        hooks = SpanHooks(tracer, agent_type="counter", record=record)
+        hooks.on_run_start(resumed=False, step=1)
+        hooks.on_run_end(status=SessionStatus.COMPLETED, usage=Usage(), error="")
+    root, child = exporter.get_finished_spans()
+    assert root.context is not None and child.context is not None
+    assert root.context.trace_id == trace_id_for("carol-1") != victim
+    assert root.attributes is not None and root.attributes["langfuse.session.id"] == "carol-1"
+    assert root.parent is None
+    # A child (it names its parent) goes on inheriting its trace, as delegation needs.
+    assert child.context.trace_id == victim
+    assert child.attributes is not None and child.attributes["langfuse.session.id"] == "alice-1"
+    provider.shutdown()
+
+
 # --- Process level -------------------------------------------------------------------
 
 
