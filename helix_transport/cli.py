@@ -212,8 +212,8 @@ def _say_if_slow(message: str, *, after_s: float = _SLOW_S) -> Iterator[None]:
 async def _call(args: argparse.Namespace) -> int:
     config = ClientConfig(rpc_timeout=timedelta(seconds=args.timeout))
     waiting = (
-        f"no answer from {args.address} yet; retrying for up to "
-        f"{config.reconnect.deadline.total_seconds():g} s (Ctrl-C stops)"
+        f"{args.address} is not serving yet (not listening, starting or draining); "
+        f"retrying for up to {config.reconnect.deadline.total_seconds():g} s (Ctrl-C stops)"
     )
     async with await _connect(args, config) as client:
         session_id = args.session_id

@@ -101,7 +101,8 @@ async def test_call_says_it_is_waiting_for_a_service_that_is_not_up_yet() -> Non
     assert proc.stderr is not None
     line = await asyncio.wait_for(proc.stderr.readline(), timeout=20)
     assert line.decode().strip() == (
-        f"helix-mesh: no answer from 127.0.0.1:{port} yet; retrying for up to 30 s (Ctrl-C stops)"
+        f"helix-mesh: 127.0.0.1:{port} is not serving yet (not listening, starting or "
+        "draining); retrying for up to 30 s (Ctrl-C stops)"
     )
     config = ServerConfig(port=port)
     async with await create_server(counter, MemoryStore(), config, allow_unauthenticated=True):
