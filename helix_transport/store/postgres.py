@@ -146,6 +146,7 @@ _PUT_REF = _upsert(
     "subsession_refs", _REF_COLUMNS, ("parent_session_id", "child_session_id"), replace=True
 )
 _GET_SESSION = "SELECT * FROM {s}.sessions WHERE session_id = $1"
+_LAST_SEQUENCE = "SELECT last_sequence FROM {s}.sessions WHERE session_id = $1"
 _LIST_SESSIONS = "SELECT * FROM {s}.sessions WHERE status = $1 ORDER BY created_at, session_id"
 _INSERT_EVENTS = (
     "INSERT INTO {s}.events (session_id, sequence, data) "
@@ -157,6 +158,54 @@ _READ = (
 _CHECKPOINT_COLUMNS = [f.name for f in dataclasses.fields(Checkpoint)]
 _SAVE_CHECKPOINT = _upsert("checkpoints", _CHECKPOINT_COLUMNS, ("session_id",), replace=True)
 _LOAD_CHECKPOINT = "SELECT * FROM {s}.checkpoints WHERE session_id = $1"
+# Fields a SessionUpdate sets (NULL: left as is), then the two times it stamps.
+_UPDATED_COLUMNS = [c for c in _STATE_COLUMNS if c != "last_sequence"]
+_CHECKPOINT_TYPES = {
+    "session_id": "text",
+    "step": "integer",
+    "messages": "json",
+    "usage": "jsonb",
+    "last_sequence": "bigint",
+    "state": "json",
+}
+
+
+def _fenced_append(*, checkpoint: bool) -> str:
+    """A fenced append as one statement, so one round trip and its own transaction (the
+    transaction path takes six: BEGIN, a locking read, the inserts, the update, COMMIT).
+
+    $1 session, $2 the expected end of the log, $3 the events' bytes, then the update's
+    columns and, with ``checkpoint``, the checkpoint's; the last parameter is the
+    ``NOTIFY`` channel. The ``UPDATE`` is the fence: under READ COMMITTED a concurrent
+    append makes it wait, then re-check ``last_sequence`` on the row that append left,
+    and match nothing. No row back: a conflict, or no such session.
+    """
+    n = 4 + len(_UPDATED_COLUMNS)
+    sets = ", ".join(f"{c} = COALESCE(${i}, {c})" for i, c in enumerate(_UPDATED_COLUMNS, 4))
+    sql = (
+        "WITH moved AS (UPDATE {s}.sessions SET last_sequence = $2 + cardinality($3::bytea[]), "
+        f"{sets} WHERE session_id = $1 AND last_sequence = $2 RETURNING last_sequence), "
+        "stored AS (INSERT INTO {s}.events (session_id, sequence, data) "
+        "SELECT $1, $2 + e.n, e.data FROM moved, unnest($3::bytea[]) WITH ORDINALITY AS e(data, n))"
+    )
+    if checkpoint:
+        columns = _CHECKPOINT_COLUMNS
+        values = ", ".join(f"${i}::{_CHECKPOINT_TYPES[c]}" for i, c in enumerate(columns, n))
+        rest = ", ".join(f"{c} = EXCLUDED.{c}" for c in columns if c != "session_id")
+        sql += (
+            f", saved AS (INSERT INTO {{s}}.checkpoints ({', '.join(columns)}) "
+            f"SELECT {values} FROM moved ON CONFLICT (session_id) DO UPDATE SET {rest})"
+        )
+        n += len(columns)
+    # Delivered on commit only, so listeners never hear of an append that failed.
+    return sql + (
+        " SELECT last_sequence, CASE WHEN cardinality($3::bytea[]) > 0 "
+        f"THEN pg_notify(${n}::text, $1) END FROM moved"
+    )
+
+
+_APPEND_FENCED = _fenced_append(checkpoint=False)
+_APPEND_FENCED_CHECKPOINT = _fenced_append(checkpoint=True)
 _SET_INTERRUPT = _upsert("interrupts", ["session_id", "reason"], ("session_id",), replace=True)
 _TAKE_INTERRUPT = "DELETE FROM {s}.interrupts WHERE session_id = $1 RETURNING reason"
 _PENDING_INTERRUPTS = "SELECT session_id FROM {s}.interrupts WHERE session_id = ANY($1::text[])"
@@ -438,12 +487,25 @@ class PostgresStore:
     ) -> int:
         """Append ``events``, assigning their sequences in place (see ``Store.append``).
 
-        One transaction that first locks the session row, so concurrent appenders
-        queue up. When the append fails, the events keep their previous sequences.
+        Fenced, one statement (``_fenced_append``); unfenced, one transaction that first
+        locks the session row, so concurrent appenders queue up. When the append fails,
+        the events keep their previous sequences.
         """
         given = given_bytes(events, expected_sequence, encoded)
         check_checkpoint(checkpoint, expected_sequence, appended_count(events, given))
         previous = [event.sequence for event in events]
+        if expected_sequence is not None:  # fenced (every append of a run): one statement
+            try:
+                for sequence, event in enumerate(events, expected_sequence + 1):
+                    event.sequence = sequence
+                data = given if given is not None else [e.SerializeToString() for e in events]
+                return await self._append_fenced(
+                    session_id, expected_sequence, data, update=update, checkpoint=checkpoint
+                )
+            except BaseException:
+                for event, sequence in zip(events, previous, strict=True):
+                    event.sequence = sequence
+                raise
         try:
             async with self._transaction() as conn:
                 row = await conn.fetchrow(self._q(_GET_SESSION + " FOR UPDATE"), session_id)
@@ -479,6 +541,37 @@ class PostgresStore:
             for event, sequence in zip(events, previous, strict=True):
                 event.sequence = sequence
             raise
+
+    async def _append_fenced(
+        self,
+        session_id: str,
+        expected_sequence: int,
+        data: Sequence[bytes],
+        *,
+        update: SessionUpdate | None,
+        checkpoint: Checkpoint | None,
+    ) -> int:
+        """An append whose sequences are known (fenced, events given as bytes) in one
+        statement: see ``_fenced_append``."""
+        changes: list[Any] = [None] * len(_UPDATED_COLUMNS)
+        if update is not None:
+            now = time.time()
+            record = _columns(update) | {"updated_at": now, "finished_at": None}
+            if update.status is not None and update.status.is_terminal:
+                record["finished_at"] = now  # as SessionUpdate.apply stamps it
+            changes = [record[c] for c in _UPDATED_COLUMNS]
+        args: list[Any] = [session_id, expected_sequence, list(data), *changes]
+        if checkpoint is not None:
+            args += _columns(checkpoint).values()
+        args.append(self.channel)
+        template = _APPEND_FENCED if checkpoint is None else _APPEND_FENCED_CHECKPOINT
+        row = await self._call("fetchrow", template, *args)
+        if row is not None:
+            return int(row["last_sequence"])
+        last = await self._call("fetchval", _LAST_SEQUENCE, session_id)
+        if last is None:
+            raise SessionNotFound(session_id)
+        raise SequenceConflict(session_id, expected_sequence, last)
 
     async def read(
         self, session_id: str, *, from_sequence: int = 0, limit: int = READ_LIMIT
