@@ -134,37 +134,8 @@ class RunLoop:
 
     async def _start_or_resume(self, resume_reason: str) -> tuple[_RunState, bool]:
         """The run's state, and whether it needs a checkpoint before its first step."""
-        # A checkpoint is saved only after run_started is in the log, so a record whose
-        # log is empty has none: skip the read. (Were the record stale, the writer's
-        # first append would be fenced off by the run that did write.)
-        checkpoint = (
-            None
-            if self.record.last_sequence == 0
-            else await self.store.load_checkpoint(self.session_id)
-        )
-        if checkpoint is not None:
-            # A continued session: a turn committed after the checkpoint begins now.
-            pending = await read_turns(self.store, self.session_id, after=checkpoint.last_sequence)
-            if pending:
-                return await self._begin_turn(checkpoint, pending[-1], resume_reason)
-            self.writer.step = checkpoint.step + 1
-            self.writer.emit(_resumed(checkpoint.step + 1, resume_reason))
-            self.hooks.on_run_start(resumed=True, step=checkpoint.step + 1)
-            state = _RunState(
-                step=checkpoint.step,
-                messages=list(checkpoint.messages),
-                usage=checkpoint.usage,
-                state=dict(checkpoint.state),
-            )
-            return state, False
         record = self.record
-        # A log with events but no checkpoint: the run died before its first step's
-        # checkpoint landed. It starts over from step 1, but its log already has its one
-        # run_started.
-        started = record.last_sequence > 0
-        if started:
-            self.writer.emit(_resumed(1, resume_reason))
-        else:
+        if record.last_sequence == 0:  # a new run (no checkpoint without run_started)
             self.writer.emit(
                 pb.StreamEvent(
                     run_started=pb.RunStarted(
@@ -174,13 +145,34 @@ class RunLoop:
                     )
                 )
             )
+            self.hooks.on_run_start(resumed=False, step=1)
+            # No checkpoint before step 1: it would hold only what the record's input
+            # gives (see _initial), so the first model call does not wait for a write.
+            return _RunState(step=0, messages=self._initial().messages), False
+        # None saved: the run ended or died before its first step's checkpoint. Its
+        # start is that checkpoint (a resumed run emits run_resumed, not run_started).
+        checkpoint = await self.store.load_checkpoint(self.session_id) or self._initial()
+        # A continued session: a turn committed after the checkpoint begins now.
+        pending = await read_turns(self.store, self.session_id, after=checkpoint.last_sequence)
+        if pending:
+            return await self._begin_turn(checkpoint, pending[-1], resume_reason)
+        self.writer.step = checkpoint.step + 1
+        self.writer.emit(_resumed(checkpoint.step + 1, resume_reason))
+        self.hooks.on_run_start(resumed=True, step=checkpoint.step + 1)
+        state = _RunState(
+            step=checkpoint.step,
+            messages=list(checkpoint.messages),
+            usage=checkpoint.usage,
+            state=dict(checkpoint.state),
+        )
+        return state, False
+
+    def _initial(self) -> Checkpoint:
+        """The checkpoint a run has before its first step: its input, nothing done."""
         # The model sees the validated input, defaults filled in.
-        user = self.agent.input_model.model_validate_json(record.input_json).model_dump_json()
-        self.hooks.on_run_start(resumed=started, step=1)
-        # No checkpoint before step 1: it would hold only what the record's input
-        # gives, which is how a run resumed without one starts over (above). So the
-        # first model call does not wait for a write.
-        return _RunState(step=0, messages=self._first_messages(user)), False
+        model = self.agent.input_model.model_validate_json(self.record.input_json)
+        messages = self._first_messages(model.model_dump_json())
+        return Checkpoint(session_id=self.session_id, step=0, messages=messages)
 
     def _first_messages(self, user: str) -> list[dict[str, Any]]:
         system = "\n\n".join(p for p in (self.agent.system_prompt, FINISH_INSTRUCTIONS) if p)

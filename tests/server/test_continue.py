@@ -186,6 +186,29 @@ async def test_an_interrupt_left_over_from_the_last_turn_does_not_stop_the_next(
     assert not interrupted.accepted
 
 
+async def test_a_turn_after_one_that_ended_before_any_checkpoint_runs_its_own_input(
+    serve: Serve, store: Store
+) -> None:
+    # No checkpoint is written before step 1, so a turn interrupted before its first
+    # step ends with none; the next turn's run took that for a crash and re-ran the
+    # first turn's input instead of the new one (found by a companion test).
+    async with serve(counter) as (_, client):
+        await store.set_interrupt("i1", "before it begins")
+        await client.start(json.dumps({"steps": 40, "words": 5}), session_id="i1")
+        first = await collect(client, "i1")
+        assert kinds(first) == ["run_started", "interrupted"]
+        assert await store.load_checkpoint("i1") is None
+        fresh = json.dumps({"steps": 1, "words": 1})
+        reply = await client.continue_session("i1", fresh, turn=2, fresh=True)
+        second = await collect(client, "i1", after=reply.from_sequence)
+        reply = await client.continue_session("i1", "once more", turn=3)
+        third = await collect(client, "i1", after=reply.from_sequence)
+
+    assert kinds(second)[0] == "turn_started" and kinds(second)[-1] == "completed"
+    assert json.loads(second[-1].completed.output_json) == {"total": 1, "steps": 1}
+    assert kinds(third)[0] == "turn_started" and kinds(third)[-1] == "completed"
+
+
 async def test_a_running_session_cannot_be_continued(serve: Serve) -> None:
     async with serve(counter) as (_, client):
         await client.start(json.dumps({"steps": 40, "words": 200}), session_id="r1")
