@@ -82,7 +82,7 @@ from helix_transport.agent.definition import Agent
 from helix_transport.agent.tools import Tool, ToolContext, ToolError
 from helix_transport.registry import resolve_address
 from helix_transport.remote import (
-    ROOT_SESSION_KEY,
+    child_metadata,
     save_child_ref,
     subagent_ended,
     subagent_started,
@@ -556,10 +556,7 @@ class Companions:
             tool_call_id=ctx.tool_call_id,
         )
         client = await ctx.clients.get(address)
-        metadata = {
-            **ctx.metadata,
-            ROOT_SESSION_KEY: ctx.metadata.get(ROOT_SESSION_KEY, ctx.session_id),
-        }
+        metadata = child_metadata(ctx)
         # The ref before the Start, so that an interrupt cascading while the Start is in
         # flight finds the child (see remote.Cascade).
         previous = await ctx.store.get_subsession_ref(ctx.session_id, child.session_id)

@@ -55,7 +55,7 @@ from helix_transport.agent.loop import NUDGE
 from helix_transport.agent.tools import Tool, ToolContext, ToolError
 from helix_transport.registry import resolve_address
 from helix_transport.remote import (
-    ROOT_SESSION_KEY,
+    child_metadata,
     save_child_ref,
     subagent_ended,
     subagent_started,
@@ -229,10 +229,7 @@ class Dispatcher:
     async def _start(self, ctx: ToolContext, task: _Task, input_json: str) -> None:
         """Start one task; a failure marks it failed, never the batch: the batch is
         recorded whatever happens to each task, so no started child goes unrecorded."""
-        metadata = {
-            **ctx.metadata,
-            ROOT_SESSION_KEY: ctx.metadata.get(ROOT_SESSION_KEY, ctx.session_id),
-        }
+        metadata = child_metadata(ctx)
         try:
             client = await ctx.clients.get(task.address)
             # The ref before the Start, so that an interrupt cascading while the Start

@@ -22,7 +22,7 @@ import dataclasses
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel
@@ -54,6 +54,27 @@ REF_SAVE_SECONDS = 0.25
 
 Time-based only: a count trigger made the forwarder wait for the parent's log on
 every batch, which halved two-hop throughput (`helix-mesh bench`, scenario 4)."""
+
+
+_TRACE_KEYS = frozenset({"traceparent", "tracestate"})
+
+
+def child_metadata(
+    ctx: ToolContext, trace_context: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """A child's ``StartRequest.metadata``: the parent's, with the tree's root session id.
+
+    The trace context the parent inherited from its own parent is not passed on: it
+    would nest the child's spans under the grandparent's delegation. ``trace_context``
+    (this delegation's span) takes its place; without one the child's run is a top
+    span of the same trace, which the root session id names.
+    """
+    inherited = {k: v for k, v in ctx.metadata.items() if k not in _TRACE_KEYS}
+    return {
+        **inherited,
+        ROOT_SESSION_KEY: ctx.metadata.get(ROOT_SESSION_KEY, ctx.session_id),
+        **(trace_context or {}),
+    }
 
 
 def child_session_id(parent_session_id: str, tool_call_id: str) -> str:
@@ -186,11 +207,7 @@ class _ChildCall:
             child_session_id=self.child_id,
             agent_type=self.agent_type,
         )
-        metadata = {
-            **ctx.metadata,
-            ROOT_SESSION_KEY: ctx.metadata.get(ROOT_SESSION_KEY, ctx.session_id),
-            **trace_context,
-        }
+        metadata = child_metadata(ctx, trace_context)
         # The ref before the Start: an interrupt cascading while the Start is in flight
         # finds the child (see Cascade), and a resumed parent knows to rejoin it.
         await self._save(last_sequence=last)

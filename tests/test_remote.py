@@ -7,6 +7,7 @@ real gRPC channel, found through the mesh registry (HELIX_AGENT_ADDRESS_<TYPE>).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -337,15 +338,16 @@ async def test_a_resumed_parent_reads_its_log_once_for_all_the_children_it_rejoi
         *(forwarded_so_far(context(f"call_{n}")).last(f"call_{n}") for n in range(40))
     )
     assert lasts == [60 + n % 7 for n in range(40)]
-    # 2,400 events, 1,000 a read: one pass while the others wait, then one read of
-    # nothing for those asked while it ran; not a pass per child.
-    assert store.reads == 4
+    # 2,400 events, 1,000 a read: one pass while the others wait (three pages and the
+    # empty one that ends the log: a short page may not), then one read of nothing for
+    # those asked while it ran; not a pass per child.
+    assert store.reads == 5
     # What the log gains later is read on the next lookup, and only that.
     more = pb.ChildEvent(tool_call_id="call_3", event=pb.StreamEvent(sequence=99))
     await store.append("p", [pb.StreamEvent(child_event=more)], expected_sequence=last)
     assert await forwarded_so_far(context("call_3")).last("call_3") == 99
     assert await forwarded_so_far(context("call_new")).last("call_new") == 0
-    assert store.reads == 6
+    assert store.reads == 8
 
 
 async def test_a_child_whose_start_was_refused_adds_no_usage_to_its_parents_total(
@@ -420,3 +422,34 @@ async def test_a_delegation_that_ends_as_its_timeout_expires_ends_once(
     (tool_end,) = [e.tool_end for e in events if e.tool_end.tool_name == "count_quickly"]
     assert not tool_end.is_error, tool_end.result_json
     assert ref.status is SessionStatus.COMPLETED
+
+
+async def test_a_child_inherits_the_root_not_its_grandparents_trace_context() -> None:
+    # Dispatched and companion children got the parent's metadata as it was, with the
+    # traceparent the parent itself inherited: their spans nested under the
+    # grandparent's delegation span (found by review).
+    from helix_transport.agent.tools import ToolContext
+    from helix_transport.remote import child_metadata
+    from helix_transport.store import MemoryStore
+    from helix_transport.transport._pool import ClientPool
+
+    async def flush() -> None:
+        pass
+
+    inherited = {"team": "a", "traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"}
+    ctx = ToolContext(
+        session_id="mid",
+        agent_type="counter",
+        tool_call_id="c1",
+        step=1,
+        metadata={**inherited, "tracestate": "x=1", "helix.root_session_id": "root"},
+        emit=lambda event: None,
+        flush=flush,
+        store=MemoryStore(),
+        clients=ClientPool(),
+    )
+    assert child_metadata(ctx) == {"team": "a", "helix.root_session_id": "root"}
+    mine = {"traceparent": "00-" + "1" * 32 + "-" + "3" * 16 + "-01"}
+    assert child_metadata(ctx, mine) == {"team": "a", "helix.root_session_id": "root", **mine}
+    root = dataclasses.replace(ctx, metadata={})  # a root is the tree's root
+    assert child_metadata(root) == {"helix.root_session_id": "mid"}
