@@ -243,6 +243,18 @@ class _Children:
                 return name
 
 
+_LOCKS_KEY = "helix.companions.locks"
+
+
+def _lock(ctx: ToolContext, name: str) -> asyncio.Lock:
+    """The child's lock in this run: tools on one child run one at a time, in the order
+    the model called them, each on the child as the one before left it (concurrent
+    calls used to write back stale copies: an outcome marked delivered was unmarked,
+    and pushed twice)."""
+    locks: dict[str, asyncio.Lock] = ctx.cache.setdefault(_LOCKS_KEY, {})
+    return locks.setdefault(name, asyncio.Lock())
+
+
 class Companions:
     """The companion tools and the delivery hook for a set of persistent child types."""
 
@@ -326,7 +338,13 @@ class Companions:
         children = _Children(ctx.state)
         # The name is taken before the first await: concurrent spawns never share one.
         name = args.name or children.auto_name(args.agent)
-        existing = children.get(name)
+        async with _lock(ctx, name):
+            return await self._spawn_named(ctx, config, args, name)
+
+    async def _spawn_named(
+        self, ctx: ToolContext, config: PersistentChild, args: SpawnArgs, name: str
+    ) -> dict[str, Any]:
+        existing = _Children(ctx.state).get(name)
         if existing is not None and existing.agent_type != args.agent:
             raise ToolError(f"name {name!r} is taken by a {existing.agent_type} child")
         previous, dropped = None, 0
@@ -356,6 +374,10 @@ class Companions:
         return result
 
     async def _send(self, ctx: ToolContext, args: SendArgs) -> dict[str, Any]:
+        async with _lock(ctx, args.name):
+            return await self._send_locked(ctx, args)
+
+    async def _send_locked(self, ctx: ToolContext, args: SendArgs) -> dict[str, Any]:
         child = self._known(ctx, args.name)
         await self._refresh(ctx, child)
         if child.status == "running":
@@ -385,18 +407,30 @@ class Companions:
         return result if previous is None else {**result, "previous_turn": previous}
 
     async def _list(self, ctx: ToolContext, args: NoArgs) -> list[dict[str, Any]]:
-        children = _Children(ctx.state).all()
-        await asyncio.gather(*(self._refresh(ctx, c) for c in children))
+        async def one(name: str) -> _Child | None:
+            async with _lock(ctx, name):
+                child = _Children(ctx.state).get(name)  # as the calls before left it
+                if child is not None:
+                    await self._refresh(ctx, child)
+                return child
+
+        names = [c.name for c in _Children(ctx.state).all()]
+        children = [c for c in await asyncio.gather(*map(one, names)) if c is not None]
         return [{"name": c.name, "agent": c.agent_type, "status": c.status} for c in children]
 
     async def _status(self, ctx: ToolContext, args: NameArgs) -> dict[str, Any]:
-        child = self._known(ctx, args.name)
-        await self._refresh(ctx, child)
-        if child.status != "running":
-            self._delivered(ctx, child)  # the model sees the outcome here
-        return child.view()
+        async with _lock(ctx, args.name):
+            child = self._known(ctx, args.name)
+            await self._refresh(ctx, child)
+            if child.status != "running":
+                self._delivered(ctx, child)  # the model sees the outcome here
+            return child.view()
 
     async def _terminate(self, ctx: ToolContext, args: NameArgs) -> dict[str, Any]:
+        async with _lock(ctx, args.name):
+            return await self._terminate_locked(ctx, args)
+
+    async def _terminate_locked(self, ctx: ToolContext, args: NameArgs) -> dict[str, Any]:
         child = self._known(ctx, args.name)
         await self._refresh(ctx, child)
         if child.status == "running":
@@ -418,8 +452,9 @@ class Companions:
         return {**shown, "dropped_messages": dropped} if dropped else shown
 
     async def _wait_tool(self, ctx: ToolContext, args: WaitArgs) -> dict[str, Any]:
-        child = self._known(ctx, args.name)
-        return await self._await_turn(ctx, child, timeout_s=args.timeout_s)
+        async with _lock(ctx, args.name):
+            child = self._known(ctx, args.name)
+            return await self._await_turn(ctx, child, timeout_s=args.timeout_s)
 
     # --- delivery ---------------------------------------------------------------------
 

@@ -49,6 +49,7 @@ class Parent:
         self.state: dict[str, Any] = {}
         self.clients = clients
         self.store = MemoryStore()
+        self.cache: dict[str, Any] = {}  # the run's, shared by its tool calls
         self.calls = 0
 
     def ctx(self) -> ToolContext:
@@ -60,7 +61,7 @@ class Parent:
         return ToolContext(
             session_id=PARENT, agent_type="parent", tool_call_id=f"call_{self.calls}", step=1,
             metadata={}, emit=self.events.append, flush=flush, store=self.store,
-            clients=self.clients, state=self.state,
+            clients=self.clients, state=self.state, cache=self.cache,
         )  # fmt: skip
 
     def ends(self) -> list[pb.StreamEvent]:
@@ -270,3 +271,26 @@ async def test_a_queue_stays_when_the_end_it_was_refused_for_cannot_be_read(
     assert await tools.deliver_finished(ctx, []) == []
     assert parent.state[STATE_KEY]["children"]["critic-1"] == entry  # untouched
     assert parent.ends() == []
+
+
+async def test_parallel_calls_on_one_child_do_not_undo_each_others_state(
+    child: tuple[Companions, AgentClient], parent: Parent
+) -> None:
+    # The model asks for a child's status and lists the children in one step: the loop
+    # runs the two calls at once. list_children wrote back its stale copy of the child,
+    # unmarking the outcome get_child_status had just shown, so the next step pushed it
+    # again (found by review).
+    import asyncio
+
+    from helix_transport.companions import NoArgs
+
+    tools, client = child
+    await tools._spawn(parent.ctx(), SpawnArgs(agent="critic", message="v1"))
+    await client.wait(CHILD)  # it finished; the parent's state still says running
+    async with asyncio.TaskGroup() as group:
+        status = group.create_task(tools._status(parent.ctx(), NameArgs(name="critic-1")))
+        listed = group.create_task(tools._list(parent.ctx(), NoArgs()))
+    assert status.result()["status"] == "completed"
+    assert listed.result() == [{"name": "critic-1", "agent": "critic", "status": "completed"}]
+    assert await tools.deliver_finished(parent.ctx(), []) == []  # shown once, by the status
+    assert parent.delivered_rounds() == [1]
