@@ -353,7 +353,8 @@ class Companions:
         else:
             await self._refresh(ctx, existing)
             if existing.status == "running":
-                raise ToolError(f"child {name!r} is already running")
+                child, previous, dropped = await self._rejoin(ctx, existing, args.message)
+                return await self._spawned(ctx, config, child, previous, dropped)
             previous = self._unseen_outcome(ctx, existing)
             # A completed child takes its queued messages first; a fresh one drops them.
             queued = existing.inbox if existing.status == "completed" else []
@@ -362,9 +363,20 @@ class Companions:
             child = await self._continue_showing(
                 ctx, dataclasses.replace(existing, inbox=[]), message, previous
             )
+        return await self._spawned(ctx, config, child, previous, dropped)
+
+    async def _spawned(
+        self,
+        ctx: ToolContext,
+        config: PersistentChild,
+        child: _Child,
+        previous: dict[str, Any] | None,
+        dropped: int,
+    ) -> dict[str, Any]:
+        """A spawn's result: the child's new turn, waited for when it blocks."""
         result: dict[str, Any]
         if config.mode == "non-blocking":
-            result = {"name": name, "status": "running", "session_id": child.session_id}
+            result = {"name": child.name, "status": "running", "session_id": child.session_id}
         else:
             result = await self._await_turn(ctx, child, timeout_s=None)
         if previous is not None:
@@ -549,15 +561,20 @@ class Companions:
         return lines
 
     async def _record_end(self, client: AgentClient, child: _Child, sequence: int) -> None:
-        """Record the turn that ended at ``sequence`` (a ``completed`` event: a turn that
-        keeps memory follows only a completed one) as the child's current turn."""
+        """Record the turn that ended at ``sequence`` (its terminal event, just before
+        the next turn's ``turn_started``) as the child's current turn."""
         async for event in client.stream(child.session_id, from_sequence=sequence - 1):
-            if event.sequence == sequence and event.WhichOneof("payload") == "completed":
+            kind = event.WhichOneof("payload") if event.sequence == sequence else None
+            if kind == "completed":
                 child.status, child.error = "completed", ""
                 child.output_json = event.completed.output_json
                 return
+            if kind in ("failed", "interrupted"):
+                child.status, child.output_json = kind, ""
+                child.error = event.failed.error if kind == "failed" else event.interrupted.reason
+                return
             break
-        raise HelixError(f"child {child.name!r}: no completed event at sequence {sequence}")
+        raise HelixError(f"child {child.name!r}: no turn's end at sequence {sequence}")
 
     def _delivered(self, ctx: ToolContext, child: _Child) -> None:
         """Mark the turn's outcome delivered (durable with the next checkpoint)."""
@@ -623,8 +640,11 @@ class Companions:
         await self._began(ctx, child, ref_saved=True)
         return child
 
-    async def _continue(self, ctx: ToolContext, child: _Child, message: str) -> _Child:
-        """The child's next turn: remembered when it completed, else fresh.
+    async def _continue(
+        self, ctx: ToolContext, child: _Child, message: str, *, fresh_message: str | None = None
+    ) -> _Child:
+        """The child's next turn: remembered when it completed, else fresh (its input
+        from ``fresh_message``, default ``message``).
 
         Tried as a continuation first; the service says which it is. A parent
         re-running this call after a crash names the same turn and rejoins it.
@@ -639,8 +659,9 @@ class Companions:
                 if isinstance(exc, SessionStateConflict) and "fresh" not in exc.problem:
                     raise
                 # A fresh turn starts like a first one: from an input.
+                fresh = _as_input(config, message if fresh_message is None else fresh_message)
                 reply = await client.continue_session(
-                    child.session_id, _as_input(config, message), turn=turn, fresh=True
+                    child.session_id, fresh, turn=turn, fresh=True
                 )
         except SessionStateConflict as exc:
             if "still running" in exc.problem:
@@ -687,6 +708,32 @@ class Companions:
                 return {"name": child.name, "status": "timeout", "detail": "still running"}
         self._delivered(ctx, child)
         return {"name": child.name, **child.outcome()}
+
+    async def _rejoin(
+        self, ctx: ToolContext, child: _Child, message: str
+    ) -> tuple[_Child, dict[str, Any] | None, int]:
+        """A spawn of a child seen running: its new turn, the last one's unseen outcome,
+        and how many queued messages were dropped.
+
+        A parent re-running this call after a crash may have started the child's next
+        turn itself, before a checkpoint could record it: asked for again, that turn is
+        answered as a replay and rejoined, as the first try left it (its messages, fresh
+        or not). A turn that is not this call's is ``already running``.
+        """
+        queued = "\n\n".join([*child.inbox, message])  # as a completed turn takes them
+        following = await self._continue(
+            ctx, dataclasses.replace(child, inbox=[]), queued, fresh_message=message
+        )
+        ended = dataclasses.replace(child)
+        try:
+            client = await ctx.clients.get(child.address)
+            await self._record_end(client, ended, following.from_sequence)
+        except HelixError:
+            return following, None, 0  # how it ended is out of reach; the turn goes on
+        previous = self._unseen_outcome(ctx, ended)
+        _Children(ctx.state).put(following)  # the entry is the new turn's again
+        dropped = len(child.inbox) if ended.status != "completed" else 0
+        return following, previous, dropped
 
     async def _continue_showing(
         self, ctx: ToolContext, child: _Child, message: str, previous: dict[str, Any] | None

@@ -52,14 +52,16 @@ class Parent:
         self.cache: dict[str, Any] = {}  # the run's, shared by its tool calls
         self.calls = 0
 
-    def ctx(self) -> ToolContext:
+    def ctx(self, call_id: str = "") -> ToolContext:
+        """A tool call's context; ``call_id`` repeats a call (a resumed step's)."""
         self.calls += 1
 
         async def flush() -> None:
             return None
 
         return ToolContext(
-            session_id=PARENT, agent_type="parent", tool_call_id=f"call_{self.calls}", step=1,
+            session_id=PARENT, agent_type="parent", tool_call_id=call_id or f"call_{self.calls}",
+            step=1,
             metadata={}, emit=self.events.append, flush=flush, store=self.store,
             clients=self.clients, state=self.state, cache=self.cache,
         )  # fmt: skip
@@ -294,3 +296,38 @@ async def test_parallel_calls_on_one_child_do_not_undo_each_others_state(
     assert listed.result() == [{"name": "critic-1", "agent": "critic", "status": "completed"}]
     assert await tools.deliver_finished(parent.ctx(), []) == []  # shown once, by the status
     assert parent.delivered_rounds() == [1]
+
+
+@pytest.mark.usefixtures("slow_child")
+async def test_a_re_consult_re_run_after_a_parent_crash_rejoins_the_turn_it_started(
+    child: tuple[Companions, AgentClient], parent: Parent
+) -> None:
+    # The parent's checkpoint says turn 1 runs (it ended during the parent's model
+    # call). The spawn sees it completed, shows it, starts turn 2; the parent dies
+    # before its next checkpoint. The re-run saw the child running (its own turn 2) and
+    # answered "already running": turn 1's outcome never reached the model, and every
+    # later re-consult asked for turn 2 again and was refused (found by review).
+    tools, client = child
+    await tools._spawn(parent.ctx(), SpawnArgs(agent="critic", message="v1"))
+    first = await client.wait(CHILD)
+    checkpoint = copy.deepcopy(parent.state)
+    again = SpawnArgs(agent="critic", message="v2 tests", name="critic-1")
+    tried = await tools._spawn(parent.ctx("call_re"), again)
+    parent.state.clear()
+    parent.state.update(copy.deepcopy(checkpoint))  # the resumed run's state
+    parent.cache.clear()  # and its own cache: a new run
+    rerun = await tools._spawn(parent.ctx("call_re"), again)
+    second = await client.wait(CHILD, after_sequence=first.last_sequence)
+    pushed = await tools.deliver_finished(parent.ctx(), [])
+    third = await tools._spawn(
+        parent.ctx(), SpawnArgs(agent="critic", message="v3", name="critic-1")
+    )
+
+    assert tried["previous_turn"]["output"]["round"] == 1
+    assert rerun["status"] == "running" and rerun == tried  # rejoined, shown the same
+    turn = [e async for e in client.stream(CHILD, from_sequence=first.last_sequence)]
+    assert turn[0].turn_started.turn == 2 and turn[0].turn_started.message == "v2 tests"
+    assert turn[-1].sequence == second.last_sequence  # one turn 2, ended as it should
+    assert json.loads(second.output_json)["round"] == 2
+    assert '"round":2' in pushed[0]["content"]  # turn 2's outcome, as turn 2's
+    assert third["status"] == "running" and "previous_turn" not in third  # turn 3 began
