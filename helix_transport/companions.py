@@ -87,6 +87,7 @@ from helix_transport.remote import (
     subagent_ended,
     subagent_started,
 )
+from helix_transport.store import SubSessionRef
 from helix_transport.transport import AgentClient
 
 PREFIX = "companion__"
@@ -511,9 +512,14 @@ class Companions:
             status = await client.get_status(child.session_id)
             if status.status in (pb.SESSION_STATUS_RUNNING, pb.SESSION_STATUS_UNSPECIFIED):
                 return []
-            reply = await client.continue_session(
-                child.session_id, "\n\n".join(child.inbox), turn=child.turn + 1
-            )
+            replaced = await self._running_ref(ctx, child)
+            try:
+                reply = await client.continue_session(
+                    child.session_id, "\n\n".join(child.inbox), turn=child.turn + 1
+                )
+            except (SessionStateConflict, SessionExists):
+                await self._put_back(ctx, replaced)  # refused: no turn of ours began
+                raise
         except SessionStateConflict as exc:
             if "still running" in exc.problem:
                 return []  # a turn started since the status: asked again at the next step
@@ -652,6 +658,9 @@ class Companions:
         config = self.types[child.agent_type]
         client = await ctx.clients.get(child.address)
         turn = child.turn + 1
+        replaced = await self._running_ref(
+            ctx, dataclasses.replace(child, tool_call_id=ctx.tool_call_id)
+        )
         try:
             try:
                 reply = await client.continue_session(child.session_id, message, turn=turn)
@@ -664,10 +673,15 @@ class Companions:
                     child.session_id, fresh, turn=turn, fresh=True
                 )
         except SessionStateConflict as exc:
+            await self._put_back(ctx, replaced)
             if "still running" in exc.problem:
                 raise ToolError(f"child {child.name!r} is already running") from None
             raise ToolError(f"child {child.name!r}: {exc.problem}") from None
         except HelixError as exc:
+            if isinstance(exc, SessionExists):  # refused: no turn of ours began
+                await self._put_back(ctx, replaced)
+            # Otherwise (the service out of reach, say) the turn may have begun: the
+            # child stays recorded running, where a cascade finds it.
             raise ToolError(f"could not continue {child.name!r}: {exc.message}") from exc
         child = dataclasses.replace(
             child,
@@ -680,6 +694,19 @@ class Companions:
         )
         await self._began(ctx, child)
         return child
+
+    async def _running_ref(self, ctx: ToolContext, child: _Child) -> SubSessionRef | None:
+        """Record ``child`` running before asking it for a turn, as ``_start`` does
+        before a Start: an interrupt cascading while the request is in flight finds it
+        (the turn starts even if the parent stops waiting). Returns the ref replaced."""
+        replaced = await ctx.store.get_subsession_ref(ctx.session_id, child.session_id)
+        await self._save_ref(ctx, dataclasses.replace(child, status="running", error=""))
+        return replaced
+
+    async def _put_back(self, ctx: ToolContext, replaced: SubSessionRef | None) -> None:
+        """A turn refused: the child's ref goes back to what it said."""
+        if replaced is not None:
+            await ctx.store.put_subsession_ref(replaced)
 
     async def _began(self, ctx: ToolContext, child: _Child, *, ref_saved: bool = False) -> None:
         _Children(ctx.state).put(child)

@@ -12,6 +12,7 @@ the queue and says so; a full queue is an error result.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import dataclasses
 import json
@@ -331,3 +332,63 @@ async def test_a_re_consult_re_run_after_a_parent_crash_rejoins_the_turn_it_star
     assert json.loads(second.output_json)["round"] == 2
     assert '"round":2' in pushed[0]["content"]  # turn 2's outcome, as turn 2's
     assert third["status"] == "running" and "previous_turn" not in third  # turn 3 began
+
+
+class _HoldsTurns(MemoryStore):
+    """The child's store: holds each ``turn_started`` append until ``release``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.held = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def append(self, session_id: str, events: Any, **options: Any) -> int:
+        if any(e.WhichOneof("payload") == "turn_started" for e in events):
+            self.held.set()
+            await self.release.wait()
+        return await super().append(session_id, events, **options)
+
+
+async def test_a_child_is_recorded_running_before_its_next_turn_is_asked_for(
+    parent: Parent,
+) -> None:
+    # The ref said the last turn completed until the Continue came back, so an
+    # Interrupt of the parent in between did not cascade to the child, whose new turn
+    # then ran on for a stopped parent (found by review). A refused turn puts the ref
+    # back as it was.
+    from helix_transport import SessionStatus
+
+    store = _HoldsTurns()
+    async with (
+        await create_server(critic, store, allow_unauthenticated=True) as server,
+        await AgentClient.connect(server.address) as client,
+    ):
+        tools = Companions(
+            [PersistentChild(agent_type="critic", mode="non-blocking", input_field="artifact",
+                             address=server.address)]
+        )  # fmt: skip
+        store.release.set()
+        await tools._spawn(parent.ctx(), SpawnArgs(agent="critic", message="v1"))
+        await client.wait(CHILD)
+        await tools._status(parent.ctx(), NameArgs(name="critic-1"))
+        done = await parent.store.get_subsession_ref(PARENT, CHILD)
+        assert done is not None and done.status is SessionStatus.COMPLETED
+
+        store.release.clear()
+        store.held.clear()
+        sending = asyncio.create_task(
+            tools._send(parent.ctx("call_send"), SendArgs(name="critic-1", message="v2"))
+        )
+        await asyncio.wait_for(store.held.wait(), 10)
+        during = await parent.store.get_subsession_ref(PARENT, CHILD)
+        store.release.set()
+        assert (await sending)["status"] == "running"
+        with pytest.raises(ToolError, match="already running"):
+            again = SpawnArgs(agent="critic", message="v3", name="critic-1")
+            await tools._spawn(parent.ctx("call_again"), again)
+        after = await parent.store.get_subsession_ref(PARENT, CHILD)
+
+    assert during is not None
+    assert (during.status, during.tool_call_id) == (SessionStatus.RUNNING, "call_send")
+    assert after is not None  # put back: the turn the send started, not the refused one
+    assert (after.status, after.tool_call_id) == (SessionStatus.RUNNING, "call_send")
