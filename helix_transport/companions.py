@@ -379,7 +379,11 @@ class Companions:
         if config.mode == "non-blocking":
             result = {"name": child.name, "status": "running", "session_id": child.session_id}
         else:
-            result = await self._await_turn(ctx, child, timeout_s=None)
+            try:
+                result = await self._await_turn(ctx, child, timeout_s=None)
+            except HelixError as exc:  # its service out of reach past the retry deadline
+                problem = f"{child.name!r} began its turn, but its result could not be read"
+                raise ToolError(_with_previous(f"{problem}: {exc.message}", previous)) from exc
         if previous is not None:
             result["previous_turn"] = previous
         if dropped:
@@ -772,10 +776,7 @@ class Companions:
         except ToolError as exc:
             if previous is None:
                 raise
-            shown = json.dumps(previous)
-            raise ToolError(
-                f"{exc.message} (its previous turn, not shown before: {shown})"
-            ) from exc
+            raise ToolError(_with_previous(exc.message, previous)) from exc
 
     def _unseen_outcome(self, ctx: ToolContext, child: _Child) -> dict[str, Any] | None:
         """A finished turn's outcome the parent's model has not seen: shown now, by the
@@ -844,6 +845,14 @@ class Companions:
             return config.address or resolve_address(config.agent_type)
         except HelixError as exc:
             raise ToolError(f"{config.agent_type}: {exc.message}") from exc
+
+
+def _with_previous(problem: str, previous: dict[str, Any] | None) -> str:
+    """An error that also shows the previous turn's outcome, when this call marked it
+    delivered: no other result would bring it to the model."""
+    if previous is None:
+        return problem
+    return f"{problem} (its previous turn, not shown before: {json.dumps(previous)})"
 
 
 def _as_input(config: PersistentChild, message: str) -> str:

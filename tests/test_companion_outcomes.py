@@ -392,3 +392,57 @@ async def test_a_child_is_recorded_running_before_its_next_turn_is_asked_for(
     assert (during.status, during.tool_call_id) == (SessionStatus.RUNNING, "call_send")
     assert after is not None  # put back: the turn the send started, not the refused one
     assert (after.status, after.tool_call_id) == (SessionStatus.RUNNING, "call_send")
+
+
+async def test_an_outcome_shown_by_a_call_that_then_fails_is_in_its_error(
+    child: tuple[Companions, AgentClient], parent: Parent
+) -> None:
+    # A message to a child whose finished turn the model has not seen marks that
+    # outcome delivered, to show it in the result; when the new turn is then refused,
+    # the error is the only result, so it carries the outcome.
+    from helix_transport.companions import NoArgs
+
+    tools, client = child
+    await tools._spawn(parent.ctx(), SpawnArgs(agent="critic", message="v1"))
+    await client.wait(CHILD)
+    await tools._list(parent.ctx(), NoArgs())  # seen completed, not shown to the model
+    await client.continue_session(CHILD, "someone else's", turn=2)  # takes turn 2
+    with pytest.raises(ToolError) as refused:
+        await tools._send(parent.ctx(), SendArgs(name="critic-1", message="v2"))
+    assert "could not continue 'critic-1'" in refused.value.message
+    assert "its previous turn, not shown before" in refused.value.message
+    assert '"round": 1' in refused.value.message
+
+
+async def test_a_blocking_spawn_whose_result_cannot_be_read_shows_the_previous_outcome(
+    parent: Parent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The same for a blocking spawn whose new turn began but whose service then went
+    # out of reach for longer than the retry deadline (waiting raises).
+    from helix_transport.companions import NoArgs
+
+    async with (
+        await create_server(critic, MemoryStore(), allow_unauthenticated=True) as server,
+        await AgentClient.connect(server.address) as client,
+    ):
+        tools = Companions(
+            [PersistentChild(agent_type="critic", input_field="artifact", address=server.address)]
+        )
+        await tools._spawn(parent.ctx(), SpawnArgs(agent="critic", message="v1"))
+        await tools._list(parent.ctx(), NoArgs())
+        # Turn 1 was shown by the blocking spawn: unmark it, as a parent state
+        # checkpointed before that result would have it.
+        parent.state[STATE_KEY]["children"]["critic-1"]["delivered"] = False
+        real_wait = AgentClient.wait
+
+        async def unreachable(self: AgentClient, *args: Any, **kw: Any) -> Any:
+            raise ConnectError(server.address, "out of reach for the test")
+
+        monkeypatch.setattr(AgentClient, "wait", unreachable)
+        with pytest.raises(ToolError) as lost:
+            again = SpawnArgs(agent="critic", message="v2", name="critic-1")
+            await tools._spawn(parent.ctx(), again)
+        monkeypatch.setattr(AgentClient, "wait", real_wait)
+        await client.wait(CHILD, after_sequence=1)  # turn 2 began, and ends
+    assert "began its turn, but its result could not be read" in lost.value.message
+    assert '"round": 1' in lost.value.message
