@@ -13,6 +13,7 @@ tools (the ``companion__`` prefix keeps them apart from the agent's own)::
 
 Malformed calls (an empty or over-long name, an empty message, a timeout that is
 not positive, an unknown type or child) are error tool results; nothing raises.
+Calls on one child in one step run one at a time, in the order the model made them.
 
 **Identity.** A child lives in session ``{parent_session_id}-agent-{name}`` on its
 type's service (``HELIX_AGENT_ADDRESS_<TYPE>``). Unnamed children are named
@@ -26,7 +27,10 @@ session with ``Continue`` (one new turn, fresh step budget): a completed child
 keeps its memory; a failed, interrupted or terminated one re-spawns fresh (same
 session, its log goes on, the conversation starts over). Spawning a child whose
 turn is still running is an ``already running`` error. Turns are numbered by the
-parent, so a parent that re-runs a spawn after a crash rejoins the turn it started.
+parent, so a parent that re-runs a spawn after a crash rejoins the turn it started
+(also when its checkpoint still showed the turn before running). A child is recorded
+as running before each ``Start`` or ``Continue``, so an interrupt of the parent
+cascades to a turn still being asked for.
 
 **Queued messages.** ``send_message`` to a child whose turn is running queues the
 message (at most ``MAX_INBOX``) in the parent run's state. At the start of each
