@@ -28,6 +28,7 @@ from helix_transport.companions import (
     MAX_INBOX,
     STATE_KEY,
     Companions,
+    Mode,
     NameArgs,
     PersistentChild,
     SendArgs,
@@ -88,16 +89,20 @@ async def parent() -> AsyncIterator[Parent]:
         await clients.aclose()
 
 
+def critic_companions(address: str, mode: Mode = "non-blocking") -> Companions:
+    """The companion tools for one critic type at ``address``."""
+    return Companions(
+        [PersistentChild(agent_type="critic", mode=mode, input_field="artifact", address=address)]
+    )
+
+
 @pytest.fixture
 async def child() -> AsyncIterator[tuple[Companions, AgentClient]]:
     async with (
         await create_server(critic, MemoryStore(), allow_unauthenticated=True) as server,
         await AgentClient.connect(server.address) as client,
     ):
-        tools = Companions(
-            [PersistentChild(agent_type="critic", mode="non-blocking", input_field="artifact",
-                             address=server.address)]
-        )  # fmt: skip
+        tools = critic_companions(server.address)
         yield tools, client
 
 
@@ -363,10 +368,7 @@ async def test_a_child_is_recorded_running_before_its_next_turn_is_asked_for(
         await create_server(critic, store, allow_unauthenticated=True) as server,
         await AgentClient.connect(server.address) as client,
     ):
-        tools = Companions(
-            [PersistentChild(agent_type="critic", mode="non-blocking", input_field="artifact",
-                             address=server.address)]
-        )  # fmt: skip
+        tools = critic_companions(server.address)
         store.release.set()
         await tools._spawn(parent.ctx(), SpawnArgs(agent="critic", message="v1"))
         await client.wait(CHILD)
@@ -425,9 +427,7 @@ async def test_a_blocking_spawn_whose_result_cannot_be_read_shows_the_previous_o
         await create_server(critic, MemoryStore(), allow_unauthenticated=True) as server,
         await AgentClient.connect(server.address) as client,
     ):
-        tools = Companions(
-            [PersistentChild(agent_type="critic", input_field="artifact", address=server.address)]
-        )
+        tools = critic_companions(server.address, mode="blocking")
         await tools._spawn(parent.ctx(), SpawnArgs(agent="critic", message="v1"))
         await tools._list(parent.ctx(), NoArgs())
         # Turn 1 was shown by the blocking spawn: unmark it, as a parent state
