@@ -145,10 +145,11 @@ class RunLoop:
                     )
                 )
             )
-            self.hooks.on_run_start(resumed=False, step=1)
             # No checkpoint before step 1: it would hold only what the record's input
             # gives (see _initial), so the first model call does not wait for a write.
-            return _RunState(step=0, messages=self._initial().messages), False
+            state = _RunState(step=0, messages=self._initial().messages)
+            self.hooks.on_run_start(resumed=False, step=1)
+            return state, False
         # None saved: the run ended or died before its first step's checkpoint. Its
         # start is that checkpoint (a resumed run emits run_resumed, not run_started).
         checkpoint = await self.store.load_checkpoint(self.session_id) or self._initial()

@@ -551,8 +551,8 @@ class PostgresStore:
         update: SessionUpdate | None,
         checkpoint: Checkpoint | None,
     ) -> int:
-        """An append whose sequences are known (fenced, events given as bytes) in one
-        statement: see ``_fenced_append``."""
+        """A fenced append of ``data`` (the events' bytes, numbered from
+        ``expected_sequence + 1``) in one statement: see ``_fenced_append``."""
         changes: list[Any] = [None] * len(_UPDATED_COLUMNS)
         if update is not None:
             now = time.time()
