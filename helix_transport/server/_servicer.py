@@ -63,8 +63,9 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
         self.poll_interval_s = poll_interval_s
         self.heartbeat_interval_s = heartbeat_interval_s
         self.limits = limits
-        # A response must pass the server's own send limit, and the client's: a reader
-        # given more would fail at the same place on every reconnect.
+        # A response must fit the server's own send limit (a reader given more would
+        # fail at the same place on every reconnect): half of it, as one event may
+        # take up that half (MAX_RESULT_BYTES).
         self._response_bytes = min(MAX_RESPONSE_BYTES, limits.max_message_bytes // 2)
         self.accepting = True
         self._starting = 0  # Starts between the capacity check and their run starting
