@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
-from helix_transport.store import READ_LIMIT, Store
+from helix_transport.store import Store, pages
 
 TURN_KEY = "helix.turn"
 """Checkpoint ``state`` key: the turn the checkpointed run is in (1 when absent)."""
@@ -55,13 +55,9 @@ def _started(event: pb.StreamEvent) -> StartedTurn:
 async def read_turns(store: Store, session_id: str, *, after: int = 0) -> list[StartedTurn]:
     """Every ``turn_started`` event with ``sequence > after``, in log order."""
     turns: list[StartedTurn] = []
-    position = after
-    while True:
-        events = await store.read(session_id, from_sequence=position, limit=READ_LIMIT)
-        if not events:  # only an empty page ends the log: SQLite cuts one at 4 MiB
-            return turns
+    async for events in pages(store, session_id, after=after):
         turns += [_started(e) for e in events if e.WhichOneof("payload") == "turn_started"]
-        position = events[-1].sequence
+    return turns
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -130,15 +126,12 @@ async def heal(
     if last.get("role") != "assistant" or not last.get("tool_calls"):
         return list(messages)
     results: dict[str, pb.ToolEnd] = {}
-    position = after
-    while position < until:
-        events = await store.read(session_id, from_sequence=position, limit=READ_LIMIT)
-        if not events:  # a page may be short (SQLite cuts one at 4 MiB): not the end
-            break
+    async for events in pages(store, session_id, after=after):
         for event in events:
             if event.sequence < until and event.WhichOneof("payload") == "tool_end":
                 results[event.tool_end.tool_call_id] = event.tool_end
-        position = events[-1].sequence
+        if events[-1].sequence >= until:
+            break
     healed = list(messages)
     for call in last["tool_calls"]:
         end = results.get(call["id"])

@@ -33,7 +33,7 @@ from helix_transport._status import SessionStatus
 from helix_transport._wire import child_event_payloads, child_event_prefix
 from helix_transport.agent.tools import Tool, ToolContext, ToolError
 from helix_transport.registry import resolve_address
-from helix_transport.store import READ_LIMIT, RemoteCursor, Store, SubSessionRef
+from helix_transport.store import RemoteCursor, Store, SubSessionRef, pages
 from helix_transport.transport import AgentClient
 from helix_transport.transport._auth import ClientAuth
 from helix_transport.transport._pool import ClientPool
@@ -442,12 +442,7 @@ class ForwardedSoFar:
             return self._last.get(tool_call_id, 0)
 
     async def _read_on(self) -> None:
-        while True:
-            events = await self._store.read(
-                self._session_id, from_sequence=self._read_to, limit=READ_LIMIT
-            )
-            if not events:  # only an empty page ends the log: a store may cut one short
-                return
+        async for events in pages(self._store, self._session_id, after=self._read_to):
             for event in events:
                 if event.WhichOneof("payload") == "child_event":
                     call, child = event.child_event.tool_call_id, event.child_event.event

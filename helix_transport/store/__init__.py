@@ -7,7 +7,7 @@ import urllib.parse
 from typing import TYPE_CHECKING, Any
 
 from helix_transport._exceptions import UsageError
-from helix_transport.store._base import READ_LIMIT, Store
+from helix_transport.store._base import READ_LIMIT, Store, pages
 from helix_transport.store._records import (
     Checkpoint,
     RemoteCursor,
@@ -40,6 +40,7 @@ __all__ = [
     "Usage",
     "input_fingerprint",
     "open_store",
+    "pages",
     "store_url_from_env",
 ]
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Protocol, runtime_checkable
 
 from helix_transport._exceptions import UsageError
@@ -233,6 +233,19 @@ class InterruptLookup(Protocol):
         """The ids among ``session_ids`` whose interrupt request is not taken yet, in one
         round trip (nothing is taken: ``take_interrupt`` still clears each)."""
         ...
+
+
+async def pages(
+    store: Store, session_id: str, *, after: int = 0
+) -> AsyncIterator[list[StreamEvent]]:
+    """Every event with ``sequence > after``, a page (``Store.read``) at a time.
+
+    Only an empty page ends the log: a store may cut a page short (SQLite at 4 MiB),
+    so a page of fewer than ``READ_LIMIT`` events is not the end.
+    """
+    while events := await store.read(session_id, from_sequence=after, limit=READ_LIMIT):
+        yield events
+        after = events[-1].sequence
 
 
 def given_bytes(
