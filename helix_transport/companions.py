@@ -700,7 +700,7 @@ class Companions:
             error="",
             delivered=False,
         )
-        await self._began(ctx, child)
+        await self._began(ctx, child, ref_saved=True)  # as _running_ref saved it
         return child
 
     async def _running_ref(self, ctx: ToolContext, child: _Child) -> SubSessionRef | None:

@@ -68,6 +68,12 @@ class Parent:
             clients=self.clients, state=self.state, cache=self.cache,
         )  # fmt: skip
 
+    def restart(self, checkpoint: dict[str, Any]) -> None:
+        """The parent crashed and resumes: its state from ``checkpoint``, a new cache."""
+        self.state.clear()
+        self.state.update(copy.deepcopy(checkpoint))
+        self.cache.clear()
+
     def ends(self) -> list[pb.StreamEvent]:
         return [e for e in self.events if e.WhichOneof("payload") == "subagent_end"]
 
@@ -191,8 +197,7 @@ async def test_a_hand_over_asked_again_after_a_parent_crash_starts_one_turn(
     checkpoint = copy.deepcopy(parent.state)
     await tools.deliver_finished(parent.ctx(), [])
     second = await client.wait(CHILD, after_sequence=first.last_sequence)  # turn 2 done too
-    parent.state.clear()
-    parent.state.update(copy.deepcopy(checkpoint))  # the resumed run's state
+    parent.restart(checkpoint)
     again = await tools.deliver_finished(parent.ctx(), [])
     after = await tools.deliver_finished(parent.ctx(), [])
     turn = [e async for e in client.stream(CHILD, from_sequence=first.last_sequence)]
@@ -319,9 +324,7 @@ async def test_a_re_consult_re_run_after_a_parent_crash_rejoins_the_turn_it_star
     checkpoint = copy.deepcopy(parent.state)
     again = SpawnArgs(agent="critic", message="v2 tests", name="critic-1")
     tried = await tools._spawn(parent.ctx("call_re"), again)
-    parent.state.clear()
-    parent.state.update(copy.deepcopy(checkpoint))  # the resumed run's state
-    parent.cache.clear()  # and its own cache: a new run
+    parent.restart(checkpoint)
     rerun = await tools._spawn(parent.ctx("call_re"), again)
     second = await client.wait(CHILD, after_sequence=first.last_sequence)
     pushed = await tools.deliver_finished(parent.ctx(), [])
