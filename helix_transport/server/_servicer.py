@@ -311,7 +311,10 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
 
     async def _record(self, session_id: str) -> SessionRecord:
         record = await self.store.get_session(session_id)
-        if record is None or not visible(record):  # another's: as if it did not exist
+        # Another principal's session, or another agent type's on a shared store: as if
+        # it did not exist, as for Continue. A session is its own type's service's to
+        # serve, whether or not the deployment happens to share a store between types.
+        if record is None or record.agent_type != self.agent.name or not visible(record):
             raise SessionNotFound(session_id)
         return record
 

@@ -314,6 +314,25 @@ async def test_unknown_session_is_not_found_on_every_rpc(serve: Serve) -> None:
     assert info.value.code() == grpc.StatusCode.NOT_FOUND
 
 
+async def test_another_agent_types_session_is_not_found_on_a_shared_store(
+    serve: Serve, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two types' services on one store (as deploy/ runs them): each serves only its own
+    # sessions, and an Interrupt sent to the wrong service records nothing.
+    monkeypatch.setenv("HELIX_SCRIPTED_DELAY_MS", "20")
+    async with serve(counter) as (_, mine), serve(fixer) as (_, other):
+        await mine.start(json.dumps({"steps": 3, "words": 2}), session_id="s1")
+        with pytest.raises(SessionNotFound):
+            await other.get_status("s1")
+        with pytest.raises(SessionNotFound):
+            await other.interrupt("s1")
+        with pytest.raises(SessionNotFound):
+            await collect(other, "s1")
+        status = await mine.get_status("s1", wait=timedelta(seconds=10))
+    assert status.agent_type == counter.name
+    assert status.status == pb.SESSION_STATUS_COMPLETED
+
+
 async def test_bad_stream_and_status_requests_are_invalid_argument(serve: Serve) -> None:
     async with serve(counter) as (_, client):
         await client.start('{"steps": 1}', session_id="s1")

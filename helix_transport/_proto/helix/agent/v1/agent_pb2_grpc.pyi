@@ -81,7 +81,9 @@ request field first (`input_json: not valid JSON`, `input_json.topic: Field
 required`, `session_id: must not be empty`, `from_sequence: must not be
 negative`):
   INVALID_ARGUMENT   a malformed request; the message names the field.
-  NOT_FOUND          the session does not exist (or is not visible to the caller).
+  NOT_FOUND          the session does not exist here: unknown, another agent
+                     type's (on a store several types share) or not visible to
+                     the caller.
   ALREADY_EXISTS     `Start` with an existing `session_id` and a different input.
   FAILED_PRECONDITION the request conflicts with the session's state (e.g.
                      `Continue` on a running session).
