@@ -28,6 +28,13 @@ from helix_transport import (
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._proto.helix.agent.v1 import agent_pb2_grpc as pb_grpc
 from helix_transport._status import SessionStatus
+from helix_transport.agent.scripted import (
+    ScriptedToolCall,
+    ScriptedTurn,
+    finish,
+    register_script,
+    steps_taken,
+)
 from helix_transport.agent.tools import ToolContext
 from helix_transport.registry import address_env_var
 from helix_transport.remote import (
@@ -453,3 +460,43 @@ async def test_a_child_inherits_the_root_not_its_grandparents_trace_context() ->
     assert child_metadata(ctx, mine) == {"team": "a", "helix.root_session_id": "root", **mine}
     root = dataclasses.replace(ctx, metadata={})  # a root is the tree's root
     assert child_metadata(root) == {"helix.root_session_id": "mid"}
+
+
+def _repeats_its_ids(messages: list[dict[str, Any]]) -> ScriptedTurn:
+    # A provider whose tool call ids repeat: "call_0" within a step and across steps.
+    def count(steps: int) -> ScriptedToolCall:
+        return ScriptedToolCall(name="count", arguments={"steps": steps, "words": 1}, id="call_0")
+
+    step = steps_taken(messages)
+    if step == 0:
+        return ScriptedTurn(tool_calls=(count(1), count(2)))
+    if step == 1:
+        return ScriptedTurn(tool_calls=(count(3),))
+    results = [json.loads(m["content"]) for m in messages if m.get("role") == "tool"]
+    return finish(results=results)
+
+
+async def test_a_provider_repeating_tool_call_ids_still_gets_one_child_per_call(
+    mesh: Mesh,
+) -> None:
+    # Children are named after their tool call: a repeated id would have made the second
+    # and third calls rejoin the first call's child (or fail as "a different call owns it").
+    agent = dataclasses.replace(
+        delegator, name="repeater", model=register_script("repeater", _repeats_its_ids)
+    )
+    store = MemoryStore()
+    async with (
+        await create_server(agent, store, allow_unauthenticated=True) as server,
+        await AgentClient.connect(server.address) as client,
+    ):
+        await client.start(calls(), session_id="r")
+        events = [e async for e in client.stream("r")]
+
+    assert json.loads(events[-1].completed.output_json) == {
+        "results": [{"total": n, "steps": n} for n in (1, 2, 3)]
+    }
+    ends = [e.subagent_end for e in events if kind(e) == "subagent_end"]
+    assert [e.status for e in ends] == [pb.SESSION_STATUS_COMPLETED] * 3
+    assert len({e.child_session_id for e in ends}) == 3
+    refs = await store.list_subsession_refs("r")
+    assert len({r.tool_call_id for r in refs}) == 3

@@ -21,7 +21,7 @@ import json
 import logging
 import time
 from collections.abc import Awaitable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final, TypeVar
 
 from pydantic import ValidationError
@@ -39,7 +39,12 @@ from helix_transport._turns import (
     read_turns,
 )
 from helix_transport.agent.definition import Agent
-from helix_transport.agent.model import ModelResponse, ToolCall, stream_completion
+from helix_transport.agent.model import (
+    ModelResponse,
+    ToolCall,
+    new_tool_call_id,
+    stream_completion,
+)
 from helix_transport.agent.tools import (
     FINISH_TOOL,
     ToolArgumentError,
@@ -280,7 +285,7 @@ class RunLoop:
             self.writer.emit(pb.StreamEvent(step_started=pb.StepStarted()))
             for hook in self.agent.step_hooks:  # e.g. notices of children that finished
                 state.messages.extend(await hook(self._tool_context(state, ""), state.messages))
-            response = await self._call_model(state)
+            response = _with_unique_call_ids(await self._call_model(state), state.messages)
             state.usage = state.usage + response.usage
             state.messages.append(response.to_message())
             calls = response.tool_calls
@@ -518,6 +523,30 @@ def _storable(state: dict[str, Any]) -> dict[str, Any]:
 def _resumed(step: int, reason: str) -> pb.StreamEvent:
     """A resumed run's first event: the step that starts again, and why."""
     return pb.StreamEvent(run_resumed=pb.RunResumed(step=step, reason=reason or "restart"))
+
+
+def _with_unique_call_ids(response: ModelResponse, messages: list[dict[str, Any]]) -> ModelResponse:
+    """``response`` with every tool call id new to the conversation.
+
+    Children are named after their tool call (``{parent}-remote-{id}``): a provider that
+    repeats an id (``call_0`` at every step) would make a later call rejoin an earlier
+    call's child and get its result. A repeat gets an id of our own before the step's
+    checkpoint, so a resumed run re-runs the call under the same id.
+    """
+    if not response.tool_calls:
+        return response
+    used = {
+        c["id"] for m in messages if m.get("role") == "assistant" for c in m.get("tool_calls") or ()
+    }
+    calls = []
+    for call in response.tool_calls:
+        if call.id in used:
+            call = replace(call, id=new_tool_call_id())
+        used.add(call.id)
+        calls.append(call)
+    if calls == response.tool_calls:
+        return response
+    return replace(response, tool_calls=calls)
 
 
 def _unanswered_tool_calls(messages: list[dict[str, Any]]) -> list[ToolCall] | None:

@@ -120,13 +120,19 @@ async def stream_completion(
     # Made once, kept in the conversation: a resumed run re-runs the same ids.
     tool_calls = [
         ToolCall(
-            id=c["id"] or f"call_{uuid.uuid4().hex[:16]}",
+            id=c["id"] or new_tool_call_id(),
             name=c["name"],
             arguments_json=c["arguments"] or "{}",
         )
         for _, c in sorted(calls.items())
     ]
     return ModelResponse(text="".join(text), tool_calls=tool_calls, usage=usage)
+
+
+def new_tool_call_id() -> str:
+    """A tool call id of our own, for a call the provider sent without one (or with one
+    it had used before): short, and in every provider's id alphabet."""
+    return f"call_{uuid.uuid4().hex[:16]}"
 
 
 def _aiter(stream: Any) -> AsyncIterator[Any]:

@@ -36,6 +36,9 @@ class ScriptedToolCall:
     arguments: dict[str, Any] = field(default_factory=dict)
     with_id: bool = True
     """False: sent without an id, as some providers do."""
+    id: str | None = None
+    """The id to send (default ``call_{step}_{index}``): a fixed one repeats, as some
+    providers' ids do."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -161,7 +164,7 @@ class ScriptedLLM(CustomLLM):
                 await asyncio.sleep(delay)
             yield _chunk(
                 tool_use={
-                    "id": f"call_{step}_{index}" if tool_call.with_id else None,
+                    "id": (tool_call.id or f"call_{step}_{index}") if tool_call.with_id else None,
                     "type": "function",
                     "function": {
                         "name": tool_call.name,
