@@ -23,7 +23,7 @@ from typing import TextIO
 from google.protobuf import json_format
 
 from helix_transport._config import ClientConfig
-from helix_transport._exceptions import HelixError
+from helix_transport._exceptions import ConnectError, HelixError
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.store import STORE_URL_ENV
 from helix_transport.transport import AgentClient
@@ -515,7 +515,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _serve(args)
         return asyncio.run(_COMMANDS[args.command](args))
     except HelixError as exc:
-        print(f"helix-mesh: {exc}", file=sys.stderr)
+        print(f"helix-mesh: {exc}{_hint(exc, args)}", file=sys.stderr)
         return 2 if type(exc).__name__ == "UsageError" else 1
     except KeyboardInterrupt:
         return 130
@@ -524,6 +524,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         # /dev/null so the interpreter's last flush does not fail again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
+
+
+def _hint(exc: HelixError, args: argparse.Namespace) -> str:
+    """The likely cause of ``exc`` where its message cannot name it."""
+    plaintext = not (getattr(args, "tls_ca", "") or os.environ.get("HELIX_CLIENT_TLS_CA"))
+    if isinstance(exc, ConnectError) and exc.detail.endswith("Socket closed") and plaintext:
+        # What a plaintext client sees of a TLS server: the server drops the connection.
+        return (
+            "\n  (the service closed a plaintext connection: if it serves TLS, give its CA "
+            "with --tls-ca or HELIX_CLIENT_TLS_CA)"
+        )
+    return ""
 
 
 def serve_main(reference: str, argv: Sequence[str] | None = None) -> None:

@@ -28,6 +28,7 @@ from helix_transport.store import MemoryStore
 from helix_transport.transport._auth import ClientAuth
 from tests.agents import counter
 from tests.security.conftest import AUDIENCE, JwtKeys, Pki, Tokens
+from tests.test_cli import cli
 
 INPUT = json.dumps({"steps": 1, "words": 1})
 
@@ -336,6 +337,23 @@ async def test_tls_with_bearer_tokens(pki: Pki, tokens: Tokens) -> None:
         ) as c:
             with pytest.raises(Exception, match=r"cannot reach|UNAVAILABLE"):
                 await c.describe()
+
+
+async def test_the_cli_names_tls_as_the_likely_cause_of_a_closed_plaintext_connection(
+    pki: Pki,
+) -> None:
+    config = AuthConfig(
+        tls_cert_file=str(pki.server_cert),
+        tls_key_file=str(pki.server_key),
+        allow_unauthenticated=True,
+    )
+    async with served(config) as server:
+        address = f"127.0.0.1:{server.port}"
+        code, _, err = await cli("status", address, "s1")
+        assert code == 1 and "Socket closed" in err
+        assert "if it serves TLS, give its CA with --tls-ca" in err
+        code, _, err = await cli("status", address, "s1", "--tls-ca", str(pki.ca))
+        assert code == 1 and "session 's1' not found" in err and "--tls-ca" not in err
 
 
 def test_client_auth_never_shows_its_secrets(pki: Pki) -> None:
