@@ -54,6 +54,7 @@ from helix_transport.agent.tools import (
     dump_result,
 )
 from helix_transport.store import Checkpoint, SessionRecord, SessionUpdate, Store, Usage
+from helix_transport.store._records import storable_text
 from helix_transport.tracing.hooks import NO_HOOKS, RunHooks, guarded
 from helix_transport.transport._pool import ClientPool
 
@@ -479,6 +480,7 @@ class RunLoop:
         return SessionStatus.COMPLETED
 
     async def _fail(self, state: _RunState, error: str, reason: str) -> SessionStatus:
+        error = storable_text(error)  # the event says what the record will
         state.error = error
         await self.writer.finish(
             pb.StreamEvent(failed=pb.Failed(error=error, failure_reason=reason)),

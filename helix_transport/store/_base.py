@@ -275,16 +275,21 @@ def appended_count(events: Sequence[StreamEvent], given: Sequence[bytes] | None)
 
 
 def check_checkpoint(
-    checkpoint: Checkpoint | None, expected_sequence: int | None, count: int
+    session_id: str, checkpoint: Checkpoint | None, expected_sequence: int | None, count: int
 ) -> None:
     """Refuse, before anything is written, a checkpoint ``append`` cannot fence.
 
     Raises:
-        UsageError: no ``expected_sequence``, or the checkpoint is not where the append
-            leaves the log.
+        UsageError: the checkpoint is another session's, there is no
+            ``expected_sequence``, or the checkpoint is not where the append leaves the log.
     """
     if checkpoint is None:
         return
+    if checkpoint.session_id != session_id:
+        # Fenced by this log, it would land beside, or over, another session's.
+        raise UsageError(
+            f"append to {session_id!r}: the checkpoint is session {checkpoint.session_id!r}'s"
+        )
     if expected_sequence is None:
         raise UsageError("append: a checkpoint needs expected_sequence")
     if checkpoint.last_sequence != expected_sequence + count:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +21,24 @@ def input_fingerprint(input_json: str) -> str:
     """
     canonical = json.dumps(json.loads(input_json), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def storable_text(value: str) -> str:
+    """``value`` with what not every store can hold replaced by U+FFFD: NUL (PostgreSQL's
+    ``text`` refuses it) and lone surrogates (not UTF-8, so SQLite, Redis and protobuf
+    refuse them). For free text made of others' messages, such as a provider's error:
+    a run whose failure could not be written would never end."""
+    return _UNSTORABLE.sub("\ufffd", value)
+
+
+def _storable_fields(instance: object, *names: str) -> None:
+    for name in names:
+        value = getattr(instance, name)
+        if value and _UNSTORABLE.search(value):
+            object.__setattr__(instance, name, storable_text(value))  # frozen: at init only
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -92,6 +111,9 @@ class SessionUpdate:
     step_count: int | None = None
     usage: Usage | None = None
 
+    def __post_init__(self) -> None:
+        _storable_fields(self, "error", "failure_reason")
+
     def apply(self, record: SessionRecord, *, now: float) -> SessionRecord:
         """``record`` with this update applied (``updated_at``/``finished_at`` set)."""
         changes: dict[str, Any] = {
@@ -148,3 +170,6 @@ class SubSessionRef:
     output_json: str = ""
     error: str = ""
     failure_reason: str = ""
+
+    def __post_init__(self) -> None:
+        _storable_fields(self, "error", "failure_reason")

@@ -120,7 +120,7 @@ class MemoryStore:
             SequenceConflict: the log does not end at ``expected_sequence``.
         """
         data = given_bytes(events, expected_sequence, encoded)
-        check_checkpoint(checkpoint, expected_sequence, appended_count(events, data))
+        check_checkpoint(session_id, checkpoint, expected_sequence, appended_count(events, data))
         # Before anything changes: a checkpoint that is not JSON stores nothing.
         saved = None if checkpoint is None else json.dumps(_checkpoint_to_json(checkpoint))
         record = self._require_session(session_id)

@@ -492,7 +492,7 @@ class PostgresStore:
         the events keep their previous sequences.
         """
         given = given_bytes(events, expected_sequence, encoded)
-        check_checkpoint(checkpoint, expected_sequence, appended_count(events, given))
+        check_checkpoint(session_id, checkpoint, expected_sequence, appended_count(events, given))
         previous = [event.sequence for event in events]
         if expected_sequence is not None:  # fenced (every append of a run): one statement
             try:

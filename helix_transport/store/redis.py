@@ -379,7 +379,7 @@ class RedisStore:
         # it back onto each event. So events are stored without one, or with the one
         # the writer's fence implies (``encoded``; a conflict stores nothing).
         given = given_bytes(events, expected_sequence, encoded)
-        check_checkpoint(checkpoint, expected_sequence, appended_count(events, given))
+        check_checkpoint(session_id, checkpoint, expected_sequence, appended_count(events, given))
         # Before anything is written: a checkpoint that is not JSON stores nothing.
         saved = None if checkpoint is None else _checkpoint_json(checkpoint)
         payloads = (

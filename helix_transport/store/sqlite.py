@@ -210,12 +210,23 @@ def _map_sqlite_errors() -> Iterator[None]:
     """Translate ``sqlite3`` exceptions into the helix error tree."""
     try:
         yield
-    except sqlite3.Error as exc:
-        # Extended result codes carry the primary code in their low byte.
-        code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
-        if code in _TRANSIENT_CODES:
-            raise StoreUnavailable(f"sqlite: {exc}") from exc
-        raise StoreError(f"sqlite: {exc}") from exc
+    except _UNBINDABLE as exc:
+        raise _store_error(exc) from exc
+
+
+_UNBINDABLE = (sqlite3.Error, OverflowError, UnicodeEncodeError)
+"""What sqlite3 raises for a value it cannot bind (an integer past 64 bits, a lone
+surrogate) besides its own errors."""
+
+
+def _store_error(exc: Exception) -> StoreError:
+    if not isinstance(exc, sqlite3.Error):
+        return StoreError(f"sqlite: cannot store a value: {exc}")
+    # Extended result codes carry the primary code in their low byte.
+    code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+    if code in _TRANSIENT_CODES:
+        return StoreUnavailable(f"sqlite: {exc}")
+    return StoreError(f"sqlite: {exc}")
 
 
 @contextmanager
@@ -357,7 +368,7 @@ class SqliteStore:
         # go together into its next transaction (an append's conflict is found before
         # it writes, so it fails only that append).
         encoded = given_bytes(events, expected_sequence, encoded)
-        check_checkpoint(checkpoint, expected_sequence, appended_count(events, encoded))
+        check_checkpoint(session_id, checkpoint, expected_sequence, appended_count(events, encoded))
         done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._appends.append(
             _Append(
@@ -756,12 +767,25 @@ def _append_batch(conn: sqlite3.Connection, *, batch: list[_Append]) -> list[int
     """
     previous = [[event.sequence for event in item.events] for item in batch]
     together = _plain_appends(batch)
-    if together:
+    try:
+        if together:
+            try:
+                return _append_items(conn, batch, previous, together)
+            except _FenceMissed:
+                pass  # nothing was stored, every event's sequence restored
+        return _append_items(conn, batch, previous, [])
+    except _UNBINDABLE:
+        if len(batch) == 1:
+            raise
+    # An error found only by SQLite itself (a value it cannot bind, a full disk) rolled
+    # the whole batch back: redo it append by append, so that it fails only its own.
+    results: list[int | Exception] = []
+    for item, sequences in zip(batch, previous, strict=True):
         try:
-            return _append_items(conn, batch, previous, together)
-        except _FenceMissed:
-            pass  # nothing was stored, every event's sequence restored
-    return _append_items(conn, batch, previous, [])
+            results += _append_items(conn, [item], [sequences], [])
+        except _UNBINDABLE as exc:
+            results.append(_store_error(exc))
+    return results
 
 
 def _append_items(

@@ -26,7 +26,12 @@ from typing import Any
 
 import pytest
 
-from helix_transport._exceptions import SequenceConflict, SessionNotFound, UsageError
+from helix_transport._exceptions import (
+    SequenceConflict,
+    SessionNotFound,
+    StoreError,
+    UsageError,
+)
 from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
 from helix_transport._status import SessionStatus
 from helix_transport.store._base import READ_LIMIT, InterruptLookup, Store
@@ -267,6 +272,61 @@ class StoreConformance:
             record = await store.get_session(session_id)
             assert record is not None and record.last_sequence == last
 
+    async def test_a_value_the_store_cannot_hold_fails_its_append_alone(self, store: Store) -> None:
+        # A value one backend refuses (a step count past 64 bits) fails its own append,
+        # never the others' committed with it, and leaves its session as it was.
+        for session_id in ("s-1", "s-2", "s-3"):
+            await store.create_session(make_record(session_id))
+        results = await asyncio.gather(
+            store.append("s-1", [make_event("a")], expected_sequence=0),
+            store.append(
+                "s-2",
+                [make_event("b", session_id="s-2")],
+                expected_sequence=0,
+                update=SessionUpdate(step_count=2**70),
+            ),
+            store.append(
+                "s-3",
+                [make_event("c", session_id="s-3")],
+                expected_sequence=0,
+                update=SessionUpdate(step_count=1),
+            ),
+            return_exceptions=True,
+        )
+        assert results[0] == 1 and results[2] == 1
+        assert _texts(await store.read("s-1")) == ["a"]
+        assert _texts(await store.read("s-3")) == ["c"]
+        refused = await store.get_session("s-2")
+        assert refused is not None
+        if isinstance(results[1], StoreError):
+            assert await store.read("s-2") == [] and refused.last_sequence == 0
+            assert refused.step_count == 0
+        else:
+            assert results[1] == 1 and refused.step_count == 2**70
+
+    async def test_free_text_is_stored_as_every_backend_can_hold_it(self, store: Store) -> None:
+        # NUL (PostgreSQL's text refuses it) and lone surrogates (not UTF-8) in an error
+        # made of someone else's message: replaced, the same on every backend.
+        await store.create_session(make_record())
+        odd = "bad\x00byte, lone \ud800"
+        updated = await store.update_session(
+            "s-1", SessionUpdate(status=SessionStatus.FAILED, error=odd, failure_reason=odd)
+        )
+        assert updated is not None and updated.error == "bad\ufffdbyte, lone \ufffd"
+        assert await store.get_session("s-1") == updated
+        ref = SubSessionRef(
+            parent_session_id="s-1",
+            child_session_id="c",
+            agent_type="a",
+            tool_call_id="call-1",
+            status=SessionStatus.FAILED,
+            error=odd,
+            failure_reason=odd,
+        )
+        assert ref.error == ref.failure_reason == "bad\ufffdbyte, lone \ufffd"
+        await store.put_subsession_ref(ref)
+        assert await store.list_subsession_refs("s-1") == [ref]
+
     async def test_large_events_read_back_whole_and_in_order(self, store: Store) -> None:
         # 12 MiB in all: a store may return fewer than ``limit`` per read, never none
         # while events remain, and never out of order.
@@ -476,6 +536,11 @@ class StoreConformance:
             await store.append("s-1", [make_event("d")], checkpoint=stray)
         with pytest.raises(UsageError, match="the append ends the log at 4"):
             await store.append("s-1", [make_event("d")], expected_sequence=3, checkpoint=stray)
+        # Another session's checkpoint, fenced by this log, would land beside or over it.
+        theirs = Checkpoint(session_id="s-2", step=4, messages=[], last_sequence=4)
+        with pytest.raises(UsageError, match="the checkpoint is session 's-2'"):
+            await store.append("s-1", [make_event("d")], expected_sequence=3, checkpoint=theirs)
+        assert await store.load_checkpoint("s-2") is None
         # A fence that misses stores neither the events nor the checkpoint.
         with pytest.raises(SequenceConflict):
             await store.append("s-1", [make_event("d")], expected_sequence=4, checkpoint=stray)

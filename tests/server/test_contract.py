@@ -8,6 +8,7 @@ sets the status to ``interrupted``; on a finished session it changes nothing.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from collections.abc import Awaitable
 from datetime import timedelta
@@ -19,6 +20,7 @@ import pytest
 from helix_transport import AgentClient, InvalidArgument, SessionExists, SessionNotFound
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._proto.helix.agent.v1 import agent_pb2_grpc as pb_grpc
+from helix_transport.agent.scripted import ScriptedTurn, register_script
 from tests.agents import counter, fixer, looper
 from tests.conftest import Serve
 
@@ -241,6 +243,29 @@ async def test_max_steps_fails_clearly(serve: Serve) -> None:
     assert events[-1].failed.failure_reason == "max_steps"
     assert status.status == pb.SESSION_STATUS_FAILED and status.failure_reason == "max_steps"
     assert "3 steps" in status.error
+
+
+def _fails_with_unstorable_text(messages: list[dict[str, object]]) -> ScriptedTurn:
+    raise ValueError("provider said: bad\x00byte and a lone \ud800 surrogate")
+
+
+async def test_a_failure_message_no_store_can_hold_as_is_still_ends_the_run(
+    serve: Serve,
+) -> None:
+    # PostgreSQL's text refuses NUL, and SQLite, Redis and protobuf lone surrogates: the
+    # run's failure could not be written, so it never ended.
+    agent = dataclasses.replace(
+        counter, name="unstorable", model=register_script("unstorable", _fails_with_unstorable_text)
+    )
+    async with serve(agent) as (_, client):
+        await client.start("{}", session_id="u1")
+        async with asyncio.timeout(10):
+            events = await collect(client, "u1")
+        status = await client.get_status("u1")
+    assert kinds(events)[-1] == "failed"
+    assert status.status == pb.SESSION_STATUS_FAILED
+    assert "bad\ufffdbyte and a lone \ufffd surrogate" in status.error
+    assert status.error == events[-1].failed.error
 
 
 async def test_invalid_output_goes_back_to_the_model(serve: Serve) -> None:
