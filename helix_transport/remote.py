@@ -27,7 +27,15 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from helix_transport._exceptions import HelixError, SessionExists, SessionNotFound
+from helix_transport._eventlog import is_terminal
+from helix_transport._exceptions import (
+    HelixError,
+    LeaseLost,
+    SequenceConflict,
+    SessionExists,
+    SessionNotFound,
+    StoreUnavailable,
+)
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._status import SessionStatus
 from helix_transport._wire import child_event_payloads, child_event_prefix
@@ -232,6 +240,10 @@ class _ChildCall:
             return await self._end(
                 SessionStatus.FAILED, error=f"{exc.message} (a different call owns it)"
             )
+        except (StoreUnavailable, SequenceConflict, LeaseLost):
+            # The parent's own log or ref could not be written: the run pauses (or this
+            # replica lost it) and a resumed parent rejoins the child, which runs on.
+            raise
         except HelixError as exc:
             if started:  # lost track of a running child (its stream broke for good)
                 await self._stop(f"parent {ctx.session_id} lost its stream")
@@ -267,6 +279,8 @@ class _ChildCall:
                 for payload in payloads:
                     emit(pb.StreamEvent.FromString(payload))
             final = batch[-1]
+            if is_terminal(final):
+                break  # its end is recorded by _end, outside the call's timeout
             if time.monotonic() - saved_at > REF_SAVE_SECONDS:
                 # The ref only claims events the parent's log already holds.
                 await ctx.flush()

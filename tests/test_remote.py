@@ -25,6 +25,7 @@ from helix_transport import (
     ServerConfig,
     create_server,
 )
+from helix_transport._exceptions import StoreUnavailable, UsageError
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._proto.helix.agent.v1 import agent_pb2_grpc as pb_grpc
 from helix_transport._status import SessionStatus
@@ -500,3 +501,100 @@ async def test_a_provider_repeating_tool_call_ids_still_gets_one_child_per_call(
     assert len({e.child_session_id for e in ends}) == 3
     refs = await store.list_subsession_refs("r")
     assert len({r.tool_call_id for r in refs}) == 3
+
+
+class _BlinkingStore(MemoryStore):
+    """A parent's store whose appends fail while ``down`` is set."""
+
+    down = False
+
+    async def append(self, session_id: str, events: Any, **kwargs: Any) -> int:
+        if self.down:
+            raise StoreUnavailable("appends are failing (a test's outage)")
+        return await super().append(session_id, events, **kwargs)
+
+
+async def test_a_blip_in_the_parents_own_store_leaves_its_child_running(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The parent's run pauses and is resumed; the child it forwards must not be stopped
+    # as if its stream were lost (the resumed parent would rejoin a child it killed).
+    monkeypatch.setenv("HELIX_SCRIPTED_DELAY_MS", "20")
+    parent_store = _BlinkingStore()
+    async with (
+        await create_server(counter, MemoryStore(), allow_unauthenticated=True) as child,
+        await AgentClient.connect(child.address) as child_client,
+    ):
+        monkeypatch.setenv(address_env_var("counter"), child.address)
+        async with (
+            await create_server(
+                delegator, parent_store, ServerConfig(lease_ttl_s=1.0), allow_unauthenticated=True
+            ) as parent,
+            await AgentClient.connect(parent.address) as client,
+        ):
+            await client.start(calls(("count", {"steps": 20, "words": 3})), session_id="root")
+            async for event in client.stream("root"):  # until the child is well under way
+                if kind(event) == "child_event" and event.child_event.event.step >= 3:
+                    break
+            parent_store.down = True
+            await asyncio.sleep(0.3)
+            parent_store.down = False
+            child_status = await child_client.wait(child_session_id("root", "call_1_0"))
+            async with asyncio.timeout(30):
+                root = await client.wait("root")
+    assert child_status.status == pb.SESSION_STATUS_COMPLETED
+    assert root.status == pb.SESSION_STATUS_COMPLETED
+    assert json.loads(root.output_json) == {"results": [{"total": 20, "steps": 20}]}
+
+
+class _SlowToSaveTheEnd(MemoryStore):
+    """Saving a running ref whose cursor is at its child's last event takes a second."""
+
+    def __init__(self, child_store: Store) -> None:
+        super().__init__()
+        self.child_store = child_store
+
+    async def put_subsession_ref(self, ref: SubSessionRef) -> None:
+        child = await self.child_store.get_session(ref.child_session_id)
+        if (
+            ref.status is SessionStatus.RUNNING
+            and ref.remote is not None
+            and child is not None
+            and child.status.is_terminal
+            and ref.remote.last_sequence == child.last_sequence
+        ):
+            await asyncio.sleep(1.0)
+        await super().put_subsession_ref(ref)
+
+
+async def test_a_child_that_ended_is_not_reported_timed_out_by_a_slow_cursor_save(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Its `completed` was already in the parent's log: a timeout expiring while the
+    # cursor was saved after it gave the call a second, contradictory end.
+    monkeypatch.setattr("helix_transport.remote.REF_SAVE_SECONDS", 0.0)  # save every batch
+    child_store = MemoryStore()
+    parent_store = _SlowToSaveTheEnd(child_store)
+    async with await create_server(counter, child_store, allow_unauthenticated=True) as child:
+        monkeypatch.setenv(address_env_var("counter"), child.address)
+        async with (
+            await create_server(delegator, parent_store, allow_unauthenticated=True) as parent,
+            await AgentClient.connect(parent.address) as client,
+        ):
+            await client.start(
+                calls(("count_quickly", {"steps": 1, "words": 1})), session_id="root"
+            )
+            events = [e async for e in client.stream("root")]
+    ends = [e.subagent_end for e in events if kind(e) == "subagent_end"]
+    assert [e.status for e in ends] == [pb.SESSION_STATUS_COMPLETED]
+    assert json.loads(events[-1].completed.output_json) == {"results": [{"total": 1, "steps": 1}]}
+
+
+async def test_a_closed_client_pool_connects_no_more() -> None:
+    # A background interrupt still retrying after shutdown opened a channel nothing closed.
+    pool = ClientPool()
+    await pool.get("127.0.0.1:1")
+    await pool.aclose()
+    with pytest.raises(UsageError, match="closed"):
+        await pool.get("127.0.0.1:1")
+    assert pool.addresses() == []

@@ -7,6 +7,7 @@ import asyncio
 import grpc
 
 from helix_transport._config import ClientConfig
+from helix_transport._exceptions import UsageError
 from helix_transport.transport._auth import ClientAuth
 from helix_transport.transport.grpc import AgentClient
 
@@ -29,13 +30,21 @@ class ClientPool:
         self._call_credentials = call_credentials
         self._clients: dict[str, AgentClient] = {}
         self._lock = asyncio.Lock()
+        self._closed = False
 
     async def get(self, address: str) -> AgentClient:
-        """The client for ``address``, connecting on first use."""
+        """The client for ``address``, connecting on first use.
+
+        Raises:
+            UsageError: the pool is closed (a late caller, such as a background
+                interrupt still retrying after shutdown, would leak a new channel).
+        """
         client = self._clients.get(address)
         if client is not None:
             return client
         async with self._lock:
+            if self._closed:
+                raise UsageError(f"the client pool is closed; not connecting to {address}")
             client = self._clients.get(address)
             if client is None:
                 client = await AgentClient.connect(
@@ -54,6 +63,7 @@ class ClientPool:
 
     async def aclose(self) -> None:
         """Close every client. Idempotent."""
+        self._closed = True
         clients, self._clients = list(self._clients.values()), {}
         for client in clients:
             await client.aclose()
