@@ -25,6 +25,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, cast
+from urllib.parse import urlsplit, urlunsplit
 
 import redis.asyncio as aioredis
 import redis.exceptions as redis_errors
@@ -260,26 +261,38 @@ class RedisStore:
             timeout_s: how long to wait to connect and for each reply.
 
         Raises:
+            UsageError: the URL has an option redis does not know or cannot read
+                (``?prefx=``, ``?socket_timeout=abc``).
             StoreUnavailable: the server does not answer.
             StoreError: it refused us (for example a wrong password).
         """
-        client = aioredis.Redis.from_url(
-            url,
-            decode_responses=False,
-            socket_connect_timeout=timeout_s,
-            socket_timeout=timeout_s,
-            # No client-side resends: after a lost reply a resend could apply a write
-            # twice (take an interrupt twice, report a create as lost). The error is a
-            # retryable StoreUnavailable and the caller decides.
-            retry=Retry(NoBackoff(), 0),
-        )
+        where = _describe_url(url)
+        try:
+            client = aioredis.Redis.from_url(
+                url,
+                decode_responses=False,
+                socket_connect_timeout=timeout_s,
+                socket_timeout=timeout_s,
+                # No client-side resends: after a lost reply a resend could apply a write
+                # twice (take an interrupt twice, report a create as lost). The error is
+                # a retryable StoreUnavailable and the caller decides.
+                retry=Retry(NoBackoff(), 0),
+            )
+        except ValueError as exc:  # redis-py's parse of a query value
+            raise UsageError(f"Redis store URL {where}: {exc}") from exc
         try:
             with _map_redis_errors():
                 await client.ping()
         except BaseException as exc:
             await client.aclose()
             if isinstance(exc, StoreError):
-                raise type(exc)(f"cannot use the Redis store at {url}: {exc.message}") from exc
+                raise type(exc)(f"cannot use the Redis store at {where}: {exc.message}") from exc
+            if isinstance(exc, TypeError):
+                # redis-py hands unknown query options to the connection as keywords.
+                raise UsageError(
+                    f"Redis store URL {where} has an option redis does not accept ({exc}); "
+                    "helix reads only ?prefix="
+                ) from exc
             raise
         store = cls(client, prefix=prefix)
         store._owns_client = True
@@ -661,3 +674,15 @@ def _ref_from_json(raw: bytes) -> SubSessionRef:
 def _checkpoint_json(checkpoint: Checkpoint) -> str:
     """The checkpoint as stored; raises (``TypeError``) when it is not JSON."""
     return json.dumps(dataclasses.asdict(checkpoint))
+
+
+def _describe_url(url: str) -> str:
+    """``url`` for error messages, its password replaced by ``***``."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparsable URL>"
+    if parts.password is None:
+        return url
+    user, _, host = parts.netloc.rpartition("@")
+    return urlunsplit(parts._replace(netloc=f"{user.partition(':')[0]}:***@{host}"))

@@ -116,3 +116,23 @@ def test_store_url_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
     assert store_url_from_env("memory://") == "memory://"
     monkeypatch.setenv("HELIX_STORE_URL", "sqlite:///x.db")
     assert store_url_from_env("memory://") == "sqlite:///x.db"
+
+
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [("prefx=a", "does not accept"), ("socket_timeout=abc", "socket_timeout")],
+)
+async def test_a_redis_url_option_redis_cannot_use_is_a_usage_error(
+    redis_url: str, query: str, message: str
+) -> None:
+    # A typo in an option went to redis-py as a keyword: a TypeError traceback at start.
+    with pytest.raises(UsageError, match=message):
+        await open_store(f"{redis_url}?{query}")
+
+
+async def test_a_redis_error_never_shows_the_password() -> None:
+    port = free_port()  # nothing listens there
+    with pytest.raises(StoreUnavailable) as error:
+        await open_store(f"redis://helix:s3cret@127.0.0.1:{port}/0")
+    assert "s3cret" not in str(error.value)
+    assert f"redis://helix:***@127.0.0.1:{port}/0" in str(error.value)
