@@ -14,6 +14,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import math
 import os
 import sys
 from collections.abc import Iterator, Sequence
@@ -145,6 +146,10 @@ class EventPrinter:
             return self._c("36", f"resumed at step {r.step} ({r.reason})")
         if kind == "error":
             return self._c("31", f"error: {event.error.message}")
+        if kind == "turn_started":
+            turn = event.turn_started
+            fresh = " (fresh)" if turn.fresh else ""
+            return self._c("1", f"turn {turn.turn}{fresh}") + f" message={_short(turn.message)}"
         return f"({kind or 'unknown event'})"
 
     def close(self) -> None:
@@ -226,7 +231,7 @@ async def _call(args: argparse.Namespace) -> int:
             with _say_if_slow(waiting):
                 started = await client.start(args.input, session_id=session_id)
             session_id = started.session_id
-            if not started.created:
+            if not started.created and args.session_id:  # a chosen id, not our own retry
                 print(f"(session {session_id} already existed; streaming it)", file=sys.stderr)
         printer = EventPrinter()
         final: pb.StreamEvent | None = None
@@ -360,7 +365,9 @@ def _parser() -> argparse.ArgumentParser:
     call.add_argument("--follow", action="store_true", help="only stream an existing session")
     call.add_argument("--from-sequence", type=int, default=0)
     call.add_argument("--json", action="store_true", help="print events as JSON lines")
-    call.add_argument("--timeout", type=float, default=10.0, help="seconds per unary call")
+    call.add_argument(
+        "--timeout", type=_positive_seconds, default=10.0, help="seconds per unary call"
+    )
     _client_options(call)
 
     status = sub.add_parser("status", help="show a session's status")
@@ -368,7 +375,7 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("session_id")
     status.add_argument(
         "--wait",
-        type=float,
+        type=_seconds,
         metavar="SECONDS",
         help="if the session is running, answer when it ends or after SECONDS (at most 60)",
     )
@@ -392,12 +399,33 @@ def _parser() -> argparse.ArgumentParser:
     conformance.add_argument(
         "--bad-input", default=None, help="an input its schema rejects (default: from Describe)"
     )
-    conformance.add_argument("--timeout", type=float, default=60.0, help="seconds for the run")
+    conformance.add_argument(
+        "--timeout", type=_positive_seconds, default=60.0, help="seconds for the run"
+    )
     _client_options(conformance)
 
     # Listed for --help only: main() hands `bench ...` to helix_transport.bench whole.
     sub.add_parser("bench", help="run the benchmark suite (helix-mesh bench --help)")
     return parser
+
+
+def _seconds(text: str) -> float:
+    """A duration flag: a finite number of seconds, zero or more."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number of seconds, 0 or more")
+    return value
+
+
+def _positive_seconds(text: str) -> float:
+    """A duration flag that cannot be zero (a timeout, a lease, an interval)."""
+    value = _seconds(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number of seconds above 0")
+    return value
 
 
 def _client_options(parser: argparse.ArgumentParser) -> None:
@@ -429,17 +457,20 @@ def _serve_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--replica-id", default="", help="lease owner id (default hostname:port)")
     parser.add_argument(
-        "--lease-ttl", type=float, default=5.0, help="session lease seconds (default %(default)s)"
+        "--lease-ttl",
+        type=_positive_seconds,
+        default=5.0,
+        help="session lease seconds (default %(default)s)",
     )
     parser.add_argument(
         "--drain-timeout",
-        type=float,
+        type=_seconds,
         default=10.0,
         help="seconds to drain on SIGTERM (default %(default)s)",
     )
     parser.add_argument(
         "--heartbeat-interval",
-        type=float,
+        type=_positive_seconds,
         default=5.0,
         help="seconds before a quiet stream beats (default %(default)s)",
     )

@@ -128,3 +128,22 @@ async def test_follow_waits_quietly_for_a_quiet_session(monkeypatch: pytest.Monk
         assert err == ""
         code, _, err = await cli("call", server.address, "--follow", "--session-id", "nope")
         assert code == 1 and err.strip() == "helix-mesh: session 'nope' not found"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("call", "127.0.0.1:1", "--timeout", "0"), "argument --timeout: '0': give a number of seconds above 0"),
+        (("call", "127.0.0.1:1", "--timeout", "-1"), "argument --timeout: '-1': give a number of seconds, 0 or more"),
+        (("status", "127.0.0.1:1", "s", "--wait", "nan"), "argument --wait: 'nan': give a number"),
+        (("serve", "tests.agents:counter", "--heartbeat-interval", "0"), "argument --heartbeat-interval"),
+        (("serve", "tests.agents:counter", "--lease-ttl", "x"), "argument --lease-ttl: 'x' is not a number"),
+    ],
+)  # fmt: skip
+async def test_a_duration_that_cannot_work_is_refused_by_its_flag(
+    args: tuple[str, ...], message: str
+) -> None:
+    # `call --timeout 0` gave every RPC a deadline already past; `--heartbeat-interval 0`
+    # started a server that beats without pause; errors named Python fields, not flags.
+    code, _, err = await cli(*args)
+    assert code == 2 and message in err, err

@@ -67,6 +67,31 @@ def test_concurrent_children_never_share_a_line() -> None:
     ]
 
 
+@pytest.mark.parametrize(
+    "kind", [f.name for f in pb.StreamEvent.DESCRIPTOR.oneofs_by_name["payload"].fields]
+)
+def test_every_kind_of_event_is_shown_in_words(kind: str) -> None:
+    # A kind the printer did not know showed as "(turn_started)" in `helix-mesh call`.
+    if kind == "child_event":
+        event = child("call_1_0", 1, completed=pb.Completed())
+    else:
+        payload = pb.StreamEvent.DESCRIPTOR.fields_by_name[kind].message_type._concrete_class()
+        event = pb.StreamEvent(session_id="s", agent_type="a", sequence=1, **{kind: payload})
+    out = io.StringIO()
+    printer = EventPrinter(out, color=False)
+    printer.print(event)
+    printer.close()
+    assert out.getvalue() and f"({kind})" not in out.getvalue()
+
+
+def test_a_turn_shows_its_number_and_message() -> None:
+    out = io.StringIO()
+    printer = EventPrinter(out, color=False)
+    turn = pb.TurnStarted(turn=2, message="and now in French", fresh=True)
+    printer.print(pb.StreamEvent(session_id="s", agent_type="a", sequence=9, turn_started=turn))
+    assert out.getvalue() == "[a #9] turn 2 (fresh) message=and now in French\n"
+
+
 async def test_serving_on_a_port_in_use_is_a_usage_error_that_says_so() -> None:
     taken = socket.socket()
     taken.bind(("127.0.0.1", 0))
