@@ -72,6 +72,10 @@ MAX_RESULT_BYTES = 1 << 20
 one gRPC message, also wrapped by every parent that forwards it (4 MiB by default):
 a larger one would be logged but could never be streamed, nor anything after it."""
 
+MAX_ERROR_BYTES = 16 << 10
+"""Most of an error message a run logs (a tool's, a provider's): a client that puts a whole
+response body in its exception must not make an event no stream can send."""
+
 
 @dataclass(frozen=True)
 class _Interrupted:
@@ -350,12 +354,12 @@ class RunLoop:
                 result = await self._call_tool(state, call)
                 result, is_error = self._within_limit(result, f"tool {call.name!r}'s result"), False
         except ValidationError as exc:
-            problem = f"invalid output: {describe_validation_error(exc)}"
+            problem = clipped(f"invalid output: {describe_validation_error(exc)}")
             # Recoverable: the model sees the problem and gets another step.
             self.writer.emit(pb.StreamEvent(error=pb.Error(message=problem, code="invalid_output")))
             result, is_error = json.dumps({"error": problem}), True
         except ToolError as exc:
-            result, is_error = json.dumps({"error": exc.message}), True
+            result, is_error = json.dumps({"error": clipped(exc.message)}), True
         except TimeoutError:
             result, is_error = json.dumps({"error": f"tool {call.name!r} timed out"}), True
         except asyncio.CancelledError:
@@ -366,12 +370,15 @@ class RunLoop:
             # failure, as any other error, not an interrupt of the whole run.
             logger.warning("tool %s cancelled itself in session %s", call.name, self.session_id)
             result, is_error = json.dumps({"error": "CancelledError: the tool was cancelled"}), True
-        except Exception as exc:
-            # A failing tool is the model's problem to handle, not the run's.
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # SystemExit and a library's own BaseExceptions too
+            # A failing tool is the model's problem to handle, not the run's (and not
+            # the process's: sys.exit() in one tool must not stop every session).
             logger.warning(
                 "tool %s failed in session %s", call.name, self.session_id, exc_info=True
             )
-            result, is_error = json.dumps({"error": f"{type(exc).__name__}: {exc}"}), True
+            result, is_error = json.dumps({"error": clipped(f"{type(exc).__name__}: {exc}")}), True
         self.writer.emit(
             pb.StreamEvent(
                 tool_end=pb.ToolEnd(
@@ -480,7 +487,7 @@ class RunLoop:
         return SessionStatus.COMPLETED
 
     async def _fail(self, state: _RunState, error: str, reason: str) -> SessionStatus:
-        error = storable_text(error)  # the event says what the record will
+        error = clipped(storable_text(error))  # the event says what the record will
         state.error = error
         await self.writer.finish(
             pb.StreamEvent(failed=pb.Failed(error=error, failure_reason=reason)),
@@ -502,6 +509,17 @@ class RunLoop:
             ),
         )
         return SessionStatus.INTERRUPTED
+
+
+def clipped(text: str, most: int = MAX_ERROR_BYTES) -> str:
+    """``text`` cut to about ``most`` UTF-8 bytes, saying how much was cut."""
+    if len(text) * 4 <= most:  # cheap when small
+        return text
+    encoded = text.encode("utf-8", "replace")  # a lone surrogate counts as one byte
+    if len(encoded) <= most:
+        return text
+    kept = encoded[:most].decode("utf-8", "ignore")
+    return f"{kept}… ({len(encoded) - len(kept.encode('utf-8', 'replace'))} bytes cut)"
 
 
 class _StateNotJSON(AgentRunError):

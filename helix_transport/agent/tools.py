@@ -175,4 +175,9 @@ def dump_result(value: Any) -> str:
     """A tool's return value as the JSON string the model sees."""
     if isinstance(value, BaseModel):
         return value.model_dump_json()
-    return json.dumps(value, default=str)
+    # NaN and Infinity are not JSON: the model, and every other language's parser of
+    # ToolEnd.result_json, would get text it cannot read. They fail the call instead.
+    try:
+        return json.dumps(value, default=str, allow_nan=False)
+    except ValueError as exc:
+        raise ToolError(f"the tool's result is not JSON: {exc}") from None

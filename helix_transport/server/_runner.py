@@ -281,7 +281,9 @@ class SessionRunner:
                 # Listed while the lease is still held: once it is released a new turn
                 # may start (here or on another replica), with children of its own.
                 children = await self._children(session_id)
-        except Exception as exc:
+        except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:  # a library's own BaseException is a crash too
             if _matches(exc, (SequenceConflict, LeaseLost)):
                 logger.warning(
                     "session %s: stopped, another process owns it now (%s)", session_id, exc
