@@ -74,9 +74,9 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
         session_id = check.session_id(request.session_id, generate=True)
         if request.parent_session_id:
             check.session_id(request.parent_session_id, field="parent_session_id")
-        parsed = check.agent_input(self.agent.input_model, request.input_json, limits=self.limits)
+        check.agent_input(self.agent.input_model, request.input_json, limits=self.limits)
         metadata = check.metadata(dict(request.metadata))
-        input_json = request.input_json or parsed.model_dump_json()
+        input_json = request.input_json or "{}"  # as the proto says: the same call as {}
         caller = current_principal()  # the new session's owner
         # Compare existing sessions on the raw input: an equal JSON value is the same call.
         record = SessionRecord(

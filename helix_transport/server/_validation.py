@@ -7,8 +7,10 @@ JSON nesting before the JSON parser sees the text.
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
+from typing import Any
 
 from google.protobuf.duration_pb2 import Duration
 from pydantic import BaseModel, ValidationError
@@ -83,6 +85,10 @@ def agent_input(
         raise InvalidArgument(field, f"larger than {limits.max_input_bytes} bytes ({size})")
     if json_depth_exceeds(input_json, limits.max_json_depth):
         raise InvalidArgument(field, f"nested deeper than {limits.max_json_depth} levels")
+    if ("NaN" in input_json or "Infinity" in input_json) and _has_non_json_number(input_json):
+        # pydantic and json.loads read these; JSON.parse, Go and serde do not, and the
+        # text is handed on as is (run_started.input_json, a child's input).
+        raise InvalidArgument(field, "not valid JSON (NaN and Infinity are not JSON numbers)")
     try:
         return model.model_validate_json(input_json or "{}")
     except ValidationError as exc:
@@ -96,6 +102,26 @@ def agent_input(
         raise InvalidArgument(*violations[0], violations=violations) from None
     except (ValueError, RecursionError):
         raise InvalidArgument(field, "cannot be parsed as JSON") from None
+
+
+def _has_non_json_number(text: str) -> bool:
+    """True when ``text`` parses only with NaN or (-)Infinity as numbers; False when it
+    has none outside strings, or does not parse at all (the validator says why)."""
+
+    def refuse(constant: str) -> Any:
+        raise _NonJSONNumber(constant)
+
+    try:
+        json.loads(text, parse_constant=refuse)
+    except _NonJSONNumber:
+        return True
+    except (ValueError, RecursionError):
+        return False
+    return False
+
+
+class _NonJSONNumber(Exception):
+    pass
 
 
 MAX_PATH_PART = 64
