@@ -24,6 +24,9 @@ const path = require('node:path');
 const grpc = require('@grpc/grpc-js');
 const protoLoader = require('@grpc/proto-loader');
 const { HealthImplementation } = require('grpc-health-check');
+// The version @grpc/proto-loader uses (package.json pins the same), for the request
+// byte checks and the error details trailer.
+const protobuf = require('protobufjs');
 
 const translator = require('./translator');
 
@@ -38,6 +41,11 @@ const MAX_METADATA_KEY = 128;
 const MAX_METADATA_VALUE = 4096;
 const MAX_REASON = 4096;
 const MAX_EVENTS_PER_MESSAGE = 256;
+const MAX_SEQUENCE = Number.MAX_SAFE_INTEGER; // 2^53 - 1: the contract's largest from_sequence
+// gRPC fails a call whose metadata passes 8-16 KiB, and a status travels in it twice
+// (message and details): text taken from the caller's request is cut to stay below.
+const MAX_STATUS_MESSAGE = 1024;
+const MAX_VIOLATION_FIELD = 256;
 
 const TERMINAL_STATUS = {
   completed: 'SESSION_STATUS_COMPLETED',
@@ -62,21 +70,63 @@ function loadContract() {
 // --- errors -----------------------------------------------------------------------
 
 class RpcError extends Error {
-  constructor(code, details) {
+  /** `violations`: [[field, problem]], sent as google.rpc.BadRequest field violations. */
+  constructor(code, details, violations = []) {
     super(details);
     this.code = code;
     this.details = details;
+    this.violations = violations;
   }
 }
 
-const invalid = (field, problem) => new RpcError(grpc.status.INVALID_ARGUMENT, `${field}: ${problem}`);
+const invalid = (field, problem) =>
+  new RpcError(grpc.status.INVALID_ARGUMENT, `${field}: ${problem}`, [[field, problem]]);
 const notFound = (id) => new RpcError(grpc.status.NOT_FOUND, `session '${id}' not found`);
+
+// The few google.rpc messages of the `grpc-status-details-bin` trailer. No google/rpc
+// protos ship with grpc-js, so they are declared here; `Any` is google.protobuf.Any
+// on the wire (the same two fields), which is all a reader decodes.
+const RPC_DETAILS = protobuf.parse(
+  `syntax = "proto3";
+  package google.rpc;
+  message Any { string type_url = 1; bytes value = 2; }
+  message Status { int32 code = 1; string message = 2; repeated Any details = 3; }
+  message BadRequest {
+    message FieldViolation { string field = 1; string description = 2; }
+    repeated FieldViolation field_violations = 1;
+  }`,
+  { keepCase: true },
+).root;
+const RpcStatus = RPC_DETAILS.lookupType('google.rpc.Status');
+const BadRequest = RPC_DETAILS.lookupType('google.rpc.BadRequest');
+
+const cut = (text, most) => (text.length <= most ? text : `${text.slice(0, most - 1)}…`);
+
+/** The trailer of an INVALID_ARGUMENT: a google.rpc.Status with a BadRequest, as the contract asks. */
+function badRequestTrailer(code, message, violations) {
+  const badRequest = BadRequest.encode({
+    field_violations: violations.map(([field, description]) => ({
+      field: cut(field, MAX_VIOLATION_FIELD),
+      description: cut(description, MAX_STATUS_MESSAGE),
+    })),
+  }).finish();
+  const status = RpcStatus.encode({
+    code,
+    message,
+    details: [{ type_url: 'type.googleapis.com/google.rpc.BadRequest', value: badRequest }],
+  }).finish();
+  const metadata = new grpc.Metadata();
+  metadata.set('grpc-status-details-bin', Buffer.from(status));
+  return metadata;
+}
 
 /** A gRPC status for any error; unexpected ones are logged with a reference, never sent. */
 function toStatus(err) {
-  if (err instanceof RpcError) return { code: err.code, details: err.details };
-  if (err instanceof translator.InvalidInput) {
-    return { code: grpc.status.INVALID_ARGUMENT, details: err.message };
+  if (err instanceof translator.InvalidInput) err = invalid(err.field, err.problem);
+  if (err instanceof RpcError) {
+    const details = cut(err.details, MAX_STATUS_MESSAGE);
+    if (err.code !== grpc.status.INVALID_ARGUMENT) return { code: err.code, details };
+    return { code: err.code, details, metadata: badRequestTrailer(err.code, details, err.violations) };
   }
   const ref = crypto.randomBytes(6).toString('hex');
   log(`unhandled error (ref ${ref}): ${err && err.stack ? err.stack : err}`);
@@ -88,6 +138,19 @@ function log(message) {
 }
 
 // --- validation -------------------------------------------------------------------
+
+/**
+ * Characters (code points) in `text`: the contract's limits count characters, and a
+ * JS string's `length` counts UTF-16 code units (two for an emoji).
+ */
+function charCount(text) {
+  let count = 0;
+  for (const _ of text) count += 1; // iterates by code point
+  return count;
+}
+
+/** True when `text` has more than `most` characters (without counting a short one). */
+const longerThan = (text, most) => text.length > most && charCount(text) > most;
 
 function checkSessionId(value, field = 'session_id') {
   if (!value) throw invalid(field, 'must not be empty');
@@ -103,10 +166,10 @@ function checkMetadata(metadata) {
     throw invalid('metadata', `more than ${MAX_METADATA_ENTRIES} entries`);
   }
   for (const [key, value] of entries) {
-    if (!key || key.length > MAX_METADATA_KEY) {
+    if (!key || longerThan(key, MAX_METADATA_KEY)) {
       throw invalid('metadata', `keys must be 1-${MAX_METADATA_KEY} characters`);
     }
-    if (value.length > MAX_METADATA_VALUE) {
+    if (longerThan(value, MAX_METADATA_VALUE)) {
       throw invalid(`metadata[${key}]`, `longer than ${MAX_METADATA_VALUE} characters`);
     }
   }
@@ -128,6 +191,102 @@ const fingerprint = (inputJson) =>
 
 function timestamp(ms = Date.now()) {
   return { seconds: Math.floor(ms / 1000), nanos: (ms % 1000) * 1e6 };
+}
+
+// --- request bytes ------------------------------------------------------------------
+//
+// grpc-js parses a request before any handler runs, and protobufjs quietly replaces
+// bytes that are not UTF-8 with U+FFFD, while a request that does not parse at all
+// becomes INTERNAL. The contract wants INVALID_ARGUMENT naming the field (or
+// `request`) for both, so each method's deserializer is wrapped: it checks the raw
+// bytes first and, when they are bad, returns a marker the handler rejects.
+
+const UNPARSABLE = Symbol('unparsable request');
+const utf8 = new TextDecoder('utf-8', { fatal: true });
+
+function isUtf8(bytes) {
+  try {
+    utf8.decode(bytes);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * The path of the first string field of `bytes` (a `type` message) that is not
+ * UTF-8, or null; throws on bytes that are no protobuf. A bad key or value of a map
+ * names the map, as the Python servers do.
+ */
+function notUtf8Field(type, bytes, prefix = '') {
+  const reader = protobuf.Reader.create(bytes);
+  while (reader.pos < reader.len) {
+    const tag = reader.uint32();
+    const field = type.fieldsById[tag >>> 3];
+    if (!field || (tag & 7) !== 2) {
+      reader.skipType(tag & 7); // throws on an invalid wire type
+      continue;
+    }
+    const payload = reader.bytes(); // throws when cut short
+    const path = prefix + field.name;
+    if (field.map) {
+      const entry = protobuf.Reader.create(payload);
+      while (entry.pos < entry.len) {
+        const entryTag = entry.uint32();
+        const entryType = (entryTag >>> 3) === 1 ? field.keyType : field.type;
+        if ((entryTag & 7) === 2 && entryType === 'string') {
+          if (!isUtf8(entry.bytes())) return path;
+        } else {
+          entry.skipType(entryTag & 7);
+        }
+      }
+    } else if (field.type === 'string') {
+      if (!isUtf8(payload)) return path;
+    } else if (field.resolvedType instanceof protobuf.Type) {
+      const found = notUtf8Field(field.resolvedType, payload, `${path}.`);
+      if (found) return found;
+    } // else packed numbers or bytes: nothing to check
+  }
+  return null;
+}
+
+/** `requestDeserialize` that answers bad bytes with an UNPARSABLE marker instead of throwing. */
+function strictDeserializer(type, deserialize) {
+  const typeName = type.fullName.replace(/^\./, '');
+  return (bytes) => {
+    let field;
+    try {
+      field = notUtf8Field(type, bytes);
+      if (!field) return deserialize(bytes);
+    } catch {
+      return { [UNPARSABLE]: invalid('request', `cannot be parsed as a ${typeName} (malformed protobuf)`) };
+    }
+    return { [UNPARSABLE]: invalid(field, 'not valid UTF-8') };
+  };
+}
+
+/** `definition` (a service from proto-loader) with every request deserializer made strict. */
+function strictService(definition) {
+  const root = new protobuf.Root();
+  // google/protobuf/*.proto are built into protobufjs; everything else is ours.
+  root.resolvePath = (origin, target) =>
+    target.startsWith('google/protobuf/') ? target : path.join(PROTO_ROOT, target);
+  root.loadSync(PROTO_FILE, { keepCase: true });
+  const service = root.lookupService(SERVICE_NAME);
+  service.resolveAll();
+  const strict = {};
+  for (const [name, method] of Object.entries(definition)) {
+    const type = service.methods[name].resolvedRequestType;
+    strict[name] = { ...method, requestDeserialize: strictDeserializer(type, method.requestDeserialize) };
+  }
+  return strict;
+}
+
+/** The request of `call`; throws the INVALID_ARGUMENT of a request that did not parse. */
+function requestOf(call) {
+  const request = call.request;
+  if (request && request[UNPARSABLE]) throw request[UNPARSABLE];
+  return request;
 }
 
 // --- one session: its log file and its in-memory view -------------------------------
@@ -406,11 +565,17 @@ class TranslatorService {
   }
 
   Stream(call) {
-    const request = call.request;
+    let request;
     let session;
     try {
+      request = requestOf(call);
       checkSessionId(request.session_id);
       if (request.from_sequence < 0) throw invalid('from_sequence', 'must not be negative');
+      // int64 arrives as a double (`longs: Number`): any value from 2^53 up rounds to
+      // 2^53 or more, never below, so this comparison is exact where it matters.
+      if (request.from_sequence > MAX_SEQUENCE) {
+        throw invalid('from_sequence', `larger than ${MAX_SEQUENCE}, past any log`);
+      }
       session = this.sessions.get(request.session_id);
       if (!session) throw notFound(request.session_id);
     } catch (err) {
@@ -433,8 +598,9 @@ class TranslatorService {
         session.listeners.delete(listener);
         return;
       }
-      if (event.sequence <= after) return;
-      call.write({ events: [event] });
+      // A reader past the end gets no event, but its stream still ends with the
+      // session (the contract: promptly once the session has finished).
+      if (event.sequence > after) call.write({ events: [event] });
       if (payloadOf(event) in TERMINAL_STATUS) {
         session.listeners.delete(listener);
         call.end();
@@ -468,7 +634,7 @@ class TranslatorService {
 
   Interrupt(request) {
     const sessionId = checkSessionId(request.session_id);
-    if (request.reason.length > MAX_REASON) throw invalid('reason', `longer than ${MAX_REASON} characters`);
+    if (longerThan(request.reason, MAX_REASON)) throw invalid('reason', `longer than ${MAX_REASON} characters`);
     const session = this.session(sessionId);
     if (session.terminal) return { status: session.status, accepted: false };
     if (!session.interrupt) {
@@ -499,7 +665,7 @@ class TranslatorService {
   handlers() {
     const unary = (method) => (call, callback) => {
       try {
-        callback(null, method.call(this, call.request));
+        callback(null, method.call(this, requestOf(call)));
       } catch (err) {
         callback(toStatus(err));
       }
@@ -588,7 +754,7 @@ async function main() {
   service.load();
 
   const server = new grpc.Server();
-  server.addService(contract.AgentService.service, service.handlers());
+  server.addService(strictService(contract.AgentService.service), service.handlers());
   const health = new HealthImplementation({ '': 'NOT_SERVING', [SERVICE_NAME]: 'NOT_SERVING' });
   health.addToServer(server);
   const port = await new Promise((resolve, reject) => {

@@ -122,11 +122,16 @@ const GLOSSARY = {
   writes: ['écrit', 'schreibt', 'escribe'],
 };
 
+// A key of the caller's input is cut to this many characters in an error's field path
+// (as the Python services do): the path travels back in the status trailer.
+const MAX_PATH_PART = 64;
+
 class InvalidInput extends Error {
   /** @param {string} field @param {string} problem */
   constructor(field, problem) {
     super(`${field}: ${problem}`);
     this.field = field;
+    this.problem = problem;
   }
 }
 
@@ -145,19 +150,23 @@ function parseInput(inputJson) {
   if (value === null || typeof value !== 'object' || Array.isArray(value)) {
     throw new InvalidInput('input_json', 'Input should be an object');
   }
+  // Own keys only: `in` also finds what every object inherits (`constructor`, `toString`).
+  const has = (object, key) => Object.prototype.hasOwnProperty.call(object, key);
   for (const key of Object.keys(value)) {
-    if (!(key in INPUT_SCHEMA.properties)) {
-      throw new InvalidInput(`input_json.${key}`, 'Extra inputs are not permitted');
+    if (!has(INPUT_SCHEMA.properties, key)) {
+      const shown = key.length <= MAX_PATH_PART ? key : `${key.slice(0, MAX_PATH_PART - 1)}…`;
+      throw new InvalidInput(`input_json.${shown}`, 'Extra inputs are not permitted');
     }
   }
-  if (!('text' in value)) throw new InvalidInput('input_json.text', 'Field required');
+  if (!has(value, 'text')) throw new InvalidInput('input_json.text', 'Field required');
   if (typeof value.text !== 'string') {
     throw new InvalidInput('input_json.text', 'Input should be a valid string');
   }
   if (value.text.length < 1) {
     throw new InvalidInput('input_json.text', 'String should have at least 1 character');
   }
-  if (value.text.length > 10000) {
+  // JSON Schema's maxLength counts characters (code points), not UTF-16 code units.
+  if (value.text.length > 10000 && [...value.text].length > 10000) {
     throw new InvalidInput('input_json.text', 'String should have at most 10000 characters');
   }
   const target = value.target === undefined ? 'fr' : value.target;
