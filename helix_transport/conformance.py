@@ -60,6 +60,7 @@ import grpc
 
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._proto.helix.agent.v1 import agent_pb2_grpc as pb_grpc
+from helix_transport._rich_status import read_details
 from helix_transport.transport._auth import ClientAuth, open_channel
 
 __all__ = ["CheckResult", "format_results", "run_conformance"]
@@ -86,6 +87,10 @@ WAIT_RUNNING_S = 5.0
 """The long poll the kit asks of its main session while it runs; a RUNNING reply within
 half of it means the service does not implement ``wait``."""
 INTERRUPT_REASON = "conformance: interrupted right after Start"
+MAX_SEQUENCE = 2**53 - 1
+"""The largest ``from_sequence`` the contract allows (JSON and JavaScript numbers)."""
+BEYOND_THE_END = 10**9
+"""A ``from_sequence`` far past any log the kit's sessions write."""
 CONCURRENT_STARTS = 5
 SESSION_CHECKS = (
     "start.idempotent",
@@ -96,6 +101,7 @@ SESSION_CHECKS = (
     "stream.ends_after_terminal",
     "stream.resume_mid_run",
     "stream.replay",
+    "stream.beyond_the_end",
     "session.completed",
     "status.finished",
     "status.wait_finished",
@@ -170,6 +176,8 @@ class _Read:
     """``ok`` (clean end), ``error`` (a status), ``timeout`` (still open) or ``left`` (we left)."""
     code: grpc.StatusCode | None = None
     details: str = ""
+    trailer: Any = None
+    """The failed call's trailing metadata (its rich error details)."""
     terminal_at: float | None = None
     """When (``time.monotonic()``) the terminal event arrived."""
 
@@ -237,16 +245,33 @@ def _gapless(events: list[pb.StreamEvent], *, first: int = 1) -> str:
 
 
 def _verdict(
-    expected: grpc.StatusCode, got: grpc.StatusCode, details: str, field: str | None
+    expected: grpc.StatusCode,
+    got: grpc.StatusCode,
+    details: str,
+    field: str | None,
+    trailer: Any = None,
 ) -> str:
-    """``details`` when a call failed as expected (naming ``field`` first); else fail."""
+    """``details`` when a call failed as expected (naming ``field`` first, with a
+    ``BadRequest`` violation of it in the trailer); else fail."""
     _require(got == expected, f"expected {expected.name}, got {got.name}: {details}")
     if field is not None:
         _require(
-            re.match(rf"{re.escape(field)}([.\[][^:]*)?: \S", details) is not None,
+            _names_field(details, field),
             f"{expected.name} message {details!r} does not start with '{field}: <problem>'",
         )
+        violations = read_details(got, trailer).violations
+        _require(
+            any(_names_field(f"{name}: {problem}", field) for name, problem in violations),
+            f"{expected.name} {details!r} carries no google.rpc.BadRequest violation of "
+            f"{field!r} in grpc-status-details-bin (found {violations or 'none'})",
+        )
     return details
+
+
+def _names_field(details: str, field: str) -> bool:
+    """True when ``details`` starts with ``field`` (or a path within it), a colon and a
+    problem."""
+    return re.match(rf"{re.escape(field)}([.\[][^:]*)?: \S", details) is not None
 
 
 def _respelled(input_json: str) -> str:
@@ -324,6 +349,8 @@ class _Kit:
         self.input_schema: Any = None
         self.main_session_id = ""
         self.interrupt_reply: pb.InterruptResponse | grpc.aio.AioRpcError | None = None
+        self.interrupted_at: int | None = None
+        """The interrupted session's last sequence just after an accepted Interrupt."""
         self.wait_honoured: bool | None = None
         """Seen to hold a running session's long poll (True), to answer it at once (False)."""
         self.wait_evidence = ""
@@ -436,6 +463,7 @@ class _Kit:
                     return result
         except grpc.aio.AioRpcError as exc:
             result.end, result.code, result.details = "error", exc.code(), exc.details() or ""
+            result.trailer = exc.trailing_metadata()
             return result
         finally:
             call.cancel()
@@ -447,7 +475,7 @@ class _Kit:
         try:
             await call
         except grpc.aio.AioRpcError as exc:
-            return _verdict(code, exc.code(), exc.details() or "", field)
+            return _verdict(code, exc.code(), exc.details() or "", field, exc.trailing_metadata())
         raise _Failed(f"expected {code.name}, but the call succeeded")
 
     async def expect_stream_error(
@@ -462,7 +490,9 @@ class _Kit:
             f"expected {code.name} before any event; the stream sent {len(read.events)} "
             f"event(s) and {read.describe_end()}",
         )
-        return _verdict(code, read.code or grpc.StatusCode.UNKNOWN, read.details, field)
+        return _verdict(
+            code, read.code or grpc.StatusCode.UNKNOWN, read.details, field, read.trailer
+        )
 
     # --- the checks -----------------------------------------------------------------
 
@@ -482,9 +512,10 @@ class _Kit:
                 self.results.append(CheckResult(name, False, "not run: Start failed"))
         await self.check("errors.not_found", self.check_not_found)
         await self.check("errors.empty_session_id", self.check_empty_session_id)
-        await self.check("errors.negative_from_sequence", self.check_negative_from_sequence)
+        await self.check("errors.from_sequence_out_of_range", self.check_from_sequence_range)
         await self.check("errors.wait_out_of_range", self.check_wait_out_of_range)
         await self.check("errors.malformed_input", self.check_malformed_input)
+        await self.check("errors.unparsable_request", self.check_unparsable_request)
         await self.check("errors.schema_rejected_input", self.check_rejected_input)
         if sessions is not None:  # last: it adds a turn to the main session
             await self.check("continue.new_turn", self.check_continue)
@@ -536,6 +567,8 @@ class _Kit:
             sessions.extend([main, other])  # later checks use them, whatever the verdict
             try:
                 self.interrupt_reply = await self.interrupt(other.session_id, INTERRUPT_REASON)
+                if self.interrupt_reply.accepted:
+                    self.interrupted_at = (await self.status(other.session_id)).last_sequence
             except grpc.aio.AioRpcError as exc:
                 self.interrupt_reply = exc  # reported by interrupt.running
             for reply in (main, other):
@@ -621,6 +654,8 @@ class _Kit:
         # from the start, and one that leaves after a few events and comes back from
         # its last sequence (mid-run when the run is slow enough).
         poll_task = asyncio.create_task(self.long_poll(session_id, WAIT_RUNNING_S))
+        # Past the end of the log while it grows: must end when the session does.
+        beyond_task = asyncio.create_task(self.read(session_id, BEYOND_THE_END))
         first_task = asyncio.create_task(self.read(session_id))
         second_task = asyncio.create_task(self.read(session_id))
         partial = await self.read(session_id, leave_after=3)
@@ -646,6 +681,7 @@ class _Kit:
 
         if not await self.check("stream.concurrent_readers", readers):
             poll_task.cancel()
+            beyond_task.cancel()
             # Every later check of this session needs its complete log.
             skipped = SESSION_CHECKS[SESSION_CHECKS.index("stream.gapless") : -1]
             for name in skipped:
@@ -728,7 +764,26 @@ class _Kit:
         await self.check("stream.gapless", gapless)
         await self.check("stream.ends_after_terminal", ends)
         await self.check("stream.resume_mid_run", resume)
+
+        async def beyond() -> str:
+            try:
+                far = await asyncio.wait_for(asyncio.shield(beyond_task), END_GRACE_S)
+            except TimeoutError:
+                beyond_task.cancel()
+                raise _Failed(
+                    f"a stream from from_sequence={BEYOND_THE_END}, opened as the session "
+                    f"ran, was still open {END_GRACE_S:g}s after the session ended (it must "
+                    "end when the session does)"
+                ) from None
+            _require(
+                not far.events and far.end == "ok",
+                f"a stream from from_sequence={BEYOND_THE_END}: {len(far.events)} event(s), "
+                f"and it {far.describe_end()} (it must end with none)",
+            )
+            return f"from_sequence={BEYOND_THE_END}, opened as the session ran: ended with it"
+
         await self.check("stream.replay", replay)
+        await self.check("stream.beyond_the_end", beyond)
         terminal = log[-1]
 
         async def completed() -> str:
@@ -951,6 +1006,19 @@ class _Kit:
                 outcome = "accepted=true; the run ended interrupted, with the request's reason"
             else:
                 outcome = "accepted=true; the run completed before its next safe point"
+            if self.interrupted_at is not None:
+                # One step may start as the interrupt is delivered (from another
+                # replica, through the store); more means the run did not stop.
+                steps = sum(
+                    1
+                    for e in read.events
+                    if e.sequence > self.interrupted_at and _kind(e) == "step_started"
+                )
+                _require(
+                    steps <= 1,
+                    f"accepted=true, but the run started {steps} more steps and ended "
+                    f"{final}: it did not stop at its next safe point",
+                )
         else:
             _require(
                 reply.status == TERMINAL_STATUS[final],
@@ -1057,15 +1125,55 @@ class _Kit:
         )
         return "GetStatus, Interrupt and Stream with an empty session_id: INVALID_ARGUMENT"
 
-    async def check_negative_from_sequence(self) -> str:
+    async def check_from_sequence_range(self) -> str:
         if not self.main_session_id:
             raise _Skipped("needs a session (Start failed)")
-        details = await self.expect_stream_error(
-            grpc.StatusCode.INVALID_ARGUMENT,
-            pb.StreamRequest(session_id=self.main_session_id, from_sequence=-1),
-            field="from_sequence",
+        shown = []
+        for position in (-1, MAX_SEQUENCE + 1):  # beyond 2^53 - 1 JavaScript loses it
+            details = await self.expect_stream_error(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                pb.StreamRequest(session_id=self.main_session_id, from_sequence=position),
+                field="from_sequence",
+            )
+            shown.append(f"{position}: INVALID_ARGUMENT {details!r}")
+        return "; ".join(shown)
+
+    async def check_unparsable_request(self) -> str:
+        session_id = f"{self.prefix}-not-utf8"
+        start: grpc.aio.UnaryUnaryMultiCallable[bytes, pb.StartResponse] = self.channel.unary_unary(
+            "/helix.agent.v1.AgentService/Start",
+            request_serializer=None,
+            response_deserializer=pb.StartResponse.FromString,
         )
-        return f"INVALID_ARGUMENT {details!r}"
+        shown = []
+        not_utf8 = b'{"text": "caf\xe9"}'  # Latin-1, not UTF-8
+        for what, raw in (
+            ("bytes that are no StartRequest", b"\x0f"),
+            (
+                "input_json that is not UTF-8",
+                pb.StartRequest(session_id=session_id).SerializeToString()
+                + b"\x12"
+                + bytes([len(not_utf8)])
+                + not_utf8,
+            ),
+        ):
+            try:
+                await start(raw, timeout=self.rpc_timeout_s)
+            except grpc.aio.AioRpcError as exc:
+                details = exc.details() or ""
+                field = "input_json" if details.startswith("input_json") else "request"
+                _verdict(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    exc.code(),
+                    details,
+                    field,
+                    exc.trailing_metadata(),
+                )
+                shown.append(f"{what}: INVALID_ARGUMENT {details!r}")
+            else:
+                raise _Failed(f"{what} were accepted (the service read something else)")
+        await self.expect_error(grpc.StatusCode.NOT_FOUND, self.status(session_id))
+        return "; ".join(shown) + "; no session created"
 
     async def check_wait_out_of_range(self) -> str:
         if not self.main_session_id:
@@ -1079,7 +1187,11 @@ class _Kit:
                 )
             except grpc.aio.AioRpcError as exc:
                 rejected[wait_s] = _verdict(
-                    grpc.StatusCode.INVALID_ARGUMENT, exc.code(), exc.details() or "", "wait"
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    exc.code(),
+                    exc.details() or "",
+                    "wait",
+                    exc.trailing_metadata(),
                 )
             else:
                 accepted.append(wait_s)

@@ -15,6 +15,7 @@ import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
+import grpc
 import pytest
 
 from helix_transport import Agent, conformance, create_server
@@ -28,6 +29,7 @@ from helix_transport.store import MemoryStore
 from services.orchestrator.agent import agent as orchestrator
 from services.researcher.agent import agent as researcher
 from services.summarizer.agent import agent as summarizer
+from tests.agents import counter
 from tests.helpers import ROOT, stream_response
 from tests.interop.conftest import StartNode
 
@@ -50,6 +52,7 @@ EXPECTED_CHECKS = {
     "stream.ends_after_terminal",
     "stream.resume_mid_run",
     "stream.replay",
+    "stream.beyond_the_end",
     "session.completed",
     "status.finished",
     "status.wait_finished",
@@ -59,9 +62,10 @@ EXPECTED_CHECKS = {
     "interrupt.running",
     "errors.not_found",
     "errors.empty_session_id",
-    "errors.negative_from_sequence",
+    "errors.from_sequence_out_of_range",
     "errors.wait_out_of_range",
     "errors.malformed_input",
+    "errors.unparsable_request",
     "errors.schema_rejected_input",
     "continue.new_turn",
 }
@@ -154,7 +158,7 @@ async def test_cli_prints_the_table_and_exits_zero(start_node: StartNode) -> Non
     assert "input_json.text: Input should be a valid string" in text
     # Skipped: Continue and the wait checks (a run this fast may end before the kit
     # polls it), none failed.
-    assert re.search(r"\n25 checks: \d+ passed, 0 failed, \d skipped$", text.rstrip()), text
+    assert re.search(r"\n27 checks: \d+ passed, 0 failed, \d skipped$", text.rstrip()), text
 
 
 async def test_cli_exits_non_zero_when_nothing_listens() -> None:
@@ -314,6 +318,34 @@ class ReportsTheEndEarly(AgentServicer):
         return response
 
 
+class StaysOpenPastTheEnd(AgentServicer):
+    """Keeps a stream from past the end of the log open after the session ends."""
+
+    async def Stream(self, request: pb.StreamRequest, context: Any) -> AsyncIterator[Any]:
+        async for response in super().Stream(request, context):
+            yield response
+        if request.from_sequence > 1_000_000:
+            await asyncio.sleep(3600)
+
+
+class PlainInvalidArgument(AgentServicer):
+    """Names the field in its message, but sends no BadRequest in the trailer."""
+
+    async def GetStatus(self, request: pb.GetStatusRequest, context: Any) -> pb.GetStatusResponse:
+        if not request.session_id:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "session_id: required")
+        return await super().GetStatus(request, context)
+
+
+class ClampsFromSequence(AgentServicer):
+    """Reads a from_sequence past 2^53 - 1 as the end of the log."""
+
+    async def Stream(self, request: pb.StreamRequest, context: Any) -> AsyncIterator[Any]:
+        request.from_sequence = min(request.from_sequence, 2**40)
+        async for response in super().Stream(request, context):
+            yield response
+
+
 class CannotStart(AgentServicer):
     """Fails every Start."""
 
@@ -330,6 +362,9 @@ class CannotStart(AgentServicer):
         (KeepsStreamsOpen, {"stream.concurrent_readers"}),
         (UnknownIsInternal, {"errors.not_found"}),
         (CannotStart, {"start.generated_id", "stream.gapless", "interrupt.running"}),
+        (StaysOpenPastTheEnd, {"stream.beyond_the_end"}),
+        (PlainInvalidArgument, {"errors.empty_session_id"}),
+        (ClampsFromSequence, {"errors.from_sequence_out_of_range"}),
         (ContinueNotIdempotent, {"continue.new_turn"}),
         (ReplaysPastTheTurn, {"continue.new_turn"}),
         (SitsOutTheWait, {"status.wait_finished"}),
@@ -343,6 +378,9 @@ class CannotStart(AgentServicer):
         "stream-stays-open",
         "internal-not-found",
         "cannot-start",
+        "stays-open-past-the-end",
+        "no-bad-request",
+        "clamps-from-sequence",
         "continue-not-idempotent",
         "replays-past-the-turn",
         "sits-out-the-wait",
@@ -416,3 +454,29 @@ async def test_kit_judges_the_long_poll_of_a_running_session(
         assert out_of_range.passed and not out_of_range.skipped
     elif servicer is AcceptsAnyWait:
         assert "implements wait" in out_of_range.detail, format_results(results)
+
+
+class IgnoresInterrupts(AgentServicer):
+    """Says it recorded an interrupt of a running session, and lets it run on."""
+
+    async def Interrupt(self, request: pb.InterruptRequest, context: Any) -> pb.InterruptResponse:
+        record = await self._record(request.session_id)
+        if record.status.is_terminal:
+            return pb.InterruptResponse(status=record.status.to_proto(), accepted=False)
+        return pb.InterruptResponse(status=pb.SESSION_STATUS_RUNNING, accepted=True)
+
+
+async def test_kit_fails_a_server_whose_interrupt_does_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # It passed: a run that went on for many steps and completed was taken as one that
+    # had reached its end before its next safe point (a step boundary).
+    monkeypatch.setenv("HELIX_SCRIPTED_DELAY_MS", "20")  # 10 steps, a run of about 1 s
+    monkeypatch.setattr(server_app, "AgentServicer", IgnoresInterrupts)
+    async with await create_server(counter, MemoryStore(), allow_unauthenticated=True) as server:
+        results = await run_conformance(
+            server.address, input_json='{"steps": 10, "words": 2}', timeout_s=30
+        )
+    by_name = {r.name: r for r in results}
+    assert not by_name["interrupt.running"].passed, format_results(results)
+    assert "did not stop at its next safe point" in by_name["interrupt.running"].detail
