@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -119,44 +120,39 @@ def _provider_fails_at_length(messages: list[dict[str, Any]]) -> ScriptedTurn:
     raise RuntimeError("provider said: " + "y" * (100 << 10))
 
 
-async def test_a_huge_provider_error_fails_the_run_in_an_event_that_streams(serve: Serve) -> None:
-    agent = _agent("verbose-provider", "fetch")
-    agent = Agent(
-        name=agent.name,
-        description=agent.description,
-        input_model=_Args,
-        output_model=_Done,
-        model=register_script(agent.name, _provider_fails_at_length),
-    )
-    async with serve(agent) as (_, client):
-        await client.start("{}", session_id="p1")
-        async with asyncio.timeout(20):
-            events = [e async for e in client.stream("p1")]
-        status = await client.get_status("p1")
-    assert events[-1].WhichOneof("payload") == "failed"
-    assert events[-1].failed.error == status.error
-    assert "provider said: yyy" in status.error
-    assert len(status.error.encode()) < MAX_ERROR_BYTES + 100
-
-
 def _provider_aborts(messages: list[dict[str, Any]]) -> ScriptedTurn:
     raise LibraryAbort("the provider's library gave up")
+
+
+async def _failed_run(
+    serve: Serve, name: str, script: Callable[[list[dict[str, Any]]], ScriptedTurn]
+) -> tuple[pb.StreamEvent, pb.GetStatusResponse]:
+    """Run an agent whose model call raises; its last event and its status."""
+    agent = Agent(
+        name=name,
+        description="a model call that raises",
+        input_model=_Args,
+        output_model=_Done,
+        model=register_script(name, script),
+    )
+    async with serve(agent) as (_, client):
+        await client.start("{}", session_id="f1")
+        async with asyncio.timeout(20):
+            events = [e async for e in client.stream("f1")]
+        status = await client.get_status("f1")
+    assert events[-1].WhichOneof("payload") == "failed"
+    assert events[-1].failed.error == status.error
+    return events[-1], status
+
+
+async def test_a_huge_provider_error_fails_the_run_in_an_event_that_streams(serve: Serve) -> None:
+    _, status = await _failed_run(serve, "verbose-provider", _provider_fails_at_length)
+    assert "provider said: yyy" in status.error
+    assert len(status.error.encode()) < MAX_ERROR_BYTES + 100
 
 
 async def test_a_base_exception_outside_any_tool_fails_the_run(serve: Serve) -> None:
     # Not a tool's: the run cannot go on, but it must end (failed, internal), not stay
     # RUNNING with no owner for each orphan scan to resume into the same crash.
-    agent = Agent(
-        name="aborting-provider",
-        description="a model call that raises a BaseException",
-        input_model=_Args,
-        output_model=_Done,
-        model=register_script("aborting-provider", _provider_aborts),
-    )
-    async with serve(agent) as (_, client):
-        await client.start("{}", session_id="a1")
-        async with asyncio.timeout(20):
-            events = [e async for e in client.stream("a1")]
-        status = await client.get_status("a1")
-    assert events[-1].WhichOneof("payload") == "failed"
+    _, status = await _failed_run(serve, "aborting-provider", _provider_aborts)
     assert status.status == pb.SESSION_STATUS_FAILED and status.failure_reason == "internal"

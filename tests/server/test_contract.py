@@ -344,14 +344,18 @@ async def test_bad_start_is_invalid_argument_naming_the_field(
     assert (info.value.details() or "").startswith(f"{field}:")
 
 
+async def assert_not_found_on_every_rpc(client: AgentClient, session_id: str) -> None:
+    with pytest.raises(SessionNotFound):
+        await client.get_status(session_id)
+    with pytest.raises(SessionNotFound):
+        await client.interrupt(session_id)
+    with pytest.raises(SessionNotFound):
+        await collect(client, session_id)
+
+
 async def test_unknown_session_is_not_found_on_every_rpc(serve: Serve) -> None:
     async with serve(counter) as (server, client):
-        with pytest.raises(SessionNotFound):
-            await client.get_status("missing")
-        with pytest.raises(SessionNotFound):
-            await client.interrupt("missing")
-        with pytest.raises(SessionNotFound):
-            await collect(client, "missing")
+        await assert_not_found_on_every_rpc(client, "missing")
         async with grpc.aio.insecure_channel(server.address) as channel:
             stub = pb_grpc.AgentServiceStub(channel)
             with pytest.raises(grpc.aio.AioRpcError) as info:
@@ -367,12 +371,7 @@ async def test_another_agent_types_session_is_not_found_on_a_shared_store(
     monkeypatch.setenv("HELIX_SCRIPTED_DELAY_MS", "20")
     async with serve(counter) as (_, mine), serve(fixer) as (_, other):
         await mine.start(json.dumps({"steps": 3, "words": 2}), session_id="s1")
-        with pytest.raises(SessionNotFound):
-            await other.get_status("s1")
-        with pytest.raises(SessionNotFound):
-            await other.interrupt("s1")
-        with pytest.raises(SessionNotFound):
-            await collect(other, "s1")
+        await assert_not_found_on_every_rpc(other, "s1")
         status = await mine.get_status("s1", wait=timedelta(seconds=10))
     assert status.agent_type == counter.name
     assert status.status == pb.SESSION_STATUS_COMPLETED
