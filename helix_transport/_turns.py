@@ -32,6 +32,8 @@ TURN_BASE_KEY = "helix.turn_base_step"
 """Checkpoint ``state`` key: steps taken before the turn began (its budget starts there)."""
 TURN_SEQUENCE_KEY = "helix.turn_sequence"
 """Checkpoint ``state`` key: the sequence of the turn's ``turn_started`` (absent in turn 1)."""
+TURN_FRESH_KEY = "helix.turn_fresh"
+"""Checkpoint ``state`` key: true when the turn began without the earlier conversation."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -28,7 +28,8 @@ to give a partial answer; a run still going after that pass fails with
 as for the companion tools (``helix_transport.companions``).
 
 A parent that finishes (``__finish__``) while tasks are out completes; those
-children keep running, and a next turn (``Continue``) can still get their results. A parent
+children keep running, and a next turn (``Continue``) can still get their results
+(not a ``fresh`` one: it starts without the conversation that dispatched them). A parent
 that fails interrupts them (the server does, for every child a failed run left
 running).
 """
@@ -49,7 +50,7 @@ from pydantic import BaseModel, Field, field_validator
 from helix_transport._exceptions import AgentRunError, HelixError, SessionNotFound
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._status import SessionStatus
-from helix_transport._turns import TURN_KEY
+from helix_transport._turns import TURN_FRESH_KEY, TURN_KEY
 from helix_transport.agent.definition import Agent
 from helix_transport.agent.loop import NUDGE
 from helix_transport.agent.tools import Tool, ToolContext, ToolError
@@ -263,6 +264,11 @@ class Dispatcher:
         turn = int(ctx.state.get(TURN_KEY, 1))
         if state.get("turn", 1) != turn:
             state.update(turn=turn, started_at=time.time(), final_pass_step=None)
+            if ctx.state.get(TURN_FRESH_KEY):
+                # A fresh turn's conversation never dispatched the earlier tasks: their
+                # results would be news to it, and a pass ending would park for them.
+                for batch in state["batches"]:
+                    batch["delivered"] = True
         started = state.setdefault("started_at", time.time())
         deadline = None if self.run_deadline_s is None else started + self.run_deadline_s
         if state.get("final_pass_step") is not None:

@@ -273,6 +273,41 @@ async def test_a_continued_turn_gets_a_fresh_deadline_and_pass() -> None:
     assert second.state[STATE_KEY]["started_at"] > time.time() - 5
 
 
+@pytest.mark.parametrize("fresh", [False, True])
+async def test_a_fresh_turn_is_not_handed_the_results_of_tasks_it_never_dispatched(
+    fresh: bool,
+) -> None:
+    # Turn 1 finished with a task out, which ended later. A next turn gets its result;
+    # a fresh one (no earlier conversation) got it too, as news about a task it never
+    # sent, and would have parked for a task still running.
+    from helix_transport._turns import TURN_FRESH_KEY, TURN_KEY
+    from helix_transport.agent.tools import ToolContext
+    from helix_transport.dispatch import STATE_KEY, Dispatcher
+    from helix_transport.dispatch import SubagentType as Type
+    from helix_transport.transport._pool import ClientPool
+
+    async def flush() -> None:
+        return None
+
+    task = {
+        "task_id": "call_1_0-0", "agent_type": "researcher", "session_id": "p-task-call_1_0-0",
+        "address": "127.0.0.1:1", "status": "completed", "output_json": "{}", "error": "",
+    }  # fmt: skip
+    batch = {"tool_call_id": "call_1_0", "tasks": [task], "delivered": False}
+    state = {STATE_KEY: {"batches": [batch], "turn": 1}, TURN_KEY: 2, TURN_FRESH_KEY: fresh}
+    emitted: list[pb.StreamEvent] = []
+    ctx = ToolContext(
+        session_id="p", agent_type="parent", tool_call_id="", step=5, metadata={},
+        emit=emitted.append, flush=flush, store=MemoryStore(), clients=ClientPool(), state=state,
+    )  # fmt: skip
+    messages = await Dispatcher([Type(agent_type="researcher")]).step(ctx, [])
+    if fresh:
+        assert messages == [] and emitted == []
+    else:
+        assert messages[0]["content"].startswith("[sub-agent results]")
+        assert kinds(emitted) == ["subagent_end"]
+
+
 class _BlipsOnThirdRef(MemoryStore):
     """The parent's store: its third child-ref write fails once (a Redis/PG blip)."""
 

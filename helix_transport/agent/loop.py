@@ -32,6 +32,7 @@ from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._status import SessionStatus
 from helix_transport._turns import (
     TURN_BASE_KEY,
+    TURN_FRESH_KEY,
     TURN_KEY,
     TURN_SEQUENCE_KEY,
     StartedTurn,
@@ -215,6 +216,7 @@ class RunLoop:
                 TURN_KEY: turn.turn,
                 TURN_BASE_KEY: base,
                 TURN_SEQUENCE_KEY: turn.sequence,  # so Continue need not read the log for it
+                TURN_FRESH_KEY: turn.fresh,
             },
         )
         self.writer.step = base + 1
