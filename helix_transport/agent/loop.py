@@ -238,8 +238,8 @@ class RunLoop:
             self.writer.step = step
             outcome = await self._race(self._step(state))
             if outcome is INTERRUPTED:
-                reason = await self.store.take_interrupt(self.session_id)
-                return await self._end_interrupted(state, reason)
+                taking = asyncio.ensure_future(self.store.take_interrupt(self.session_id))
+                return await self._end_interrupted(state, await self._taken(taking))
             state.step = step
             if isinstance(outcome, str):
                 return await self._complete(state, outcome)
@@ -257,7 +257,16 @@ class RunLoop:
             # took goes back for whoever runs the session next.
             await self._put_back(check)
             raise
-        return await check
+        return await self._taken(check)
+
+    async def _taken(self, check: asyncio.Future[str | None]) -> str | None:
+        """The interrupt ``check`` takes from the store. Cancelled meanwhile (a drain, a
+        lost lease), this run puts it back: the store may have cleared it already."""
+        try:
+            return await asyncio.shield(check)
+        except asyncio.CancelledError:
+            await asyncio.shield(self._put_back(check))
+            raise
 
     async def _end_interrupted(self, state: _RunState, reason: str | None) -> SessionStatus:
         """End the run interrupted; if that write is refused (another replica took the

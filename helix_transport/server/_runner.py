@@ -123,6 +123,8 @@ class SessionRunner:
         """Sessions ``create_and_start`` is creating: leased to us, not yet started."""
         self._renewer: asyncio.Task[None] | None = None
         self._watcher: asyncio.Task[None] | None = None
+        self._closing = False
+        """Set by ``shutdown``: no run starts here any more."""
         self._pending: set[asyncio.Task[None]] = set()
         """New turns waiting for another replica to release their session's lease."""
         self.max_result_bytes = max_result_bytes
@@ -205,6 +207,13 @@ class SessionRunner:
             hooks=self._hooks_for(record),
             max_result_bytes=self.max_result_bytes,
         )
+        if self._closing:
+            # A Start or Continue that was in flight as the drain began: its session is
+            # in the store, for another replica (or this one restarted) to run. Run
+            # here, it would outlive the shutdown and race that run.
+            with contextlib.suppress(Exception):
+                await self.store.release_lease(record.session_id, self.owner)
+            return False
         task = asyncio.create_task(self._run(loop, resume_reason), name=f"run:{record.session_id}")
         self._runs[record.session_id] = _Run(task=task, interrupt=signal)
         if self._renewer is None:
@@ -452,6 +461,7 @@ class SessionRunner:
 
     async def shutdown(self, *, grace_s: float) -> None:
         """Let runs finish for ``grace_s``, then cancel the rest (they stay resumable)."""
+        self._closing = True
         for waiting in list(self._pending):  # their turns: for the orphan scan elsewhere
             waiting.cancel()
         tasks = [run.task for run in self._runs.values()]
