@@ -254,7 +254,12 @@ class SpanHooks:
         self._run = self._start(f"invoke_agent {self.agent_type}", attributes)
 
     def on_run_end(self, *, status: SessionStatus, usage: Usage, error: str) -> None:
-        for span in [*self._delegations.values(), *self._tools.values(), self._generation]:
+        cut_off = [*self._tools.values(), self._generation]
+        if status is not SessionStatus.RUNNING:
+            # A stopped run's delegations are not exported: the resumed run opens each
+            # again with the same span id, and one id must not be exported twice.
+            cut_off += self._delegations.values()
+        for span in cut_off:
             if span is not None:  # cut off (cancelled): end them before their parent
                 span.set_status(Status(StatusCode.ERROR, "run stopped"))
                 span.end()

@@ -217,6 +217,47 @@ def test_a_root_session_is_its_own_root_whatever_its_metadata_says() -> None:
     provider.shutdown()
 
 
+def test_a_parent_stopped_and_resumed_mid_delegation_exports_its_span_once() -> None:
+    # A drain (or a lost lease) ended the open delegation span "run stopped"; the resumed
+    # run opened it again with the same (deterministic) id: one span id, exported twice.
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from helix_transport.tracing.otel import SpanHooks, make_provider
+
+    exporter = InMemorySpanExporter()
+    provider = make_provider("orchestrator")
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    record = SessionRecord(
+        session_id="p1", agent_type="orchestrator", input_json="{}", input_hash=""
+    )
+    for status in (SessionStatus.RUNNING, SessionStatus.COMPLETED):  # stopped, then resumed
+        hooks = SpanHooks(provider.get_tracer("test"), agent_type="orchestrator", record=record)
+        hooks.on_run_start(resumed=status is SessionStatus.COMPLETED, step=1)
+        hooks.on_tool_start(name="research", tool_call_id="call_1_0", arguments_json="{}")
+        hooks.on_delegation_start(
+            tool_call_id="call_1_0", child_session_id="p1-remote-call_1_0", agent_type="researcher"
+        )
+        if status is SessionStatus.COMPLETED:
+            hooks.on_delegation_end(
+                tool_call_id="call_1_0",
+                child_session_id="p1-remote-call_1_0",
+                status=SessionStatus.COMPLETED,
+                error="",
+            )
+            hooks.on_tool_end(
+                name="research", tool_call_id="call_1_0", result_json="{}", is_error=False
+            )
+        hooks.on_run_end(status=status, usage=Usage(), error="")
+    spans = exporter.get_finished_spans()
+    ids = [(s.context.trace_id, s.context.span_id) for s in spans if s.context is not None]
+    assert len(ids) == len(set(ids)), [s.name for s in spans]
+    (delegation,) = [s for s in spans if s.name == "delegate researcher"]
+    assert delegation.attributes is not None
+    assert delegation.attributes["helix.child_status"] == "completed"
+    provider.shutdown()
+
+
 # --- Process level -------------------------------------------------------------------
 
 
