@@ -136,6 +136,10 @@ class OtelTracing:
                 logger.warning("tracing shutdown: %r failed", close, exc_info=True)
 
 
+_langfuse_taken = False
+"""Whether this process has set up Langfuse (see ``setup_otel``)."""
+
+
 def _export_all(span: object) -> bool:
     """Langfuse exports only LLM-library spans by default; every span here is one of ours."""
     return True
@@ -144,7 +148,13 @@ def _export_all(span: object) -> bool:
 def setup_otel(service_name: str) -> OtelTracing | None:
     """Tracing from the environment: Langfuse (``LANGFUSE_PUBLIC_KEY``, ``LANGFUSE_SECRET_KEY``,
     ``LANGFUSE_HOST``) and/or plain OTLP/HTTP (``OTEL_EXPORTER_OTLP_ENDPOINT`` or
-    ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``); ``None`` when neither is set."""
+    ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``); ``None`` when neither is set.
+
+    One Langfuse set-up per process: Langfuse's client is one per public key and
+    process, so a second provider (another service, or this one set up again after
+    ``shutdown``) gets no Langfuse exporter; this logs a warning then.
+    """
+    global _langfuse_taken
     env = os.environ
     langfuse = bool(env.get("LANGFUSE_PUBLIC_KEY") and env.get("LANGFUSE_SECRET_KEY"))
     otlp = bool(
@@ -159,6 +169,13 @@ def setup_otel(service_name: str) -> OtelTracing | None:
 
         # The official client adds its own batching processor and OTLP/HTTP exporter
         # (``{LANGFUSE_HOST}/api/public/otel/v1/traces``, basic auth) to our provider.
+        if _langfuse_taken:
+            logger.warning(
+                "tracing %s: Langfuse is already set up in this process, and its client "
+                "is one per process: these spans reach Langfuse only through OTLP, if set",
+                service_name,
+            )
+        _langfuse_taken = True
         client = Langfuse(tracer_provider=provider, should_export_span=_export_all)
         closers.append(client.shutdown)
     if otlp:

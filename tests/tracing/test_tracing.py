@@ -343,6 +343,26 @@ def _children(events: list[pb.StreamEvent]) -> dict[str, str]:
     }
 
 
+def test_a_second_langfuse_set_up_in_one_process_says_it_exports_nothing_there(
+    monkeypatch: pytest.MonkeyPatch, receiver: OtlpReceiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Langfuse's client is one per public key and process: the second provider silently
+    # got no Langfuse exporter. It still gets none (see README), but says so.
+    from helix_transport.tracing import otel
+
+    monkeypatch.setattr(otel, "_langfuse_taken", False)
+    monkeypatch.setenv("LANGFUSE_PUBLIC_KEY", "pk-lf-one-per-process")
+    monkeypatch.setenv("LANGFUSE_SECRET_KEY", "sk-lf-test")
+    monkeypatch.setenv("LANGFUSE_HOST", receiver.url)
+    first = setup_tracing("researcher")
+    assert "already set up" not in caplog.text
+    second = setup_tracing("summarizer")
+    assert first is not None and second is not None
+    assert "Langfuse is already set up in this process" in caplog.text
+    first.shutdown()
+    second.shutdown()
+
+
 async def test_one_trace_for_a_delegation_tree_across_three_services(mesh: Mesh) -> None:
     root = "trace-root-1"
     async with await AgentClient.connect(mesh.orchestrator.address) as client:
