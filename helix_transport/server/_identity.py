@@ -7,6 +7,7 @@ it. A service started with ``--allow-unauthenticated`` sees ``ANONYMOUS``.
 from __future__ import annotations
 
 import contextvars
+import json
 from dataclasses import dataclass
 
 
@@ -21,8 +22,9 @@ class Principal:
 
     @property
     def key(self) -> str:
-        """A stable key for per-principal state (rate limits, ownership)."""
-        return f"{self.tenant}/{self.name}"
+        """A stable key for per-principal state (rate limits), one per (tenant, name):
+        both may hold '/' (URI and e-mail names do), so they are not joined by one."""
+        return json.dumps([self.tenant, self.name])
 
 
 ANONYMOUS = Principal(name="anonymous")

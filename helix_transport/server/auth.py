@@ -23,6 +23,7 @@ import hmac
 import itertools
 import logging
 import os
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +37,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
 from cryptography.x509.oid import NameOID
 
 from helix_transport._exceptions import Unauthenticated, UsageError
-from helix_transport.server._identity import Principal, set_principal
+from helix_transport.server._identity import ANONYMOUS, Principal, set_principal
 from helix_transport.transport._auth import set_bearer_token
 
 logger = logging.getLogger("helix.auth")
@@ -203,6 +204,10 @@ class _TokenEntry:
     principal: Principal
 
 
+_PRINTABLE_ASCII = re.compile(r"[\x21-\x7e]+")
+_ASCII_SPACE = re.compile(r"[ \t\r\f\v]+")
+
+
 class TokenFileAuthenticator:
     """Opaque bearer tokens listed in a file: ``TOKEN PRINCIPAL [TENANT]`` per line.
 
@@ -219,13 +224,17 @@ class TokenFileAuthenticator:
     @classmethod
     def from_file(cls, path: str) -> TokenFileAuthenticator:
         """Parse a token file; errors name the line, never the token."""
-        text = _read(path, "--auth-tokens").decode("utf-8", errors="replace")
+        try:
+            text = _read(path, "--auth-tokens").decode("utf-8-sig")  # a BOM is no token's
+        except UnicodeDecodeError:
+            raise UsageError(f"{path}: not UTF-8 text") from None
         entries: list[tuple[str, Principal]] = []
         seen: set[str] = set()
         for number, line in enumerate(text.splitlines(), start=1):
             # A comment is a line or a word that starts with '#': a '#' inside a token
             # is part of it (cutting there would accept a shorter, weaker token).
-            parts = line.split()
+            parts = _ASCII_SPACE.split(line.strip(" \t\r\f\v"))  # not NBSP: in a token,
+            parts = [part for part in parts if part]  # it is refused, not a separator
             if "#" in line:
                 parts = list(itertools.takewhile(lambda part: not part.startswith("#"), parts))
             if not parts:
@@ -233,6 +242,14 @@ class TokenFileAuthenticator:
             if len(parts) not in (2, 3):
                 raise UsageError(f"{path}:{number}: expected 'TOKEN PRINCIPAL [TENANT]'")
             token, name, tenant = parts[0], parts[1], parts[2] if len(parts) == 3 else ""
+            if not _PRINTABLE_ASCII.fullmatch(token):
+                # gRPC metadata is ASCII: such a token could never be presented.
+                raise UsageError(f"{path}:{number}: a token is printable ASCII only")
+            if name == ANONYMOUS.name and not tenant:
+                raise UsageError(
+                    f"{path}:{number}: 'anonymous' is reserved (the caller of a service "
+                    "without authentication, and the owner of its sessions)"
+                )
             if len(token) < MIN_TOKEN_LENGTH:
                 raise UsageError(
                     f"{path}:{number}: token too short (at least {MIN_TOKEN_LENGTH} characters)"
@@ -384,6 +401,14 @@ class ChainAuthenticator:
 
     def authenticate(self, presented: Presented) -> Principal:
         """The caller, or ``Unauthenticated`` (never ``None``)."""
+        principal = self._find(presented)
+        if principal == ANONYMOUS:
+            # It owns every session of a service run without authentication (and those
+            # from before owners): a JWT or certificate naming it would own them too.
+            raise Unauthenticated("the principal 'anonymous' is reserved")
+        return principal
+
+    def _find(self, presented: Presented) -> Principal:
         if presented.bearer is not None:
             if not presented.bearer:
                 raise Unauthenticated("malformed authorization header: expected 'Bearer TOKEN'")

@@ -88,6 +88,11 @@ async def test_incomplete_configurations_are_refused(config: AuthConfig, problem
         ("x" * 20 + "\n", "expected 'TOKEN PRINCIPAL"),
         ("x" * 20 + " a\n" + "x" * 20 + " b\n", "appears twice"),
         ("# only a comment\n", "no tokens"),
+        # Each loaded, with a token no call could present (gRPC metadata is ASCII) or
+        # that a BOM made another: refusals at call time instead of a clear start.
+        ("x" * 20 + "\u00e9 alice\n", "printable ASCII"),
+        ("x" * 20 + "\u00a0y alice\n", "printable ASCII"),
+        ("x" * 20 + " anonymous\n", "'anonymous' is reserved"),
     ],
 )
 async def test_a_bad_token_file_is_refused_without_quoting_a_token(
@@ -113,6 +118,47 @@ async def test_allow_unauthenticated_warns_and_everyone_is_anonymous(
 
 
 # --- token file --------------------------------------------------------------------------
+
+
+async def test_a_token_file_written_with_a_bom_works(tmp_path: Path) -> None:
+    # Notepad's UTF-8 starts with a BOM, which stuck to the first token.
+    path = tmp_path / "tokens"
+    path.write_bytes("\ufeff".encode() + b"t" * 20 + b" alice acme\n")
+    async with (
+        served(AuthConfig(tokens_file=str(path))) as server,
+        client(server.address, token="t" * 20) as c,
+    ):
+        await run_once(c)
+
+
+async def test_principals_whose_names_join_alike_have_their_own_rate(tmp_path: Path) -> None:
+    # Buckets were keyed "tenant/name": 'y/z' of tenant 'x' and 'z' of tenant 'x/y'
+    # (URI and e-mail names hold '/') shared one, so one could spend the other's rate.
+    from helix_transport.server.limits import Limits
+
+    path = tmp_path / "tokens"
+    path.write_text("a" * 20 + " y/z x\n" + "b" * 20 + " z x/y\n")
+    async with (
+        served(
+            AuthConfig(tokens_file=str(path)), limits=Limits(rate_per_s=0.01, rate_burst=2)
+        ) as server,
+        client(server.address, token="a" * 20) as attacker,
+        client(server.address, token="b" * 20) as victim,
+    ):
+        await attacker.describe()
+        await attacker.describe()
+        assert (await victim.describe()).agent_type == "counter"
+
+
+async def test_a_jwt_naming_anonymous_is_refused(jwt_keys: JwtKeys) -> None:
+    # 'anonymous' owns every session of a service run without authentication (and those
+    # from before owners): on a store shared with one, such a JWT would own them.
+    async with (
+        served(_jwt_config(jwt_keys.rsa_public_file)) as server,
+        client(server.address, token=jwt_keys.token(sub="anonymous")) as c,
+    ):
+        with pytest.raises(Unauthenticated, match="'anonymous' is reserved"):
+            await c.describe()
 
 
 async def test_token_file_admits_listed_tokens_only(tokens: Tokens) -> None:

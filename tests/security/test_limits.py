@@ -197,7 +197,10 @@ def test_the_interceptor_charges_the_current_principal() -> None:
         contextvars.copy_context().run(charge_as, "alice")
     contextvars.copy_context().run(charge_as, "bob")  # untouched by alice's calls
     assert "'alice'" in str(refused.value)
-    assert set(interceptor.limiter._buckets) == {"t1/alice", "t1/bob"}
+    assert set(interceptor.limiter._buckets) == {
+        Principal(name="alice", tenant="t1").key,
+        Principal(name="bob", tenant="t1").key,
+    }
 
 
 def test_limits_come_from_flags_then_environment_then_defaults() -> None:
