@@ -22,6 +22,7 @@ from helix_transport.bench._report import (
     format_comparison,
     format_markdown,
     format_table,
+    json_safe,
     to_document,
 )
 
@@ -150,16 +151,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     document = to_document(report, params=shown, elapsed_s=elapsed)
     if args.save:
         with open(args.save, "w") as f:
-            json.dump(document, f, indent=2)
+            json.dump(document, f, indent=2, allow_nan=False)
     changes, notes = compare(saved, report) if saved is not None else ([], [])
     if args.json:
         if saved is not None:
-            document["compared_with"] = {
-                "file": args.compare,
-                "rows": [asdict(c) for c in changes],
-                "notes": notes,
-            }
-        json.dump(document, sys.stdout, indent=2)
+            document["compared_with"] = json_safe(
+                {"file": args.compare, "rows": [asdict(c) for c in changes], "notes": notes}
+            )
+        json.dump(document, sys.stdout, indent=2, allow_nan=False)
         print()
     else:
         form = format_markdown if args.markdown else format_table

@@ -223,15 +223,30 @@ def format_markdown(report: Report, *, params: dict[str, Any], elapsed_s: float)
 
 
 def to_document(report: Report, *, params: dict[str, Any], elapsed_s: float) -> dict[str, Any]:
-    """The report as a JSON-ready document."""
-    return {
-        "machine": machine(),
-        "params": params,
-        "elapsed_s": round(elapsed_s, 2),
-        "rows": [asdict(r) for r in report.rows],
-        "details": report.details,
-        "notes": report.notes,
-    }
+    """The report as a JSON-ready document (no NaN: ``null`` where a figure is missing)."""
+    document: dict[str, Any] = json_safe(
+        {
+            "machine": machine(),
+            "params": params,
+            "elapsed_s": round(elapsed_s, 2),
+            "rows": [asdict(r) for r in report.rows],
+            "details": report.details,
+            "notes": report.notes,
+        }
+    )
+    return document
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` with every NaN or infinite float ``None``: ``json.dump`` writes them as
+    ``NaN``, which is not JSON (JavaScript's, Go's and jq's strict parsers refuse it)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    return value
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -261,7 +276,7 @@ def compare(saved: dict[str, Any], report: Report) -> tuple[list[Change], list[s
     """
     try:
         previous = {
-            (row["scenario"], row["setup"]): (float(row["value"]), float(row["ratio"]))
+            (row["scenario"], row["setup"]): (_number(row["value"]), _number(row["ratio"]))
             for row in saved["rows"]
         }
     except (KeyError, TypeError, ValueError) as exc:
@@ -294,6 +309,11 @@ def compare(saved: dict[str, Any], report: Report) -> tuple[list[Change], list[s
     if only_before := len(previous) - len(matched):
         notes.append(f"{only_before} row(s) of the saved run are not in this run")
     return changes, notes
+
+
+def _number(value: Any) -> float:
+    """A saved figure; ``null`` (a missing one) is NaN again."""
+    return float("nan") if value is None else float(value)
 
 
 def format_comparison(changes: list[Change], notes: list[str], *, saved_from: str) -> str:

@@ -21,6 +21,10 @@ ROW_KEYS = {
 
 
 @pytest.mark.timeout(240)
+def _not_json(constant: str) -> None:
+    raise ValueError(f"{constant} is not JSON")
+
+
 async def test_quick_bench_json(tmp_path: Path) -> None:
     # An earlier run to compare with: one row this run also has, one it does not.
     saved = tmp_path / "before.json"
@@ -42,7 +46,7 @@ async def test_quick_bench_json(tmp_path: Path) -> None:
     )  # fmt: skip
     out, err = await proc.communicate()
     assert proc.returncode == 0, err.decode()[-3000:]
-    document = json.loads(out)
+    document = json.loads(out, parse_constant=_not_json)  # NaN was written as is
     compared = document.pop("compared_with")
     live = next(r for r in document["rows"] if r["scenario"] == "1 live stream, 300 events")
     assert compared["rows"] == [
@@ -99,7 +103,13 @@ async def test_bench_refuses_a_bad_comparison_file_before_running(tmp_path: Path
 
 
 def test_comparison_uses_ratios_and_falls_back_to_values() -> None:
-    from helix_transport.bench._report import Report, compare, format_comparison
+    from helix_transport.bench._report import (
+        Report,
+        compare,
+        format_comparison,
+        json_safe,
+        to_document,
+    )
 
     report = Report()
     report.add("3 round trip p50", "sqlite", "ms", 12.0, 1.0, "raw")
@@ -111,6 +121,10 @@ def test_comparison_uses_ratios_and_falls_back_to_values() -> None:
         ]
     }
     changes, notes = compare(saved, report)
+    assert compare(json_safe(saved), report) == (changes, notes)  # a null ratio, as saved
+    # The restart row has no baseline: its ratio is null in the JSON, never NaN.
+    document = json.loads(json.dumps(to_document(report, params={}, elapsed_s=0), allow_nan=False))
+    assert document["rows"][1]["ratio"] is None
     assert [(c.measure, c.before, c.now, c.change, c.better) for c in changes] == [
         ("ratio", 15.0, 12.0, 0.8, "lower"),
         ("value", 8.0, 4.0, 0.5, "lower"),
