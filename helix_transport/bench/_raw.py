@@ -19,6 +19,8 @@ _SERVICE = "bench.Raw"
 _METHOD = f"/{_SERVICE}/Stream"
 PACE_KEY = "pace-ms"
 """Request metadata: pause between two messages, like a paced helix emitter."""
+BATCH_KEY = "batch"
+"""Request metadata: events per message (1 unless set), to match a helix stream's packing."""
 
 RawCall: TypeAlias = "grpc.aio.UnaryStreamMultiCallable[pb.StreamRequest, pb.StreamResponse]"
 
@@ -26,19 +28,26 @@ RawCall: TypeAlias = "grpc.aio.UnaryStreamMultiCallable[pb.StreamRequest, pb.Str
 async def _stream(
     request: pb.StreamRequest, context: grpc.aio.ServicerContext[Any, Any]
 ) -> AsyncIterator[pb.StreamResponse]:
-    """Send ``from_sequence`` messages, each one event shaped like a helix text delta."""
-    pace_s = 0.0
+    """Send ``from_sequence`` events shaped like a helix text delta, one per message
+    (or ``batch`` per message)."""
+    pace_s, batch = 0.0, 1
     for key, value in context.invocation_metadata() or ():
         if key == PACE_KEY:
             pace_s = float(value) / 1000
+        elif key == BATCH_KEY:
+            batch = max(1, int(value))
     event = pb.StreamEvent(
         session_id=request.session_id, agent_type="bench-leaf", step=1, text_delta=pb.TextDelta()
     )
     event.text_delta.text = "x"
-    for sequence in range(1, request.from_sequence + 1):
-        event.sequence = sequence
-        event.time.seconds, event.time.nanos = divmod(time.time_ns(), 1_000_000_000)
-        yield pb.StreamResponse(events=[event])
+    total = request.from_sequence
+    for first in range(1, total + 1, batch):
+        response = pb.StreamResponse()
+        for sequence in range(first, min(first + batch, total + 1)):
+            event.sequence = sequence
+            event.time.seconds, event.time.nanos = divmod(time.time_ns(), 1_000_000_000)
+            response.events.append(event)  # a copy, as it is now
+        yield response
         if pace_s:
             await asyncio.sleep(pace_s)
 
@@ -71,15 +80,18 @@ async def raw_baseline() -> AsyncIterator[RawCall]:
 
 async def raw_receive(
     stub: RawCall,
-    messages: int,
+    events: int,
     *,
     pace_ms: float = 0,
+    batch: int = 1,
     on_event: Callable[[pb.StreamEvent], None] | None = None,
 ) -> int:
-    """Events received from one raw RPC sending ``messages`` messages."""
+    """Events received from one raw RPC sending ``events`` events, ``batch`` per message."""
     count = 0
-    metadata = ((PACE_KEY, str(pace_ms)),) if pace_ms else None
-    call = stub(pb.StreamRequest(session_id="raw-0001", from_sequence=messages), metadata=metadata)
+    metadata = [(key, str(v)) for key, v in ((PACE_KEY, pace_ms), (BATCH_KEY, batch)) if v != 0]
+    # As long as the bench's helix session ids, so the events are as large.
+    session_id = "raw-" + "0" * 32
+    call = stub(pb.StreamRequest(session_id=session_id, from_sequence=events), metadata=metadata)
     async for response in call:
         count += len(response.events)
         if on_event is not None:

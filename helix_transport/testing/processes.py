@@ -77,11 +77,19 @@ class ServiceProcess:
             )
         await self.wait_serving(timeout_s=timeout_s)
 
-    async def wait_serving(self, *, timeout_s: float) -> None:
-        """Poll ``grpc.health.v1`` until the service says SERVING."""
+    async def wait_serving(self, *, timeout_s: float, poll_s: float = 0.02) -> None:
+        """Poll ``grpc.health.v1`` every ``poll_s`` until the service says SERVING."""
         deadline = time.monotonic() + timeout_s
         health = self.address if self.health_port is None else f"127.0.0.1:{self.health_port}"
-        async with grpc.aio.insecure_channel(health) as channel:
+        # Opened before the server listens, a channel with gRPC's default reconnect
+        # backoff (1 s, growing) noticed SERVING seconds late: the recovery bench's
+        # clock started after the parent had already been receiving events again.
+        fast_reconnect = [
+            ("grpc.initial_reconnect_backoff_ms", 10),
+            ("grpc.min_reconnect_backoff_ms", 10),
+            ("grpc.max_reconnect_backoff_ms", 50),
+        ]
+        async with grpc.aio.insecure_channel(health, options=fast_reconnect) as channel:
             stub = health_pb2_grpc.HealthStub(channel)
             while True:
                 if self.proc is not None and self.proc.returncode is not None:
@@ -94,7 +102,7 @@ class ServiceProcess:
                     pass
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"server not serving:\n{self.log_path.read_text()[-3000:]}")
-                await asyncio.sleep(0.1)
+                await asyncio.sleep(poll_s)
 
     async def kill(self) -> None:
         """SIGKILL: no drain, no checkpoint beyond what is already in the store."""
