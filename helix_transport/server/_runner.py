@@ -189,6 +189,13 @@ class SessionRunner:
                 await self.store.release_lease(record.session_id, self.owner)
                 return False
             record = fresh
+        if self._closing:
+            # A Start or Continue that was in flight as the drain began: its session is
+            # in the store, for another replica (or this one restarted) to run. Run
+            # here, it would outlive the shutdown and race that run.
+            with contextlib.suppress(Exception):
+                await self.store.release_lease(record.session_id, self.owner)
+            return False
         writer = SessionWriter(
             self.store,
             self.hub,
@@ -207,13 +214,6 @@ class SessionRunner:
             hooks=self._hooks_for(record),
             max_result_bytes=self.max_result_bytes,
         )
-        if self._closing:
-            # A Start or Continue that was in flight as the drain began: its session is
-            # in the store, for another replica (or this one restarted) to run. Run
-            # here, it would outlive the shutdown and race that run.
-            with contextlib.suppress(Exception):
-                await self.store.release_lease(record.session_id, self.owner)
-            return False
         task = asyncio.create_task(self._run(loop, resume_reason), name=f"run:{record.session_id}")
         self._runs[record.session_id] = _Run(task=task, interrupt=signal)
         if self._renewer is None:
