@@ -167,8 +167,6 @@ def setup_otel(service_name: str) -> OtelTracing | None:
     if langfuse:
         from langfuse import Langfuse
 
-        # The official client adds its own batching processor and OTLP/HTTP exporter
-        # (``{LANGFUSE_HOST}/api/public/otel/v1/traces``, basic auth) to our provider.
         if _langfuse_taken:
             logger.warning(
                 "tracing %s: Langfuse is already set up in this process, and its client "
@@ -176,6 +174,8 @@ def setup_otel(service_name: str) -> OtelTracing | None:
                 service_name,
             )
         _langfuse_taken = True
+        # The official client adds its own batching processor and OTLP/HTTP exporter
+        # (``{LANGFUSE_HOST}/api/public/otel/v1/traces``, basic auth) to our provider.
         client = Langfuse(tracer_provider=provider, should_export_span=_export_all)
         closers.append(client.shutdown)
     if otlp:
