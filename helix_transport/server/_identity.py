@@ -7,7 +7,6 @@ it. A service started with ``--allow-unauthenticated`` sees ``ANONYMOUS``.
 from __future__ import annotations
 
 import contextvars
-import json
 from dataclasses import dataclass
 
 
@@ -23,8 +22,8 @@ class Principal:
     @property
     def key(self) -> str:
         """A stable key for per-principal state (rate limits), one per (tenant, name):
-        both may hold '/' (URI and e-mail names do), so they are not joined by one."""
-        return json.dumps([self.tenant, self.name])
+        both may hold '/' (URI and e-mail names do), so the tenant's length leads."""
+        return f"{len(self.tenant)}:{self.tenant}/{self.name}"
 
 
 ANONYMOUS = Principal(name="anonymous")

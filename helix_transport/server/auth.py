@@ -233,8 +233,8 @@ class TokenFileAuthenticator:
         for number, line in enumerate(text.splitlines(), start=1):
             # A comment is a line or a word that starts with '#': a '#' inside a token
             # is part of it (cutting there would accept a shorter, weaker token).
-            parts = _ASCII_SPACE.split(line.strip(" \t\r\f\v"))  # not NBSP: in a token,
-            parts = [part for part in parts if part]  # it is refused, not a separator
+            # ASCII spaces only: an NBSP is part of a token (and refuses it below).
+            parts = [part for part in _ASCII_SPACE.split(line) if part]
             if "#" in line:
                 parts = list(itertools.takewhile(lambda part: not part.startswith("#"), parts))
             if not parts:
