@@ -15,7 +15,7 @@ Malformed calls (an empty or over-long name, an empty message, a timeout that is
 not positive, an unknown type or child) are error tool results; nothing raises.
 Calls on one child in one step run one at a time, in the order the model made them.
 
-**Identity.** A child lives in session ``{parent_session_id}-agent-{name}`` on its
+**Identity.** A child lives in session ``{parent_session_id}-agent-{name}-{scope}`` on its
 type's service (``HELIX_AGENT_ADDRESS_<TYPE>``). Unnamed children are named
 ``{agent_type}-{n}``; names are taken synchronously, before a tool's first await,
 so concurrent spawns in one step never collide, and a resumed step re-running the
@@ -125,9 +125,12 @@ class PersistentChild:
     """What the type does, for the parent's model."""
 
 
-def child_session_id(parent_session_id: str, name: str) -> str:
-    """The stable session id of the persistent child ``name``."""
-    return f"{parent_session_id}-agent-{name}"
+def child_session_id(parent_session_id: str, name: str, scope: str) -> str:
+    """The stable session id of the persistent child ``name``.
+
+    ``scope`` is the parent's ``ToolContext.child_scope`` (its agent type and owner).
+    """
+    return f"{parent_session_id}-agent-{name}-{scope}"
 
 
 # --- arguments ------------------------------------------------------------------------
@@ -617,7 +620,7 @@ class Companions:
         child = _Child(
             name=name,
             agent_type=config.agent_type,
-            session_id=child_session_id(ctx.session_id, name),
+            session_id=child_session_id(ctx.session_id, name, ctx.child_scope),
             address=address,
             tool_call_id=ctx.tool_call_id,
         )

@@ -2,7 +2,7 @@
 
 ``with_dispatch(agent, [SubagentType(...)])`` gives the parent's model a
 ``run_subagent`` tool taking ``{"tasks": [{"agent": ..., "message": ...}, ...]}``.
-It starts every task's child (session ``{parent}-task-{tool_call_id}-{i}``, so a
+It starts every task's child (session ``{parent}-task-{tool_call_id}-{i}-{scope}``, so a
 re-run after a crash rejoins the same children) and returns their task ids at
 once; the parent's model pass goes on. The results of one call's tasks — one
 *batch* — reach the model together, as a single message at the start of a
@@ -199,7 +199,7 @@ class Dispatcher:
                 _Task(
                     task_id=task_id,
                     agent_type=task.agent,
-                    session_id=f"{ctx.session_id}-task-{task_id}",
+                    session_id=f"{ctx.session_id}-task-{task_id}-{ctx.child_scope}",
                     address=address,
                 )
             )

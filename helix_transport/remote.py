@@ -1,7 +1,8 @@
 """Remote sub-agents: a child agent in another service, seen by its parent as a tool.
 
 A call of the tool starts (or rejoins) the child session
-``{parent_session_id}-remote-{tool_call_id}`` over the child's ``AgentService``
+``{parent_session_id}-remote-{tool_call_id}-{scope}`` over the child's ``AgentService``
+(``scope``: a digest of the parent's agent type and owner, see ``child_scope``)
 and forwards every child event into the parent's log, in this order::
 
     tool_start (parent) · subagent_start · child_event… · subagent_end · tool_end (parent)
@@ -85,9 +86,12 @@ def child_metadata(
     }
 
 
-def child_session_id(parent_session_id: str, tool_call_id: str) -> str:
-    """The deterministic id of the child a tool call starts."""
-    return f"{parent_session_id}-remote-{tool_call_id}"
+def child_session_id(parent_session_id: str, tool_call_id: str, scope: str) -> str:
+    """The deterministic id of the child a tool call starts.
+
+    ``scope`` is the parent's ``ToolContext.child_scope`` (its agent type and owner).
+    """
+    return f"{parent_session_id}-remote-{tool_call_id}-{scope}"
 
 
 def remote_agent_tool(
@@ -184,7 +188,7 @@ class _ChildCall:
         self.client = client
         self.agent_type = agent_type
         self.address = address
-        self.child_id = child_session_id(ctx.session_id, ctx.tool_call_id)
+        self.child_id = child_session_id(ctx.session_id, ctx.tool_call_id, ctx.child_scope)
         self.ref = SubSessionRef(
             parent_session_id=ctx.session_id,
             child_session_id=self.child_id,

@@ -23,7 +23,7 @@ import pytest
 
 from helix_transport import AgentClient, ConnectError, SessionStateConflict, create_server
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
-from helix_transport.agent.tools import ToolContext, ToolError
+from helix_transport.agent.tools import ToolContext, ToolError, child_scope
 from helix_transport.companions import (
     MAX_INBOX,
     STATE_KEY,
@@ -40,7 +40,7 @@ from helix_transport.transport._pool import ClientPool
 from services.critic import agent as critic
 
 PARENT = "parent"
-CHILD = child_session_id(PARENT, "critic-1")
+CHILD = child_session_id(PARENT, "critic-1", child_scope("parent", ""))
 
 
 class Parent:

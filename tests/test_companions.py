@@ -19,6 +19,7 @@ import pytest
 
 from helix_transport import AgentClient, create_server
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
+from helix_transport.agent.tools import child_scope
 from helix_transport.companions import child_session_id
 from helix_transport.registry import address_env_var
 from helix_transport.store import MemoryStore, SubSessionRef
@@ -141,7 +142,7 @@ async def test_naming_already_running_terminate_truth_and_fresh_respawn(
     assert output["notices"] == []
 
     # The re-spawned child is the same session, its log continued with a fresh turn.
-    child = child_session_id("p1", "counter-2")
+    child = child_session_id("p1", "counter-2", child_scope("planner", ""))
     status = await mesh["counter"].get_status(child)
     log = [e async for e in mesh["counter"].stream(child, from_sequence=0)]
     turn = [e async for e in mesh["counter"].stream(child, from_sequence=log[-1].sequence)]
@@ -155,7 +156,7 @@ async def test_interrupting_the_parent_interrupts_its_running_children(
 ) -> None:
     steps = [[spawn("counter", LONG)], [use("wait_for_result", name="counter-1")]]
     planner_client, counter_client = mesh["planner"], mesh["counter"]
-    child = child_session_id("p2", "counter-1")
+    child = child_session_id("p2", "counter-1", child_scope("planner", ""))
     await planner_client.start(json.dumps({"steps": steps}), session_id="p2")
     async for event in planner_client.stream("p2"):
         if event.WhichOneof("payload") == "tool_start" and "wait_for_result" in (
@@ -192,7 +193,7 @@ async def test_a_spawn_refused_as_existing_keeps_the_ref_it_found(
             await stack.enter_async_context(await AgentClient.connect(server.address))
             for server in (planner_server, counter_server)
         ]
-        child_id = child_session_id("p1", "worker")
+        child_id = child_session_id("p1", "worker", child_scope("planner", ""))
         await counters.start(LONG, session_id=child_id, parent_session_id="p1")
         first = SubSessionRef(
             parent_session_id="p1",

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from helix_transport import AgentClient, ConnectError, SessionNotFound
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
+from helix_transport.agent.tools import child_scope
 from helix_transport.companions import child_session_id
 from helix_transport.registry import address_env_var
 from tests.helpers import ROOT, ServiceProcess, assert_eventually, free_port
@@ -82,7 +83,7 @@ async def test_maker_reconsults_a_critic_that_remembers(tmp_path: Path) -> None:
         async with await AgentClient.connect(maker.address) as client:
             await client.start(json.dumps({"drafts": drafts}), session_id="make")
             events = [e async for e in client.stream("make")]
-        reviewer = child_session_id("make", "reviewer")
+        reviewer = child_session_id("make", "reviewer", child_scope("maker", ""))
         async with await AgentClient.connect(critic.address) as client:
             turn1 = [e async for e in client.stream(reviewer)]
             turn2 = [e async for e in client.stream(reviewer, from_sequence=turn1[-1].sequence)]
@@ -137,7 +138,7 @@ async def test_background_researchers_are_each_delivered_once(tmp_path: Path) ->
 async def test_delivery_is_exactly_once_across_parent_sigkills(tmp_path: Path) -> None:
     before, after = tmp_path / "go-1", tmp_path / "go-2"
     request = {"topics": ["event sourcing"], "hold": [str(before), str(after)]}
-    child = child_session_id("lead", "researcher-1")
+    child = child_session_id("lead", "researcher-1", child_scope("lead", ""))
     async with (
         services(
             "services.researcher:agent",
@@ -198,7 +199,7 @@ async def test_a_queue_handed_over_just_before_a_parent_sigkill_is_one_turn(
     # resumes with the draft still queued and asks again. The critic's service replays
     # the turn: one turn 2, and the parent's model sees each round once.
     slow = {"HELIX_SCRIPTED_DELAY_MS": "300"}
-    child = child_session_id("relay", "critic")
+    child = child_session_id("relay", "critic", child_scope("relay", ""))
     async with (
         services(
             "services.critic:agent",

@@ -19,6 +19,7 @@ from helix_transport import Agent, AgentClient, ServerConfig, create_server
 from helix_transport._exceptions import StoreUnavailable
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._status import SessionStatus
+from helix_transport.agent.tools import child_scope
 from helix_transport.registry import address_env_var
 from helix_transport.store import MemoryStore, SessionRecord, SubSessionRef
 from services.researcher import agent as researcher
@@ -158,7 +159,9 @@ async def test_a_run_deadline_times_children_out_and_gets_a_partial_answer(
     ):
         await client.start(json.dumps({"topics": TOPICS}), session_id="h1")
         events = [e async for e in client.stream("h1")]
-        statuses = [(await children.get_status(f"h1-task-call_1_0-{i}")).status for i in range(3)]
+        scope = child_scope("hasty", "")
+        tasks = [f"h1-task-call_1_0-{i}-{scope}" for i in range(3)]
+        statuses = [(await children.get_status(task)).status for task in tasks]
 
     assert kinds(events)[-1] == "completed"
     output = json.loads(events[-1].completed.output_json)
@@ -191,7 +194,7 @@ async def test_a_parent_that_fails_interrupts_the_tasks_it_left_running(
     async with in_process(quitter, monkeypatch) as (client, children):
         await client.start(json.dumps({"topics": ["x"]}), session_id="q1")
         events = [e async for e in client.stream("q1")]
-        task = "q1-task-call_1_0-0"
+        task = f"q1-task-call_1_0-0-{child_scope('quitter', '')}"
         async with asyncio.timeout(5):
             status = await children.wait(task)
         child_events = [e async for e in children.stream(task)]

@@ -36,7 +36,7 @@ from helix_transport.agent.scripted import (
     register_script,
     steps_taken,
 )
-from helix_transport.agent.tools import ToolContext
+from helix_transport.agent.tools import ToolContext, child_scope
 from helix_transport.registry import address_env_var
 from helix_transport.remote import (
     child_session_id,
@@ -48,6 +48,12 @@ from helix_transport.store import MemoryStore, SessionRecord, Store, SubSessionR
 from helix_transport.transport._pool import ClientPool
 from tests.agents import counter, delegator, looper, middle
 from tests.helpers import assert_eventually, free_port
+
+
+def child_of(parent_session_id: str, tool_call_id: str, parent_type: str = "delegator") -> str:
+    """The id of the child a tool call of an (anonymous) ``parent_type`` session starts."""
+    return child_session_id(parent_session_id, tool_call_id, child_scope(parent_type, ""))
+
 
 FAST_GIVE_UP = ClientConfig(
     reconnect=RetryConfig(
@@ -125,7 +131,7 @@ async def test_child_events_arrive_in_order_between_start_and_end(mesh: Mesh) ->
     assert first_call[-2:] == ["subagent_end", "tool_end"]
     assert set(first_call[2:-2]) == {"child_event"}
 
-    child_id = child_session_id("root", "call_1_0")
+    child_id = child_of("root", "call_1_0")
     child = forwarded(events, "call_1_0")
     assert {e.session_id for e in child} == {child_id} and {e.agent_type for e in child} == {
         "counter"
@@ -149,7 +155,7 @@ async def test_sub_session_ref_is_stored_with_every_field(mesh: Mesh) -> None:
     assert len(refs) == 1
     ref = refs[0]
     child_last = forwarded(events, "call_1_0")[-1].sequence
-    assert ref.child_session_id == child_session_id("root", "call_1_0")
+    assert ref.child_session_id == child_of("root", "call_1_0")
     assert (ref.agent_type, ref.tool_call_id, ref.address) == (
         "counter",
         "call_1_0",
@@ -219,7 +225,7 @@ async def test_timeout_interrupts_the_child(mesh: Mesh, monkeypatch: pytest.Monk
     results = json.loads(events[-1].completed.output_json)["results"]
     assert "timed out" in results[0]["error"]
     async with await AgentClient.connect(mesh.addresses["counter"]) as counter_client:
-        child = child_session_id("root", "call_1_0")
+        child = child_of("root", "call_1_0")
 
         async def interrupted() -> bool:
             status = await counter_client.get_status(child)
@@ -236,8 +242,8 @@ async def test_three_levels_nest_at_every_level(mesh: Mesh) -> None:
     assert {e.agent_type for e in middle_events} == {"middle"}
     assert [e.sequence for e in middle_events] == list(range(1, len(middle_events) + 1))
     leaf = [e.child_event.event for e in middle_events if kind(e) == "child_event"]
-    middle_id = child_session_id("root", "call_1_0")
-    assert {e.session_id for e in leaf} == {child_session_id(middle_id, "call_1_0")}
+    middle_id = child_of("root", "call_1_0")
+    assert {e.session_id for e in leaf} == {child_of(middle_id, "call_1_0", "middle")}
     assert {e.agent_type for e in leaf} == {"counter"}
     assert [e.sequence for e in leaf] == list(range(1, len(leaf) + 1)) and kind(
         leaf[-1]
@@ -253,8 +259,8 @@ async def test_interrupting_the_root_interrupts_every_level(
     monkeypatch.setenv("HELIX_SCRIPTED_DELAY_MS", "20")
     nested = {"calls": [{"tool": "count", "args": {"steps": 40, "words": 5}}]}
     await mesh.client.start(calls(("delegate", nested)), session_id="root")
-    middle_id = child_session_id("root", "call_1_0")
-    leaf_id = child_session_id(middle_id, "call_1_0")
+    middle_id = child_of("root", "call_1_0")
+    leaf_id = child_of(middle_id, "call_1_0", "middle")
     events: list[pb.StreamEvent] = []
     async for event in mesh.client.stream("root"):
         events.append(event)
@@ -285,9 +291,45 @@ async def test_tool_built_from_describe_alone(mesh: Mesh) -> None:
     assert "ticks once per step" in schema["description"]
 
 
+async def test_parents_of_two_types_sharing_a_session_id_get_children_of_their_own(
+    mesh: Mesh,
+) -> None:
+    # Session ids are caller-chosen, and both parent services present one identity to the
+    # counter service. With a child id of the parent's session id and tool call id alone,
+    # the second parent was refused the child (another input: ALREADY_EXISTS) or, with the
+    # same input, was handed the first parent's child and its output.
+    first = await run(mesh, calls(("count", {"steps": 1, "words": 2})), session_id="shared")
+    async with await AgentClient.connect(mesh.addresses["middle"]) as other:
+        await other.start(calls(("count", {"steps": 2, "words": 2})), session_id="shared")
+        second = [e async for e in other.stream("shared")]
+
+    assert json.loads(first[-1].completed.output_json) == {"results": [{"total": 1, "steps": 1}]}
+    assert json.loads(second[-1].completed.output_json) == {"results": [{"total": 2, "steps": 2}]}
+    ids = {e.subagent_start.child_session_id for e in first + second if kind(e) == "subagent_start"}
+    assert ids == {child_of("shared", "call_1_0"), child_of("shared", "call_1_0", "middle")}
+    for child_id in ids:
+        assert await mesh.stores["counter"].get_session(child_id) is not None
+
+
+def test_a_child_scope_is_one_parent_type_and_owner() -> None:
+    scope = child_scope("delegator", "alice", "acme")
+    assert scope == child_scope("delegator", "alice", "acme")  # a resumed parent rejoins
+    others = {
+        child_scope("middle", "alice", "acme"),
+        child_scope("delegator", "bob", "acme"),
+        child_scope("delegator", "alice", "other"),
+        child_scope("delegator", "alice", ""),
+        child_scope("delegator", "acme/alice", ""),  # no concatenation can collide
+    }
+    assert scope not in others and len(others) == 5
+    # Records written before sessions had owners belong to anonymous, as ownership says.
+    assert child_scope("delegator", "") == child_scope("delegator", "anonymous")
+    assert len(scope) == 16 and int(scope, 16) >= 0
+
+
 async def test_retried_dispatch_reaches_the_same_child(mesh: Mesh) -> None:
     await run(mesh, calls(("count", {"steps": 1})), session_id="once")
-    child_id = child_session_id("once", "call_1_0")
+    child_id = child_of("once", "call_1_0")
     async with await AgentClient.connect(mesh.addresses["counter"]) as counter_client:
         again = await counter_client.start(
             json.dumps({"steps": 1, "words": 4}), session_id=child_id
@@ -539,7 +581,7 @@ async def test_a_blip_in_the_parents_own_store_leaves_its_child_running(
             parent_store.down = True
             await asyncio.sleep(0.3)
             parent_store.down = False
-            child_status = await child_client.wait(child_session_id("root", "call_1_0"))
+            child_status = await child_client.wait(child_of("root", "call_1_0"))
             async with asyncio.timeout(30):
                 root = await client.wait("root")
     assert child_status.status == pb.SESSION_STATUS_COMPLETED

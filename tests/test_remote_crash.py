@@ -17,12 +17,13 @@ import pytest
 
 from helix_transport import AgentClient
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
+from helix_transport.agent.tools import child_scope
 from helix_transport.remote import child_session_id
 from tests.helpers import ROOT, ServiceProcess, TcpProxy, free_port
 
 STEPS = 6
 INPUT = json.dumps({"calls": [{"tool": "count", "args": {"steps": STEPS, "words": 6}}]})
-CHILD = child_session_id("root", "call_1_0")
+CHILD = child_session_id("root", "call_1_0", child_scope("delegator", ""))
 
 
 @dataclass

@@ -23,6 +23,7 @@ import redis.asyncio as aioredis
 
 from helix_transport import AgentClient
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
+from helix_transport.agent.tools import child_scope
 from helix_transport.remote import child_session_id
 from helix_transport.store import SessionRecord, open_store
 from tests.helpers import ROOT, ServiceProcess, free_port
@@ -243,7 +244,11 @@ async def test_parent_sees_a_continuous_child_stream_across_a_takeover(
                     and inner.step == 2
                 ):
                     store = await open_store(shared_url)
-                    owner = (await store.get_session(child_session_id("root", "call_1_0"))).owner  # type: ignore[union-attr]
+                    owner = (
+                        await store.get_session(
+                            child_session_id("root", "call_1_0", child_scope("delegator", ""))
+                        )
+                    ).owner  # type: ignore[union-attr]
                     await store.aclose()
                     await (a if owner == f"local-{a.port}" else b).kill()
                     killed = True

@@ -439,6 +439,8 @@ class RunLoop:
             hooks=self.hooks,
             state=state.state,
             cache=self._cache,
+            principal=self.record.principal,
+            tenant=self.record.tenant,
         )
 
     async def _race(self, work: Awaitable[T]) -> T | _Interrupted:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import json
 from collections.abc import Awaitable, Callable, Sequence
@@ -50,6 +51,31 @@ class ToolContext:
     cache: dict[str, Any] = field(default_factory=dict)
     """The run's in-memory cache, shared by its tools and never saved: a restarted run
     starts with it empty, so what it holds must be rebuildable from the store."""
+    principal: str = ""
+    """Who owns the session: the principal that started it (empty counts as anonymous)."""
+    tenant: str = ""
+    """The tenant of ``principal``."""
+
+    @property
+    def child_scope(self) -> str:
+        """What ends the id of every child this session starts (see ``child_scope``)."""
+        return child_scope(self.agent_type, self.principal, self.tenant)
+
+
+def child_scope(agent_type: str, principal: str, tenant: str = "") -> str:
+    """A digest of a parent's agent type and owner, the last part of its children's ids.
+
+    A child's id must be a function of its parent alone, so that a resumed parent
+    rejoins the child instead of starting another. Session ids are caller-chosen, so two
+    parents (of two agent types, or of two owners on separate stores) can share one;
+    when their services present one client identity to the child's service, a child id
+    made of the parent's session id and the tool call id alone would hand one user the
+    other's child. With this scope their children's ids differ.
+    """
+    # JSON keeps the three apart whatever they hold; "" is how records without an
+    # owner say anonymous (see server._ownership).
+    owner = json.dumps([agent_type, tenant, principal or "anonymous"])
+    return hashlib.sha256(owner.encode()).hexdigest()[:16]
 
 
 ToolFn = Callable[[ToolContext, Any], Awaitable[Any]]

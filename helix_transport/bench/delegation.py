@@ -25,6 +25,7 @@ from pathlib import Path
 
 from helix_transport._exceptions import HelixError
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
+from helix_transport.agent.tools import child_scope
 from helix_transport.bench._measure import (
     CpuMeter,
     Ids,
@@ -41,7 +42,7 @@ from helix_transport.bench._report import (
     summary,
     value_at_most,
 )
-from helix_transport.bench.agents import leaf, leaf_input, parent, parent_input, root_input
+from helix_transport.bench.agents import leaf, leaf_input, parent, parent_input, root, root_input
 from helix_transport.registry import address_env_var
 from helix_transport.remote import child_session_id
 from helix_transport.testing.processes import ServiceProcess, free_port
@@ -329,8 +330,8 @@ async def interrupt_latency(report: Report, services: Services, ids: Ids, *, run
 
     async def three_levels() -> dict[str, float]:
         root_id = ids("root")
-        parent_id = child_session_id(root_id, "call_1_0")
-        leaf_id = child_session_id(parent_id, "call_1_0")
+        parent_id = child_session_id(root_id, "call_1_0", child_scope(root.name, ""))
+        leaf_id = child_session_id(parent_id, "call_1_0", child_scope(parent.name, ""))
         await clients["root"].start(
             root_input(mode="emit", n=100_000, pace_ms=5), session_id=root_id
         )

@@ -22,9 +22,10 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from helix_transport.agent.tools import child_scope
 from helix_transport.bench._measure import Ids, kind
 from helix_transport.bench._report import Report, percentile, summary, value_at_most
-from helix_transport.bench.agents import leaf, parent_input
+from helix_transport.bench.agents import leaf, parent, parent_input
 from helix_transport.bench.delegation import SETUP, Services
 from helix_transport.registry import address_env_var
 from helix_transport.remote import child_session_id
@@ -91,7 +92,9 @@ async def _run(
     follower = _Follower(client, session_id)
     try:
         await follower.next_after(0.0)  # the child is streaming
-        t0 = await kill_and_recover(child_session_id(session_id, "call_1_0"))
+        t0 = await kill_and_recover(
+            child_session_id(session_id, "call_1_0", child_scope(parent.name, ""))
+        )
         t1 = await follower.next_after(t0)
         return (t1 - t0) * 1000
     finally:

@@ -48,6 +48,7 @@ from pathlib import Path
 
 from helix_transport import AgentClient
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
+from helix_transport.agent.tools import child_scope
 from helix_transport.bench.streams import drop_store_data, store_url
 from helix_transport.remote import child_session_id
 from helix_transport.testing.processes import ServiceProcess, free_port
@@ -82,23 +83,31 @@ class Node:
 def tree(root: str, depth: int) -> tuple[str, Node]:
     """The root's input and the sessions a delegation of ``depth`` levels makes."""
 
-    def leaves(parent: str) -> tuple[tuple[str, Node], ...]:
+    def leaves(parent: str, parent_type: str) -> tuple[tuple[str, Node], ...]:
         nodes = []
         for i, args in enumerate(COUNTS):
             call_id, steps = f"call_1_{i}", args["steps"]
             output = {"total": steps, "steps": steps}
-            leaf = Node("child", child_session_id(parent, call_id), "counter", steps + 1, output)
+            leaf = Node(
+                "child",
+                child_session_id(parent, call_id, child_scope(parent_type, "")),
+                "counter",
+                steps + 1,
+                output,
+            )
             nodes.append((call_id, leaf))
         return tuple(nodes)
 
     counts = [{"tool": "count", "args": args} for args in COUNTS]
-    results = {"results": [leaf.output for _, leaf in leaves(root)]}
+    results = {"results": [leaf.output for _, leaf in leaves(root, SERVICES["parent"])]}
     if depth == 2:
         return json.dumps({"calls": counts}), Node(
-            "parent", root, "delegate", 2, results, leaves(root)
+            "parent", root, "delegate", 2, results, leaves(root, SERVICES["parent"])
         )
-    middle_id = child_session_id(root, "call_1_0")
-    middle = Node("middle", middle_id, "delegate", 2, results, leaves(middle_id))
+    middle_id = child_session_id(root, "call_1_0", child_scope(SERVICES["parent"], ""))
+    middle = Node(
+        "middle", middle_id, "delegate", 2, results, leaves(middle_id, SERVICES["middle"])
+    )
     wanted = {"calls": [{"tool": "delegate", "args": {"calls": counts}}]}
     return json.dumps(wanted), Node(
         "parent", root, "delegate", 2, {"results": [results]}, (("call_1_0", middle),)

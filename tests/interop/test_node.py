@@ -20,6 +20,7 @@ import pytest
 
 from helix_transport import AgentClient, create_server
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
+from helix_transport.agent.tools import child_scope
 from helix_transport.registry import address_env_var
 from helix_transport.remote import child_session_id
 from helix_transport.server import app as server_app
@@ -35,7 +36,7 @@ TEXT = (
     "Hello world, the agent reads the event log and writes the text. Nothing is lost: "
     "every word of the session is in the log once, after a crash of the service."
 )
-CHILD = child_session_id("root", "call_1_0")
+CHILD = child_session_id("root", "call_1_0", child_scope("polyglot", ""))
 
 
 def kind(event: pb.StreamEvent) -> str:
