@@ -270,6 +270,17 @@ class SpanHooks:
             attributes["langfuse.trace.input"] = _cut(record.input_json)
         self._run = self._start(f"invoke_agent {self.agent_type}", attributes)
 
+    def on_turn_start(self, *, turn: int, message: str, fresh: bool) -> None:
+        # The record's input is the session's first; this run works on the turn's message.
+        if self._run is not None:
+            self._run.set_attributes(
+                {
+                    "helix.turn": turn,
+                    "langfuse.observation.metadata.turn": str(turn),
+                    "langfuse.observation.input": _cut(message),
+                }
+            )
+
     def on_run_end(self, *, status: SessionStatus, usage: Usage, error: str) -> None:
         cut_off = [*self._tools.values(), self._generation]
         if status is not SessionStatus.RUNNING:

@@ -21,7 +21,8 @@ from typing import Any
 
 import pytest
 
-from helix_transport import AgentClient, create_server
+from helix_transport import AgentClient, ServerConfig, create_server
+from helix_transport._exceptions import StoreUnavailable
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._status import SessionStatus
 from helix_transport.agent.definition import Agent
@@ -29,6 +30,7 @@ from helix_transport.agent.model import ModelResponse
 from helix_transport.registry import address_env_var
 from helix_transport.store import MemoryStore, SessionRecord, Usage
 from helix_transport.tracing import NO_HOOKS, RunHooks, setup_tracing
+from helix_transport.tracing.hooks import guarded
 from helix_transport.tracing.otel import trace_id_for
 from tests.agents import counter
 from tests.helpers import ROOT, ServiceProcess, free_port
@@ -157,6 +159,15 @@ async def test_a_raising_hook_does_not_change_the_run() -> None:
     assert [c[0] for c in calls] == [c[0] for c in _expected_calls(2)]  # every hook still ran
 
 
+def test_a_hook_without_on_turn_start_is_not_asked_for_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # on_turn_start came later: hooks written before it must go on working, unwarned.
+    calls: list[tuple[str, Any]] = []
+    guarded(Recorder(calls)).on_turn_start(turn=2, message="again", fresh=False)
+    assert calls == [] and "failed" not in caplog.text
+
+
 def test_no_configuration_means_no_tracer() -> None:
     assert setup_tracing("counter") is None
     # In a fresh interpreter: serving code never even imports the OpenTelemetry SDK path.
@@ -256,6 +267,102 @@ def test_a_parent_stopped_and_resumed_mid_delegation_exports_its_span_once() -> 
     assert delegation.attributes is not None
     assert delegation.attributes["helix.child_status"] == "completed"
     provider.shutdown()
+
+
+class MemoryTracing:
+    """A service's tracing (``OtelTracing``) into an in-memory exporter, for one process."""
+
+    def __init__(self, service_name: str) -> None:
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+        from helix_transport.tracing.otel import OtelTracing, make_provider
+
+        self.exporter = InMemorySpanExporter()
+        provider = make_provider(service_name)
+        provider.add_span_processor(SimpleSpanProcessor(self.exporter))
+        self.tracing = OtelTracing(provider)
+
+    def spans(self) -> list[Any]:
+        return list(self.exporter.get_finished_spans())
+
+    def close(self) -> None:
+        self.tracing.shutdown()
+
+
+async def test_a_continued_turns_run_span_shows_the_turns_message() -> None:
+    # The run span's input was the session record's, so every turn showed the first one.
+    from services.critic import agent as critic
+
+    traced = MemoryTracing("critic")
+    server = await create_server(
+        critic, MemoryStore(), hooks=traced.tracing.hooks_for, allow_unauthenticated=True
+    )
+    first = json.dumps({"artifact": "a draft"})
+    async with server, await AgentClient.connect(server.address) as client:
+        await client.start(first, session_id="critic-1")
+        assert [e async for e in client.stream("critic-1")][-1].WhichOneof("payload") == (
+            "completed"
+        )
+        for turn, fresh, message in ((2, False, "now with tests"), (3, True, first)):
+            reply = await client.continue_session("critic-1", message, turn=turn, fresh=fresh)
+            events = [e async for e in client.stream("critic-1", from_sequence=reply.from_sequence)]
+            assert events[-1].WhichOneof("payload") == "completed"
+    runs = [s for s in traced.spans() if s.name == "invoke_agent critic"]
+    assert [r.attributes["langfuse.observation.input"] for r in runs] == [
+        first,
+        "now with tests",
+        first,
+    ]
+    assert [r.attributes.get("helix.turn") for r in runs] == [None, 2, 3]
+    # The trace's input stays the session's first: the trace is the whole session.
+    assert {r.attributes["langfuse.trace.input"] for r in runs} == {first}
+    traced.close()
+
+
+class _BlinkingStore(MemoryStore):
+    """A store whose appends fail while ``down`` is set (a run pauses, then resumes)."""
+
+    down = False
+
+    async def append(self, session_id: str, events: Any, **kwargs: Any) -> int:
+        if self.down:
+            raise StoreUnavailable("appends are failing (a test's outage)")
+        return await super().append(session_id, events, **kwargs)
+
+
+async def test_a_run_resumed_within_a_continued_turn_shows_the_turns_message(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("HELIX_SCRIPTED_DELAY_MS", "20")
+    traced, store = MemoryTracing("counter"), _BlinkingStore()
+    server = await create_server(
+        counter,
+        store,
+        ServerConfig(lease_ttl_s=1.0),
+        hooks=traced.tracing.hooks_for,
+        allow_unauthenticated=True,
+    )
+    first, second = json.dumps({"steps": 1, "words": 1}), json.dumps({"steps": 20, "words": 3})
+    async with server, await AgentClient.connect(server.address) as client:
+        await client.start(first, session_id="c2")
+        await client.wait("c2")
+        reply = await client.continue_session("c2", second, turn=2, fresh=True)
+        async for event in client.stream("c2", from_sequence=reply.from_sequence):
+            if event.WhichOneof("payload") == "step_started" and event.step >= 4:
+                break  # turn 2 well under way: its run pauses and is resumed
+        store.down = True
+        await asyncio.sleep(0.3)
+        store.down = False
+        async with asyncio.timeout(30):
+            assert (await client.wait("c2")).status == pb.SESSION_STATUS_COMPLETED
+    runs = [s for s in traced.spans() if s.name == "invoke_agent counter"]
+    resumed = [r for r in runs if r.attributes["helix.resumed"]]
+    assert resumed and len(runs) == 2 + len(resumed)
+    for run in resumed:
+        assert run.attributes["helix.turn"] == 2
+        assert run.attributes["langfuse.observation.input"] == second
+    traced.close()
 
 
 # --- Process level -------------------------------------------------------------------
