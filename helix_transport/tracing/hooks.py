@@ -3,7 +3,8 @@
 ``RunLoop`` calls one ``RunHooks`` object per run, at fixed points: run start
 (fresh or resumed; then the turn, in a continued session) and end, each model
 generation, each tool call, and each remote delegation (from the remote-agent
-tool). Every agent, root or child, fires its own hooks in its own process.
+tool, the dispatch tool and the companion tools). Every agent, root or child,
+fires its own hooks in its own process.
 
 Hooks observe, they never steer: whatever a hook raises is logged and
 swallowed (``guarded``), so a broken exporter can never fail or stop a run.
@@ -63,7 +64,8 @@ class RunHooks(Protocol):
     def on_delegation_start(
         self, *, tool_call_id: str, child_session_id: str, agent_type: str
     ) -> Mapping[str, str]:
-        """A remote delegation starts, within the tool call ``tool_call_id``.
+        """A remote delegation starts, within the tool call ``tool_call_id`` (which may
+        start several: ``child_session_id`` tells them apart).
 
         Returns entries to add to the child's ``StartRequest.metadata`` (W3C
         ``traceparent``/``tracestate``), so the child's spans nest under this one.

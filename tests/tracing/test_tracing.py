@@ -15,6 +15,7 @@ import json
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -362,6 +363,190 @@ async def test_a_run_resumed_within_a_continued_turn_shows_the_turns_message(
     for run in resumed:
         assert run.attributes["helix.turn"] == 2
         assert run.attributes["langfuse.observation.input"] == second
+    traced.close()
+
+
+@asynccontextmanager
+async def _traced_pair(
+    parent: Agent, child: Agent, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[tuple[AgentClient, MemoryTracing, MemoryTracing]]:
+    """``parent``'s service and ``child``'s, in this process, each traced in memory."""
+    traced = MemoryTracing(parent.name), MemoryTracing(child.name)
+    async with (
+        await create_server(
+            child, MemoryStore(), hooks=traced[1].tracing.hooks_for, allow_unauthenticated=True
+        ) as children,
+    ):
+        monkeypatch.setenv(address_env_var(child.name), children.address)
+        async with (
+            await create_server(
+                parent, MemoryStore(), hooks=traced[0].tracing.hooks_for, allow_unauthenticated=True
+            ) as server,
+            await AgentClient.connect(server.address) as client,
+        ):
+            yield client, *traced
+    for each in traced:
+        each.close()
+
+
+def _parent_of(span: Any, spans: list[Any]) -> Any:
+    (parent,) = [s for s in spans if s.context.span_id == span.parent.span_id]
+    return parent
+
+
+def _unique_ids(spans: list[Any]) -> bool:
+    ids = [(s.context.trace_id, s.context.span_id) for s in spans]
+    return len(ids) == len(set(ids))
+
+
+async def test_each_dispatched_task_runs_under_its_delegation_span(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # run_subagent's children were top-level spans of the trace: no delegate span.
+    from services.researcher import agent as researcher
+    from tests.companion_agents import coordinator
+
+    topics = ["event sourcing", "grpc streaming"]
+    async with _traced_pair(coordinator, researcher, monkeypatch) as (client, parent, child):
+        await client.start(json.dumps({"topics": topics}), session_id="co")
+        assert (await client.wait("co")).status == pb.SESSION_STATUS_COMPLETED
+    spans = parent.spans() + child.spans()
+    assert _unique_ids(spans)
+    (root_run,) = [s for s in parent.spans() if s.name == "invoke_agent coordinator"]
+    runs = [s for s in child.spans() if s.name == "invoke_agent researcher"]
+    assert sorted(r.attributes["helix.session_id"] for r in runs) == [
+        "co-task-call_1_0-0",
+        "co-task-call_1_0-1",
+    ]
+    for run in runs:
+        delegation = _parent_of(run, spans)
+        assert delegation.name == "delegate researcher"
+        assert delegation.attributes["helix.child_session_id"] == run.attributes["helix.session_id"]
+        assert delegation.attributes["helix.child_status"] == "completed"
+        tool = _parent_of(delegation, spans)
+        assert tool.name == "execute_tool run_subagent"
+        assert _parent_of(tool, spans) is root_run
+    assert len([s for s in spans if s.name.startswith("delegate ")]) == len(topics)
+
+
+async def test_a_companion_s_turns_run_under_its_one_delegation_span(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Companion children were top-level spans of the trace, each turn's run alike.
+    from services.critic import agent as critic
+    from tests.companion_agents import maker
+
+    drafts = ["a draft", "a draft with tests"]
+    async with _traced_pair(maker, critic, monkeypatch) as (client, parent, child):
+        await client.start(json.dumps({"drafts": drafts}), session_id="mk")
+        assert (await client.wait("mk")).status == pb.SESSION_STATUS_COMPLETED
+    spans = parent.spans() + child.spans()
+    assert _unique_ids(spans)
+    runs = [s for s in child.spans() if s.name == "invoke_agent critic"]
+    assert [r.attributes.get("helix.turn") for r in runs] == [None, 2]
+    (delegation,) = [s for s in spans if s.name.startswith("delegate ")]
+    assert delegation.name == "delegate critic"
+    assert delegation.attributes["helix.child_session_id"] == "mk-agent-reviewer"
+    assert delegation.attributes["helix.child_status"] == "completed"
+    # The Start's span: the child keeps that trace context for every turn.
+    assert all(_parent_of(run, spans) is delegation for run in runs)
+    tool = _parent_of(delegation, spans)
+    assert tool.name == "execute_tool companion__spawn_agent"
+    assert tool.attributes["gen_ai.tool.call.id"] == delegation.attributes["gen_ai.tool.call.id"]
+
+
+async def test_a_span_a_stopped_run_left_open_is_opened_again_and_exported_once() -> None:
+    # The resume rules of helix_transport._delegations, run by run, with real spans: a
+    # span left open goes to the resumed run; one ended by a run that then stopped before
+    # its checkpoint is not opened again (its ref says how the child ended); one of an
+    # earlier turn neither (that turn's run cut it off).
+    import copy
+
+    from helix_transport._delegations import (
+        end_delegation,
+        open_delegation,
+        reopen_delegations,
+    )
+    from helix_transport.agent.tools import ToolContext
+    from helix_transport.store import SubSessionRef
+    from helix_transport.tracing.otel import SpanHooks
+    from helix_transport.transport._pool import ClientPool
+
+    traced, store = MemoryTracing("coordinator"), MemoryStore()
+    record = SessionRecord(
+        session_id="p1", agent_type="coordinator", input_json="{}", input_hash=""
+    )
+    child = "p1-task-call_1_0-0"
+
+    async def ref(status: SessionStatus) -> None:
+        await store.put_subsession_ref(
+            SubSessionRef(
+                parent_session_id="p1",
+                child_session_id=child,
+                agent_type="researcher",
+                tool_call_id="call_1_0-0",
+                status=status,
+                address="127.0.0.1:1",
+            )
+        )
+
+    def run(state: dict[str, Any]) -> tuple[SpanHooks, ToolContext]:
+        hooks = SpanHooks(traced.tracing.tracer, agent_type="coordinator", record=record)
+        hooks.on_run_start(resumed=True, step=1)
+
+        async def flush() -> None:
+            pass
+
+        ctx = ToolContext(
+            session_id="p1",
+            agent_type="coordinator",
+            tool_call_id="call_1_0",
+            step=1,
+            metadata={},
+            emit=lambda event: None,
+            flush=flush,
+            store=store,
+            clients=ClientPool(),
+            hooks=hooks,
+            state=state,
+        )
+        return hooks, ctx
+
+    def delegations() -> list[Any]:
+        return [s for s in traced.spans() if s.name == "delegate researcher"]
+
+    # Run 1 starts the task (its ref running) and is stopped: its span is not exported.
+    hooks, ctx = run({})
+    await ref(SessionStatus.RUNNING)
+    assert "traceparent" in open_delegation(ctx, child_session_id=child, agent_type="researcher")
+    checkpoint = copy.deepcopy(ctx.state)
+    hooks.on_run_end(status=SessionStatus.RUNNING, usage=Usage(), error="")
+    assert delegations() == []
+    # Run 2 opens it again at its first step (a re-run of the call too: the same span),
+    # records the task's end and is stopped before its checkpoint.
+    hooks, ctx = run(copy.deepcopy(checkpoint))
+    await reopen_delegations(ctx)
+    open_delegation(ctx, child_session_id=child, agent_type="researcher")
+    await ref(SessionStatus.COMPLETED)
+    end_delegation(ctx, child_session_id=child, status=SessionStatus.COMPLETED)
+    hooks.on_run_end(status=SessionStatus.RUNNING, usage=Usage(), error="")
+    assert len(delegations()) == 1
+    # Run 3 resumes from the same checkpoint: the ref says the task ended, so the span
+    # is not opened again, and recording the end once more exports nothing.
+    hooks, ctx = run(copy.deepcopy(checkpoint))
+    await reopen_delegations(ctx)
+    end_delegation(ctx, child_session_id=child, status=SessionStatus.COMPLETED)
+    hooks.on_run_end(status=SessionStatus.COMPLETED, usage=Usage(), error="")
+    (delegation,) = delegations()
+    assert delegation.attributes["helix.child_status"] == "completed"
+    assert delegation.parent is not None  # under run 2's run span (its tool call is over)
+    # A span of an earlier turn (cut off when that turn's run ended) stays closed.
+    await ref(SessionStatus.RUNNING)
+    hooks, ctx = run({**copy.deepcopy(checkpoint), "helix.turn": 2})
+    await reopen_delegations(ctx)
+    end_delegation(ctx, child_session_id=child, status=SessionStatus.COMPLETED)
+    hooks.on_run_end(status=SessionStatus.COMPLETED, usage=Usage(), error="")
+    assert len(delegations()) == 1 and _unique_ids(traced.spans())
     traced.close()
 
 
