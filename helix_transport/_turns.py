@@ -101,18 +101,25 @@ async def find_turn(store: Store, session_id: str, turns: Turns, turn: int) -> S
     if turn in turns.read:
         return turns.read[turn]
     if turns.checkpointed is not None and turns.checkpointed[0] == turn:
-        at = turns.checkpointed[1]
-        events = await store.read(session_id, from_sequence=at - 1, limit=1)
-        if (
-            events
-            and events[0].sequence == at
-            and events[0].WhichOneof("payload") == "turn_started"
-        ):
-            return _started(events[0])
+        started = await turn_started_at(store, session_id, turns.checkpointed[1])
+        if started is not None:
+            return started
     for started in await read_turns(store, session_id):
         if started.turn == turn:
             return started
     raise LookupError(f"session {session_id!r}: no turn_started for turn {turn}")
+
+
+async def turn_started_at(store: Store, session_id: str, sequence: int) -> StartedTurn | None:
+    """The ``turn_started`` event at ``sequence`` (one read); ``None`` when it is not one."""
+    events = await store.read(session_id, from_sequence=sequence - 1, limit=1)
+    if (
+        events
+        and events[0].sequence == sequence
+        and events[0].WhichOneof("payload") == "turn_started"
+    ):
+        return _started(events[0])
+    return None
 
 
 async def heal(

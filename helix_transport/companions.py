@@ -79,6 +79,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
+from helix_transport._delegations import end_delegation, open_delegation, reopen_delegations
 from helix_transport._exceptions import HelixError, SessionExists, SessionStateConflict
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._status import SessionStatus
@@ -486,6 +487,7 @@ class Companions:
         self, ctx: ToolContext, messages: list[dict[str, Any]]
     ) -> list[dict[str, Any]]:
         """The step hook: one message about every child that finished undelivered."""
+        await reopen_delegations(ctx)  # the spans of children a stopped run left open
         children = _Children(ctx.state).all()
         plain = [c for c in children if not c.delivered and not c.inbox]
         queued = [c for c in children if c.inbox]
@@ -600,6 +602,7 @@ class Companions:
         child.delivered = True
         _Children(ctx.state).put(child)
         status = SessionStatus(child.status)
+        self._end_span(ctx, child)
         ctx.emit(
             subagent_ended(
                 tool_call_id=child.tool_call_id,
@@ -625,7 +628,12 @@ class Companions:
             tool_call_id=ctx.tool_call_id,
         )
         client = await ctx.clients.get(address)
-        metadata = child_metadata(ctx)
+        # One delegation span per child, not per turn: the child keeps the trace context
+        # of its Start (Continue carries none), so every turn's run nests under it.
+        trace_context = open_delegation(
+            ctx, child_session_id=child.session_id, agent_type=child.agent_type
+        )
+        metadata = child_metadata(ctx, trace_context)
         # The ref before the Start, so that an interrupt cascading while the Start is in
         # flight finds the child (see remote.Cascade).
         previous = await ctx.store.get_subsession_ref(ctx.session_id, child.session_id)
@@ -638,6 +646,12 @@ class Companions:
                 metadata=metadata,
             )
         except HelixError as exc:
+            end_delegation(
+                ctx,
+                child_session_id=child.session_id,
+                status=SessionStatus.FAILED,
+                error=f"could not start: {exc.message}",
+            )
             if isinstance(exc, SessionExists):
                 # Not this call's child. A ref from before (a spawn whose Start landed
                 # before the parent crashed, say) still says what that session is; with
@@ -825,6 +839,20 @@ class Companions:
         child.error = status.error
         _Children(ctx.state).put(child)
         await self._save_ref(ctx, child)
+        self._end_span(ctx, child)
+
+    def _end_span(self, ctx: ToolContext, child: _Child) -> None:
+        """End the child's delegation span (open until its first turn ends) when the
+        parent learns how the turn ended: recorded (after the ref's write, see
+        helix_transport._delegations), or seen otherwise and delivered."""
+        if child.status == "running":  # delivered unended (a terminate not seen through)
+            return
+        end_delegation(
+            ctx,
+            child_session_id=child.session_id,
+            status=SessionStatus(child.status),
+            error=child.error,
+        )
 
     async def _save_ref(self, ctx: ToolContext, child: _Child) -> None:
         await save_child_ref(

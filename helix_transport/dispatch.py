@@ -47,6 +47,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, field_validator
 
+from helix_transport._delegations import end_delegation, open_delegation, reopen_delegations
 from helix_transport._exceptions import AgentRunError, HelixError, SessionNotFound
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._status import SessionStatus
@@ -230,7 +231,11 @@ class Dispatcher:
     async def _start(self, ctx: ToolContext, task: _Task, input_json: str) -> None:
         """Start one task; a failure marks it failed, never the batch: the batch is
         recorded whatever happens to each task, so no started child goes unrecorded."""
-        metadata = child_metadata(ctx)
+        # Its delegation span, ended when the parent records how the task ended (_record).
+        trace_context = open_delegation(
+            ctx, child_session_id=task.session_id, agent_type=task.agent_type
+        )
+        metadata = child_metadata(ctx, trace_context)
         try:
             client = await ctx.clients.get(task.address)
             # The ref before the Start, so that an interrupt cascading while the Start
@@ -246,6 +251,9 @@ class Dispatcher:
             task.status, task.error = "failed", f"could not start: {exc.message}"
             with contextlib.suppress(HelixError):  # the batch records it failed anyway
                 await _save_ref(ctx, task)
+            end_delegation(
+                ctx, child_session_id=task.session_id, status=SessionStatus.FAILED, error=task.error
+            )
         ctx.emit(
             subagent_started(
                 tool_call_id=ctx.tool_call_id,
@@ -259,6 +267,7 @@ class Dispatcher:
 
     async def step(self, ctx: ToolContext, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Deliver finished batches; park when the pass ended with a batch out; the deadline."""
+        await reopen_delegations(ctx)  # the spans of tasks a stopped run left open
         state = _state(ctx)
         # The deadline is per turn: a continued session gets a fresh clock and pass.
         turn = int(ctx.state.get(TURN_KEY, 1))
@@ -344,6 +353,7 @@ class Dispatcher:
                 await client.interrupt(task["session_id"], reason="the parent's deadline passed")
             task["status"], task["error"] = "timed_out", "the run's deadline passed"
             await _save_ref(ctx, _Task(**task))
+            _end_span(ctx, task)
 
         await asyncio.gather(*(stop(t) for t in late))
         delivered = self._deliver(ctx, batches, heading="[sub-agent results at the deadline]")
@@ -391,11 +401,23 @@ class Dispatcher:
         task["output_json"] = status.output_json
         task["error"] = status.error
         await _save_ref(ctx, _Task(**task))
+        _end_span(ctx, task)
 
 
 def _state(ctx: ToolContext) -> dict[str, Any]:
     state: dict[str, Any] = ctx.state.setdefault(STATE_KEY, {"batches": []})
     return state
+
+
+def _end_span(ctx: ToolContext, task: dict[str, Any]) -> None:
+    # After the ref's write: a resumed run opens the span again only while the ref says
+    # running (see helix_transport._delegations), so it is never exported twice.
+    end_delegation(
+        ctx,
+        child_session_id=task["session_id"],
+        status=_session_status(_Task(**task)),
+        error=task["error"],
+    )
 
 
 def _end_event(ctx: ToolContext, tool_call_id: str, task: _Task) -> None:

@@ -38,6 +38,7 @@ from helix_transport._turns import (
     StartedTurn,
     heal,
     read_turns,
+    turn_started_at,
 )
 from helix_transport.agent.definition import Agent
 from helix_transport.agent.model import (
@@ -171,6 +172,7 @@ class RunLoop:
         self.writer.step = checkpoint.step + 1
         self.writer.emit(_resumed(checkpoint.step + 1, resume_reason))
         self.hooks.on_run_start(resumed=True, step=checkpoint.step + 1)
+        await self._resumed_turn(checkpoint)
         state = _RunState(
             step=checkpoint.step,
             messages=list(checkpoint.messages),
@@ -223,7 +225,22 @@ class RunLoop:
         if resume_reason:  # the process that accepted the turn died before it began
             self.writer.emit(_resumed(base + 1, resume_reason))
         self.hooks.on_run_start(resumed=bool(resume_reason), step=base + 1)
+        self.hooks.on_turn_start(turn=turn.turn, message=turn.message, fresh=turn.fresh)
         return state, True
+
+    async def _resumed_turn(self, checkpoint: Checkpoint) -> None:
+        """Tell the hooks which turn a resumed run is in, when it is not the first: one
+        read of its ``turn_started``, and none without hooks (tracing off)."""
+        at = checkpoint.state.get(TURN_SEQUENCE_KEY)
+        if at is None or self.hooks is NO_HOOKS:
+            return
+        try:
+            turn = await turn_started_at(self.store, self.session_id, int(at))
+        except HelixError:  # only the trace would show it; the run's own reads will tell
+            logger.warning("session %s: its turn's message is not traced", self.session_id)
+            return
+        if turn is not None:
+            self.hooks.on_turn_start(turn=turn.turn, message=turn.message, fresh=turn.fresh)
 
     async def _steps(self, state: _RunState, *, save: bool) -> SessionStatus:
         reason = await self._boundary(state, save=save)

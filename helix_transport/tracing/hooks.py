@@ -1,8 +1,9 @@
 """Lifecycle hooks of a run: what tracing (or anything else) observes of the loop.
 
 ``RunLoop`` calls one ``RunHooks`` object per run, at fixed points: run start
-(fresh or resumed) and end, each model generation, each tool call, and each
-remote delegation (from the remote-agent tool). Every agent, root or child,
+(fresh or resumed; then the turn, in a continued session) and end, each model
+generation, each tool call, and each remote delegation (from the remote-agent
+tool, the dispatch tool and the companion tools). Every agent, root or child,
 fires its own hooks in its own process.
 
 Hooks observe, they never steer: whatever a hook raises is logged and
@@ -32,6 +33,14 @@ class RunHooks(Protocol):
     def on_run_start(self, *, resumed: bool, step: int) -> None:
         """The run starts (``resumed``: from a checkpoint); ``step`` is the next step."""
 
+    def on_turn_start(self, *, turn: int, message: str, fresh: bool) -> None:
+        """The run is in turn ``turn`` (2 or more) of a continued session, begun with
+        ``message`` (the turn's input itself when ``fresh``); called right after
+        ``on_run_start``. Not called in turn 1, whose input is the session record's.
+
+        Optional: hooks written before it existed need not define it.
+        """
+
     def on_run_end(self, *, status: SessionStatus, usage: Usage, error: str) -> None:
         """The run ends. ``RUNNING`` means it stopped without ending the session
         (process shutdown, lost lease): it will be resumed, possibly elsewhere."""
@@ -55,7 +64,8 @@ class RunHooks(Protocol):
     def on_delegation_start(
         self, *, tool_call_id: str, child_session_id: str, agent_type: str
     ) -> Mapping[str, str]:
-        """A remote delegation starts, within the tool call ``tool_call_id``.
+        """A remote delegation starts, within the tool call ``tool_call_id`` (which may
+        start several: ``child_session_id`` tells them apart).
 
         Returns entries to add to the child's ``StartRequest.metadata`` (W3C
         ``traceparent``/``tracestate``), so the child's spans nest under this one.
@@ -76,6 +86,9 @@ class NoHooks:
     """Does nothing: the default, and what a run costs without tracing."""
 
     def on_run_start(self, *, resumed: bool, step: int) -> None:
+        pass
+
+    def on_turn_start(self, *, turn: int, message: str, fresh: bool) -> None:
         pass
 
     def on_run_end(self, *, status: SessionStatus, usage: Usage, error: str) -> None:
@@ -117,9 +130,11 @@ class FanOut:
     def __init__(self, *hooks: RunHooks) -> None:
         self.hooks = hooks
 
-    def _each(self, method: str, **kwargs: Any) -> list[Any]:
+    def _each(self, method: str, *, optional: bool = False, **kwargs: Any) -> list[Any]:
         results = []
         for hook in self.hooks:
+            if optional and not hasattr(hook, method):
+                continue  # a hook written before the method was added to RunHooks
             try:
                 results.append(getattr(hook, method)(**kwargs))
             except Exception:
@@ -128,6 +143,9 @@ class FanOut:
 
     def on_run_start(self, *, resumed: bool, step: int) -> None:
         self._each("on_run_start", resumed=resumed, step=step)
+
+    def on_turn_start(self, *, turn: int, message: str, fresh: bool) -> None:
+        self._each("on_turn_start", optional=True, turn=turn, message=message, fresh=fresh)
 
     def on_run_end(self, *, status: SessionStatus, usage: Usage, error: str) -> None:
         self._each("on_run_end", status=status, usage=usage, error=error)

@@ -16,6 +16,11 @@ Spans (``service.name`` = the agent type, the resource of each service)::
       execute_tool research            tool call
         delegate researcher            remote delegation -> traceparent
           invoke_agent researcher      (in the researcher's service)
+      execute_tool run_subagent        dispatch: one delegation per task, each
+        delegate researcher            ending when the task's end is recorded
+      execute_tool companion__spawn_agent
+        delegate critic                a companion: one per child; every turn's run
+          invoke_agent critic          nests under it (Continue carries no context)
 
 Every span goes through a ``BatchSpanProcessor``: the loop only enqueues.
 """
@@ -229,6 +234,7 @@ class SpanHooks:
         self._run: Span | None = None
         self._generation: Span | None = None
         self._tools: dict[str, Span] = {}
+        # By child session id: one tool call may start several (run_subagent).
         self._delegations: dict[str, Span] = {}
 
     def _start(
@@ -269,6 +275,17 @@ class SpanHooks:
             attributes["langfuse.trace.name"] = self.agent_type
             attributes["langfuse.trace.input"] = _cut(record.input_json)
         self._run = self._start(f"invoke_agent {self.agent_type}", attributes)
+
+    def on_turn_start(self, *, turn: int, message: str, fresh: bool) -> None:
+        # The record's input is the session's first; this run works on the turn's message.
+        if self._run is not None:
+            self._run.set_attributes(
+                {
+                    "helix.turn": turn,
+                    "langfuse.observation.metadata.turn": str(turn),
+                    "langfuse.observation.input": _cut(message),
+                }
+            )
 
     def on_run_end(self, *, status: SessionStatus, usage: Usage, error: str) -> None:
         cut_off = [*self._tools.values(), self._generation]
@@ -369,7 +386,17 @@ class SpanHooks:
     def on_delegation_start(
         self, *, tool_call_id: str, child_session_id: str, agent_type: str
     ) -> Mapping[str, str]:
-        span = self._start(
+        span = self._delegations.get(child_session_id)
+        if span is None:  # else opened already by this run: one span per id
+            span = self._delegations[child_session_id] = self._delegation(
+                tool_call_id, child_session_id, agent_type
+            )
+        carrier: dict[str, str] = {}
+        _PROPAGATOR.inject(carrier, context=trace.set_span_in_context(span))
+        return carrier
+
+    def _delegation(self, tool_call_id: str, child_session_id: str, agent_type: str) -> Span:
+        return self._start(
             f"delegate {agent_type}",
             {
                 "langfuse.observation.type": "span",
@@ -383,15 +410,11 @@ class SpanHooks:
             # The same id when a resumed parent delegates to the same child again.
             span_id=span_id_for(child_session_id),
         )
-        self._delegations[tool_call_id] = span
-        carrier: dict[str, str] = {}
-        _PROPAGATOR.inject(carrier, context=trace.set_span_in_context(span))
-        return carrier
 
     def on_delegation_end(
         self, *, tool_call_id: str, child_session_id: str, status: SessionStatus, error: str
     ) -> None:
-        span = self._delegations.pop(tool_call_id, None)
+        span = self._delegations.pop(child_session_id, None)
         if span is None:
             return
         span.set_attribute("helix.child_status", status.value)

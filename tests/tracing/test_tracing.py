@@ -15,13 +15,15 @@ import json
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from helix_transport import AgentClient, create_server
+from helix_transport import AgentClient, ServerConfig, create_server
+from helix_transport._exceptions import StoreUnavailable
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._status import SessionStatus
 from helix_transport.agent.definition import Agent
@@ -29,6 +31,7 @@ from helix_transport.agent.model import ModelResponse
 from helix_transport.registry import address_env_var
 from helix_transport.store import MemoryStore, SessionRecord, Usage
 from helix_transport.tracing import NO_HOOKS, RunHooks, setup_tracing
+from helix_transport.tracing.hooks import guarded
 from helix_transport.tracing.otel import trace_id_for
 from tests.agents import counter
 from tests.helpers import ROOT, ServiceProcess, free_port
@@ -157,6 +160,15 @@ async def test_a_raising_hook_does_not_change_the_run() -> None:
     assert [c[0] for c in calls] == [c[0] for c in _expected_calls(2)]  # every hook still ran
 
 
+def test_a_hook_without_on_turn_start_is_not_asked_for_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # on_turn_start came later: hooks written before it must go on working, unwarned.
+    calls: list[tuple[str, Any]] = []
+    guarded(Recorder(calls)).on_turn_start(turn=2, message="again", fresh=False)
+    assert calls == [] and "failed" not in caplog.text
+
+
 def test_no_configuration_means_no_tracer() -> None:
     assert setup_tracing("counter") is None
     # In a fresh interpreter: serving code never even imports the OpenTelemetry SDK path.
@@ -256,6 +268,286 @@ def test_a_parent_stopped_and_resumed_mid_delegation_exports_its_span_once() -> 
     assert delegation.attributes is not None
     assert delegation.attributes["helix.child_status"] == "completed"
     provider.shutdown()
+
+
+class MemoryTracing:
+    """A service's tracing (``OtelTracing``) into an in-memory exporter, for one process."""
+
+    def __init__(self, service_name: str) -> None:
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+        from helix_transport.tracing.otel import OtelTracing, make_provider
+
+        self.exporter = InMemorySpanExporter()
+        provider = make_provider(service_name)
+        provider.add_span_processor(SimpleSpanProcessor(self.exporter))
+        self.tracing = OtelTracing(provider)
+
+    def spans(self) -> list[Any]:
+        return list(self.exporter.get_finished_spans())
+
+    def close(self) -> None:
+        self.tracing.shutdown()
+
+
+async def test_a_continued_turns_run_span_shows_the_turns_message() -> None:
+    # The run span's input was the session record's, so every turn showed the first one.
+    from services.critic import agent as critic
+
+    traced = MemoryTracing("critic")
+    server = await create_server(
+        critic, MemoryStore(), hooks=traced.tracing.hooks_for, allow_unauthenticated=True
+    )
+    first = json.dumps({"artifact": "a draft"})
+    async with server, await AgentClient.connect(server.address) as client:
+        await client.start(first, session_id="critic-1")
+        assert [e async for e in client.stream("critic-1")][-1].WhichOneof("payload") == (
+            "completed"
+        )
+        for turn, fresh, message in ((2, False, "now with tests"), (3, True, first)):
+            reply = await client.continue_session("critic-1", message, turn=turn, fresh=fresh)
+            events = [e async for e in client.stream("critic-1", from_sequence=reply.from_sequence)]
+            assert events[-1].WhichOneof("payload") == "completed"
+    runs = [s for s in traced.spans() if s.name == "invoke_agent critic"]
+    assert [r.attributes["langfuse.observation.input"] for r in runs] == [
+        first,
+        "now with tests",
+        first,
+    ]
+    assert [r.attributes.get("helix.turn") for r in runs] == [None, 2, 3]
+    # The trace's input stays the session's first: the trace is the whole session.
+    assert {r.attributes["langfuse.trace.input"] for r in runs} == {first}
+    traced.close()
+
+
+class _BlinkingStore(MemoryStore):
+    """A store whose appends fail while ``down`` is set (a run pauses, then resumes)."""
+
+    down = False
+
+    async def append(self, session_id: str, events: Any, **kwargs: Any) -> int:
+        if self.down:
+            raise StoreUnavailable("appends are failing (a test's outage)")
+        return await super().append(session_id, events, **kwargs)
+
+
+async def test_a_run_resumed_within_a_continued_turn_shows_the_turns_message(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("HELIX_SCRIPTED_DELAY_MS", "20")
+    traced, store = MemoryTracing("counter"), _BlinkingStore()
+    server = await create_server(
+        counter,
+        store,
+        ServerConfig(lease_ttl_s=1.0),
+        hooks=traced.tracing.hooks_for,
+        allow_unauthenticated=True,
+    )
+    first, second = json.dumps({"steps": 1, "words": 1}), json.dumps({"steps": 20, "words": 3})
+    async with server, await AgentClient.connect(server.address) as client:
+        await client.start(first, session_id="c2")
+        await client.wait("c2")
+        reply = await client.continue_session("c2", second, turn=2, fresh=True)
+        async for event in client.stream("c2", from_sequence=reply.from_sequence):
+            if event.WhichOneof("payload") == "step_started" and event.step >= 4:
+                break  # turn 2 well under way: its run pauses and is resumed
+        store.down = True
+        await asyncio.sleep(0.3)
+        store.down = False
+        async with asyncio.timeout(30):
+            assert (await client.wait("c2")).status == pb.SESSION_STATUS_COMPLETED
+    runs = [s for s in traced.spans() if s.name == "invoke_agent counter"]
+    resumed = [r for r in runs if r.attributes["helix.resumed"]]
+    assert resumed and len(runs) == 2 + len(resumed)
+    for run in resumed:
+        assert run.attributes["helix.turn"] == 2
+        assert run.attributes["langfuse.observation.input"] == second
+    traced.close()
+
+
+@asynccontextmanager
+async def _traced_pair(
+    parent: Agent, child: Agent, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[tuple[AgentClient, MemoryTracing, MemoryTracing]]:
+    """``parent``'s service and ``child``'s, in this process, each traced in memory."""
+    traced = MemoryTracing(parent.name), MemoryTracing(child.name)
+    async with (
+        await create_server(
+            child, MemoryStore(), hooks=traced[1].tracing.hooks_for, allow_unauthenticated=True
+        ) as children,
+    ):
+        monkeypatch.setenv(address_env_var(child.name), children.address)
+        async with (
+            await create_server(
+                parent, MemoryStore(), hooks=traced[0].tracing.hooks_for, allow_unauthenticated=True
+            ) as server,
+            await AgentClient.connect(server.address) as client,
+        ):
+            yield client, *traced
+    for each in traced:
+        each.close()
+
+
+def _parent_of(span: Any, spans: list[Any]) -> Any:
+    (parent,) = [s for s in spans if s.context.span_id == span.parent.span_id]
+    return parent
+
+
+def _unique_ids(spans: list[Any]) -> bool:
+    ids = [(s.context.trace_id, s.context.span_id) for s in spans]
+    return len(ids) == len(set(ids))
+
+
+async def test_each_dispatched_task_runs_under_its_delegation_span(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # run_subagent's children were top-level spans of the trace: no delegate span.
+    from services.researcher import agent as researcher
+    from tests.companion_agents import coordinator
+
+    topics = ["event sourcing", "grpc streaming"]
+    async with _traced_pair(coordinator, researcher, monkeypatch) as (client, parent, child):
+        await client.start(json.dumps({"topics": topics}), session_id="co")
+        assert (await client.wait("co")).status == pb.SESSION_STATUS_COMPLETED
+    spans = parent.spans() + child.spans()
+    assert _unique_ids(spans)
+    (root_run,) = [s for s in parent.spans() if s.name == "invoke_agent coordinator"]
+    runs = [s for s in child.spans() if s.name == "invoke_agent researcher"]
+    assert sorted(r.attributes["helix.session_id"] for r in runs) == [
+        "co-task-call_1_0-0",
+        "co-task-call_1_0-1",
+    ]
+    for run in runs:
+        delegation = _parent_of(run, spans)
+        assert delegation.name == "delegate researcher"
+        assert delegation.attributes["helix.child_session_id"] == run.attributes["helix.session_id"]
+        assert delegation.attributes["helix.child_status"] == "completed"
+        tool = _parent_of(delegation, spans)
+        assert tool.name == "execute_tool run_subagent"
+        assert _parent_of(tool, spans) is root_run
+    assert len([s for s in spans if s.name.startswith("delegate ")]) == len(topics)
+
+
+async def test_a_companion_s_turns_run_under_its_one_delegation_span(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Companion children were top-level spans of the trace, each turn's run alike.
+    from services.critic import agent as critic
+    from tests.companion_agents import maker
+
+    drafts = ["a draft", "a draft with tests"]
+    async with _traced_pair(maker, critic, monkeypatch) as (client, parent, child):
+        await client.start(json.dumps({"drafts": drafts}), session_id="mk")
+        assert (await client.wait("mk")).status == pb.SESSION_STATUS_COMPLETED
+    spans = parent.spans() + child.spans()
+    assert _unique_ids(spans)
+    runs = [s for s in child.spans() if s.name == "invoke_agent critic"]
+    assert [r.attributes.get("helix.turn") for r in runs] == [None, 2]
+    (delegation,) = [s for s in spans if s.name.startswith("delegate ")]
+    assert delegation.name == "delegate critic"
+    assert delegation.attributes["helix.child_session_id"] == "mk-agent-reviewer"
+    assert delegation.attributes["helix.child_status"] == "completed"
+    # The Start's span: the child keeps that trace context for every turn.
+    assert all(_parent_of(run, spans) is delegation for run in runs)
+    tool = _parent_of(delegation, spans)
+    assert tool.name == "execute_tool companion__spawn_agent"
+    assert tool.attributes["gen_ai.tool.call.id"] == delegation.attributes["gen_ai.tool.call.id"]
+
+
+async def test_a_span_a_stopped_run_left_open_is_opened_again_and_exported_once() -> None:
+    # The resume rules of helix_transport._delegations, run by run, with real spans: a
+    # span left open goes to the resumed run; one ended by a run that then stopped before
+    # its checkpoint is not opened again (its ref says how the child ended); one of an
+    # earlier turn neither (that turn's run cut it off).
+    import copy
+
+    from helix_transport._delegations import (
+        end_delegation,
+        open_delegation,
+        reopen_delegations,
+    )
+    from helix_transport.agent.tools import ToolContext
+    from helix_transport.store import SubSessionRef
+    from helix_transport.tracing.otel import SpanHooks
+    from helix_transport.transport._pool import ClientPool
+
+    traced, store = MemoryTracing("coordinator"), MemoryStore()
+    record = SessionRecord(
+        session_id="p1", agent_type="coordinator", input_json="{}", input_hash=""
+    )
+    child = "p1-task-call_1_0-0"
+
+    async def ref(status: SessionStatus) -> None:
+        await store.put_subsession_ref(
+            SubSessionRef(
+                parent_session_id="p1",
+                child_session_id=child,
+                agent_type="researcher",
+                tool_call_id="call_1_0-0",
+                status=status,
+                address="127.0.0.1:1",
+            )
+        )
+
+    def run(state: dict[str, Any]) -> tuple[SpanHooks, ToolContext]:
+        hooks = SpanHooks(traced.tracing.tracer, agent_type="coordinator", record=record)
+        hooks.on_run_start(resumed=True, step=1)
+
+        async def flush() -> None:
+            pass
+
+        ctx = ToolContext(
+            session_id="p1",
+            agent_type="coordinator",
+            tool_call_id="call_1_0",
+            step=1,
+            metadata={},
+            emit=lambda event: None,
+            flush=flush,
+            store=store,
+            clients=ClientPool(),
+            hooks=hooks,
+            state=state,
+        )
+        return hooks, ctx
+
+    def delegations() -> list[Any]:
+        return [s for s in traced.spans() if s.name == "delegate researcher"]
+
+    # Run 1 starts the task (its ref running) and is stopped: its span is not exported.
+    hooks, ctx = run({})
+    await ref(SessionStatus.RUNNING)
+    assert "traceparent" in open_delegation(ctx, child_session_id=child, agent_type="researcher")
+    checkpoint = copy.deepcopy(ctx.state)
+    hooks.on_run_end(status=SessionStatus.RUNNING, usage=Usage(), error="")
+    assert delegations() == []
+    # Run 2 opens it again at its first step (a re-run of the call too: the same span),
+    # records the task's end and is stopped before its checkpoint.
+    hooks, ctx = run(copy.deepcopy(checkpoint))
+    await reopen_delegations(ctx)
+    open_delegation(ctx, child_session_id=child, agent_type="researcher")
+    await ref(SessionStatus.COMPLETED)
+    end_delegation(ctx, child_session_id=child, status=SessionStatus.COMPLETED)
+    hooks.on_run_end(status=SessionStatus.RUNNING, usage=Usage(), error="")
+    assert len(delegations()) == 1
+    # Run 3 resumes from the same checkpoint: the ref says the task ended, so the span
+    # is not opened again, and recording the end once more exports nothing.
+    hooks, ctx = run(copy.deepcopy(checkpoint))
+    await reopen_delegations(ctx)
+    end_delegation(ctx, child_session_id=child, status=SessionStatus.COMPLETED)
+    hooks.on_run_end(status=SessionStatus.COMPLETED, usage=Usage(), error="")
+    (delegation,) = delegations()
+    assert delegation.attributes["helix.child_status"] == "completed"
+    assert delegation.parent is not None  # under run 2's run span (its tool call is over)
+    # A span of an earlier turn (cut off when that turn's run ended) stays closed.
+    await ref(SessionStatus.RUNNING)
+    hooks, ctx = run({**copy.deepcopy(checkpoint), "helix.turn": 2})
+    await reopen_delegations(ctx)
+    end_delegation(ctx, child_session_id=child, status=SessionStatus.COMPLETED)
+    hooks.on_run_end(status=SessionStatus.COMPLETED, usage=Usage(), error="")
+    assert len(delegations()) == 1 and _unique_ids(traced.spans())
+    traced.close()
 
 
 # --- Process level -------------------------------------------------------------------
