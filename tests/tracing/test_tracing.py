@@ -28,6 +28,7 @@ from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._status import SessionStatus
 from helix_transport.agent.definition import Agent
 from helix_transport.agent.model import ModelResponse
+from helix_transport.agent.tools import child_scope
 from helix_transport.registry import address_env_var
 from helix_transport.store import MemoryStore, SessionRecord, Usage
 from helix_transport.tracing import NO_HOOKS, RunHooks, setup_tracing
@@ -414,9 +415,10 @@ async def test_each_dispatched_task_runs_under_its_delegation_span(
     assert _unique_ids(spans)
     (root_run,) = [s for s in parent.spans() if s.name == "invoke_agent coordinator"]
     runs = [s for s in child.spans() if s.name == "invoke_agent researcher"]
+    scope = child_scope("coordinator", "")
     assert sorted(r.attributes["helix.session_id"] for r in runs) == [
-        "co-task-call_1_0-0",
-        "co-task-call_1_0-1",
+        f"co-task-call_1_0-0-{scope}",
+        f"co-task-call_1_0-1-{scope}",
     ]
     for run in runs:
         delegation = _parent_of(run, spans)
@@ -446,7 +448,8 @@ async def test_a_companion_s_turns_run_under_its_one_delegation_span(
     assert [r.attributes.get("helix.turn") for r in runs] == [None, 2]
     (delegation,) = [s for s in spans if s.name.startswith("delegate ")]
     assert delegation.name == "delegate critic"
-    assert delegation.attributes["helix.child_session_id"] == "mk-agent-reviewer"
+    reviewer = f"mk-agent-reviewer-{child_scope('maker', '')}"
+    assert delegation.attributes["helix.child_session_id"] == reviewer
     assert delegation.attributes["helix.child_status"] == "completed"
     # The Start's span: the child keeps that trace context for every turn.
     assert all(_parent_of(run, spans) is delegation for run in runs)
