@@ -9,7 +9,9 @@ is this process (on a small machine it shares the CPUs with the services).
   same parent doing the leaf's work in a local tool (same litellm turn, no child).
 - 5: one parent delegating to ``children`` one-step leaves in one step. Wall time
   beside the client starting as many leaf sessions directly; peak RSS/PSS/USS of
-  each service (polled every 20 ms).
+  each service (polled every 20 ms), and beside them the floor: the RSS of two
+  processes that do nothing but import litellm and make one streamed completion
+  through a custom provider (what any service calling litellm holds before serving).
 - 7: ``Interrupt`` on a root (root -> parent -> leaf, the leaf emitting paced
   events) until GetStatus says ``interrupted`` for all three, beside one level.
 """
@@ -20,6 +22,7 @@ import asyncio
 import contextlib
 import gc
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -221,6 +224,44 @@ async def two_hops(
 # ---------------------------------------------------------------- 5
 
 _KIB_MB = 1024 / 1e6
+
+# What a process holds once it has imported litellm and made one streamed completion
+# through a custom provider, and nothing else: no gRPC, no store, no helix.
+_LITELLM_FLOOR = """
+import asyncio
+import litellm
+from litellm.llms.custom_llm import CustomLLM
+
+class Echo(CustomLLM):
+    async def astreaming(self, *args, **kwargs):
+        usage = {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}
+        yield {"text": "ok", "is_finished": True, "finish_reason": "stop", "index": 0,
+               "tool_use": None, "usage": usage}
+
+litellm.custom_provider_map = [{"provider": "floor", "custom_handler": Echo()}]
+
+async def main():
+    messages = [{"role": "user", "content": "hi"}]
+    response = await litellm.acompletion(model="floor/echo", messages=messages, stream=True)
+    async for _ in response:
+        pass
+
+asyncio.run(main())
+print(open("/proc/self/status").read().split("VmRSS:")[1].split()[0])
+"""
+
+
+async def litellm_floor_kib() -> int:
+    """The RSS (KiB) of one process that only imports litellm and makes one call."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", _LITELLM_FLOOR, stdout=asyncio.subprocess.PIPE
+    )
+    out, _ = await proc.communicate()
+    if proc.returncode != 0:
+        raise RuntimeError(f"the litellm floor process exited {proc.returncode}")
+    return int(out.split()[-1])
+
+
 """KiB (what /proc reports) to MB (10**6 bytes, the unit of the issue's 400 MB)."""
 
 
@@ -292,11 +333,21 @@ async def fan_out(
         "their idle PSS just before",
         value_at_most(400),
     )
+    floor = [await litellm_floor_kib() for _ in pids]  # one after the other: no contention
+    report.add(
+        f"5 floor: {len(floor)} processes that only import litellm, one call each: RSS",
+        "no server, no store",
+        "MB",
+        sum(floor) * _KIB_MB,
+        idle_rss,
+        "the services' idle RSS (above)",
+    )
     report.details[f"5 fan-out {children}"] = {
         "wall_s": walls,
         "direct_wall_s": direct_walls,
         "idle_kib": idle,
         "peak_kib": poller.peaks,
+        "litellm_floor_kib": floor,
     }
 
 
