@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -332,6 +333,8 @@ def _serve(args: argparse.Namespace) -> int:
         tls_client_ca_file=args.tls_client_ca,
         allow_unauthenticated=args.allow_unauthenticated,
     )
+    if args.auth_reload_interval is not None:  # 0 (off) is no override for from_env
+        auth = dataclasses.replace(auth, reload_interval_s=args.auth_reload_interval)
     auth.check()  # fail closed before importing or opening anything else
     env = os.environ
     client_auth = ClientAuth.from_files(
@@ -496,6 +499,14 @@ def _serve_options(parser: argparse.ArgumentParser) -> None:
     auth.add_argument("--tls-key", default="", help="server private key (HELIX_TLS_KEY_FILE)")
     auth.add_argument(
         "--tls-client-ca", default="", help="require client certificates from this CA (mTLS)"
+    )
+    auth.add_argument(
+        "--auth-reload-interval",
+        type=_seconds,
+        default=None,
+        metavar="SECONDS",
+        help="check the credential files for changes this often, 0 for never "
+        "(HELIX_AUTH_RELOAD_INTERVAL_S, default 10)",
     )
     auth.add_argument(
         "--allow-unauthenticated",

@@ -138,6 +138,7 @@ async def test_follow_waits_quietly_for_a_quiet_session(monkeypatch: pytest.Monk
         (("status", "127.0.0.1:1", "s", "--wait", "nan"), "argument --wait: 'nan': give a number"),
         (("serve", "tests.agents:counter", "--heartbeat-interval", "0"), "argument --heartbeat-interval"),
         (("serve", "tests.agents:counter", "--lease-ttl", "x"), "argument --lease-ttl: 'x' is not a number"),
+        (("serve", "tests.agents:counter", "--auth-reload-interval", "-5"), "argument --auth-reload-interval: '-5'"),
     ],
 )  # fmt: skip
 async def test_a_duration_that_cannot_work_is_refused_by_its_flag(

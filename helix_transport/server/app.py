@@ -172,6 +172,7 @@ class AgentServer:
             reflection.enable_server_reflection(names, self._server)
         self._stopped = asyncio.Event()
         self._orphan_watch: asyncio.Task[None] | None = None
+        self._credential_watch: asyncio.Task[None] | None = None
 
     @property
     def address(self) -> str:
@@ -185,6 +186,10 @@ class AgentServer:
             await self._health_server.start()
         resumed = await self.runner.resume_orphans()
         self._orphan_watch = asyncio.create_task(self.runner.watch_orphans(), name="orphan-watch")
+        if self.auth.reload is not None:
+            self._credential_watch = asyncio.create_task(
+                self.auth.reload.watch(), name="credential-watch"
+            )
         for name in ("", SERVICE_NAME):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         logger.info(
@@ -199,8 +204,9 @@ class AgentServer:
         grace = self.config.graceful_shutdown_timeout_s if grace_s is None else grace_s
         self.servicer.accepting = False
         await self.health.enter_graceful_shutdown()
-        if self._orphan_watch is not None:
-            self._orphan_watch.cancel()
+        for watch in (self._orphan_watch, self._credential_watch):
+            if watch is not None:
+                watch.cancel()
         await self.runner.shutdown(grace_s=grace)
         # Runs are done or checkpointed; give open streams a moment to send the rest.
         if self._health_server is not None:  # before the main server: wait_closed returns then

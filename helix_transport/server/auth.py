@@ -5,7 +5,8 @@
 the TLS server credentials. ``AuthInterceptor`` authenticates every RPC except
 ``grpc.health.v1`` (probes call it without credentials) and sets the caller's
 ``Principal`` for the handler (``current_principal()``), or answers
-``UNAUTHENTICATED``.
+``UNAUTHENTICATED``. A running service picks up new contents of its token file, JWT
+key and TLS files by itself (``helix_transport.server._reload``).
 
 Fail closed: a service with no way to authenticate callers refuses to start unless
 ``allow_unauthenticated`` is set explicitly (``--allow-unauthenticated``).
@@ -22,6 +23,7 @@ import hashlib
 import hmac
 import itertools
 import logging
+import math
 import os
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -77,6 +79,9 @@ class AuthConfig:
     allow_unauthenticated: bool = False
     """Serve without authentication (every caller is ``anonymous``): loopback demos
     and tests only. Must be explicit."""
+    reload_interval_s: float = 10.0
+    """How often a running service looks for new contents of the files above (a
+    Kubernetes Secret is updated in place); 0 reads them only at start."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> AuthConfig:
@@ -93,6 +98,13 @@ class AuthConfig:
             "tls_client_ca_file": env.get("HELIX_TLS_CLIENT_CA_FILE", ""),
             "allow_unauthenticated": _truthy(env.get("HELIX_ALLOW_UNAUTHENTICATED", "")),
         }
+        if interval := env.get("HELIX_AUTH_RELOAD_INTERVAL_S", "").strip():
+            try:
+                values["reload_interval_s"] = float(interval)
+            except ValueError:
+                raise UsageError(
+                    f"HELIX_AUTH_RELOAD_INTERVAL_S must be a number of seconds, not {interval!r}"
+                ) from None
         values.update({k: v for k, v in overrides.items() if v})
         return cls(**values)
 
@@ -107,6 +119,11 @@ class AuthConfig:
         Raises:
             UsageError: naming what is missing.
         """
+        if not (math.isfinite(self.reload_interval_s) and self.reload_interval_s >= 0):
+            raise UsageError(
+                "the credential reload interval (HELIX_AUTH_RELOAD_INTERVAL_S) must be 0 "
+                f"(off) or a positive number of seconds, not {self.reload_interval_s}"
+            )
         if self.jwt_key_file and not self.jwt_audience:
             raise UsageError("--jwt-key needs --jwt-audience (HELIX_JWT_AUDIENCE)")
         if bool(self.tls_cert_file) != bool(self.tls_key_file):
@@ -127,6 +144,66 @@ class AuthConfig:
             UsageError: a file is missing or malformed (never quoting a secret).
         """
         self.check()
+        authenticators = self.load_authenticators()
+        chain = ChainAuthenticator(authenticators) if authenticators else None
+        credentials = None
+        reload = None
+        if self.reload_interval_s > 0 and self.files():
+            from helix_transport.server._reload import CredentialReload  # it imports this module
+
+            reload = CredentialReload(self, chain)
+        if self.tls_cert_file:
+            # With a client CA the handshake requires a verified client certificate
+            # (grpc has no "ask but do not require"); health probes, which cannot
+            # present one, use the plaintext health port (ServerConfig.health_port).
+            # Reloading: grpc asks ``reload.certificates`` before every handshake.
+            required = bool(self.tls_client_ca_file)
+            if reload is not None:
+                credentials = grpc.dynamic_ssl_server_credentials(
+                    self.load_certificates(),
+                    # grpc documents None as "no change"; its stubs do not allow it.
+                    reload.certificates,  # type: ignore[arg-type]
+                    required,
+                )
+            else:
+                key_and_cert, roots = self._key_and_roots()
+                credentials = grpc.ssl_server_credentials(
+                    key_and_cert, root_certificates=roots, require_client_auth=required
+                )
+        if not authenticators:
+            logger.warning(
+                "authentication is OFF (--allow-unauthenticated): every caller is 'anonymous'; "
+                "serve on loopback or a private network only"
+            )
+        return ServerAuth(authenticator=chain, server_credentials=credentials, reload=reload)
+
+    def files(self) -> tuple[str, ...]:
+        """The credential files a service reads, in a fixed order."""
+        paths = (
+            self.tokens_file,
+            self.jwt_key_file,
+            self.tls_cert_file,
+            self.tls_key_file,
+            self.tls_client_ca_file,
+        )
+        return tuple(p for p in paths if p)
+
+    def load_certificates(self) -> grpc.ServerCertificateConfiguration:
+        """The TLS files as a certificate configuration (blocking)."""
+        key_and_cert, roots = self._key_and_roots()
+        return grpc.ssl_server_certificate_configuration(key_and_cert, root_certificates=roots)
+
+    def _key_and_roots(self) -> tuple[list[tuple[bytes, bytes]], bytes | None]:
+        key = _read(self.tls_key_file, "--tls-key")
+        cert = _read(self.tls_cert_file, "--tls-cert")
+        return [(key, cert)], _read(self.tls_client_ca_file, "--tls-client-ca") or None
+
+    def load_authenticators(self) -> list[Authenticator]:
+        """The token file, JWT key and mutual TLS as authenticators (blocking).
+
+        Raises:
+            UsageError: a file is missing or malformed (never quoting a secret).
+        """
         authenticators: list[Authenticator] = []
         if self.tokens_file:
             authenticators.append(TokenFileAuthenticator.from_file(self.tokens_file))
@@ -141,26 +218,7 @@ class AuthConfig:
             )
         if self.tls_client_ca_file:
             authenticators.append(MtlsAuthenticator())
-        credentials = None
-        if self.tls_cert_file:
-            client_ca = _read(self.tls_client_ca_file, "--tls-client-ca") or None
-            # With a client CA the handshake requires a verified client certificate
-            # (grpc has no "ask but do not require"); health probes, which cannot
-            # present one, use the plaintext health port (ServerConfig.health_port).
-            credentials = grpc.ssl_server_credentials(
-                [(_read(self.tls_key_file, "--tls-key"), _read(self.tls_cert_file, "--tls-cert"))],
-                root_certificates=client_ca,
-                require_client_auth=client_ca is not None,
-            )
-        if not authenticators:
-            logger.warning(
-                "authentication is OFF (--allow-unauthenticated): every caller is 'anonymous'; "
-                "serve on loopback or a private network only"
-            )
-        return ServerAuth(
-            authenticator=ChainAuthenticator(authenticators) if authenticators else None,
-            server_credentials=credentials,
-        )
+        return authenticators
 
 
 @dataclass(frozen=True)
@@ -171,6 +229,9 @@ class ServerAuth:
     """``None`` when unauthenticated access was allowed explicitly."""
     server_credentials: grpc.ServerCredentials | None = None
     """TLS server credentials; ``None`` serves plaintext."""
+    reload: CredentialReload | None = None
+    """Picks up new contents of the credential files while the service runs
+    (``AgentServer`` runs its ``watch``); ``None`` when reloading is off."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -396,8 +457,14 @@ class ChainAuthenticator:
     """Tries each authenticator in turn and applies the precedence rules."""
 
     def __init__(self, authenticators: Sequence[Authenticator]) -> None:
-        self._bearer = [a for a in authenticators if not isinstance(a, MtlsAuthenticator)]
-        self._mtls = [a for a in authenticators if isinstance(a, MtlsAuthenticator)]
+        self.replace(authenticators)
+
+    def replace(self, authenticators: Sequence[Authenticator]) -> None:
+        """Authenticate later calls with these (credential files reloaded)."""
+        bearer = [a for a in authenticators if not isinstance(a, MtlsAuthenticator)]
+        mtls = [a for a in authenticators if isinstance(a, MtlsAuthenticator)]
+        # Called on the event loop, as authenticate is: a call sees the old pair or the new.
+        self._bearer, self._mtls = bearer, mtls
 
     def authenticate(self, presented: Presented) -> Principal:
         """The caller, or ``Unauthenticated`` (never ``None``)."""
@@ -460,6 +527,8 @@ def _organization(pem: bytes) -> str:
 
 if TYPE_CHECKING:  # grpc's classes are generic only in its stubs
     _Handler = grpc.RpcMethodHandler[Any, Any]
+
+    from helix_transport.server._reload import CredentialReload
 
 
 class AuthInterceptor(grpc.aio.ServerInterceptor):

@@ -1,0 +1,193 @@
+"""Credentials rotated while a service runs: a token file, a JWT key and TLS files,
+swapped in place as Kubernetes updates a mounted Secret (a symlink ``..data`` pointing
+at a new directory), picked up without a restart; a bad edit keeps the previous ones.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+
+from helix_transport import AgentClient, AgentServer, ServerConfig, UsageError, create_server
+from helix_transport._exceptions import HelixError, Unauthenticated
+from helix_transport.server.auth import AuthConfig
+from helix_transport.store import MemoryStore
+from helix_transport.testing.certs import TestCA
+from helix_transport.transport._auth import ClientAuth
+from tests.agents import counter
+from tests.helpers import assert_eventually
+from tests.security.conftest import JwtKeys, Pki
+
+FAST = 0.05  # seconds between checks of the files
+
+
+class SecretVolume:
+    """A directory laid out as Kubernetes mounts a Secret: each file is a symlink through
+    ``..data``, which an update points at a new directory in one rename."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.version = 0
+
+    def path(self, name: str) -> str:
+        return str(self.root / name)
+
+    def write(self, **files: bytes) -> None:
+        self.version += 1
+        target = self.root / f"..v{self.version}"
+        target.mkdir()
+        for name, data in files.items():
+            (target / name).write_bytes(data)
+            link = self.root / name
+            if not link.is_symlink():
+                link.symlink_to(Path("..data") / name)
+        staged = self.root / "..data_tmp"
+        staged.symlink_to(target.name)
+        os.replace(staged, self.root / "..data")
+
+
+@pytest.fixture
+def volume(tmp_path: Path) -> SecretVolume:
+    return SecretVolume(tmp_path)
+
+
+@asynccontextmanager
+async def served(auth: AuthConfig) -> AsyncIterator[AgentServer]:
+    async with await create_server(counter, MemoryStore(), ServerConfig(), auth=auth) as server:
+        yield server
+
+
+async def admitted(address: str, **auth: object) -> bool:
+    """Whether a new connection with these credentials may call ``Describe``."""
+    try:
+        async with await AgentClient.connect(address, auth=ClientAuth(**auth)) as c:  # type: ignore[arg-type]
+            await c.describe()
+    except (Unauthenticated, HelixError):
+        return False
+    return True
+
+
+def token_line(token: str, principal: str) -> bytes:
+    return f"{token} {principal} acme\n".encode()
+
+
+async def test_a_rotated_token_file_admits_the_new_tokens_only(volume: SecretVolume) -> None:
+    old, new = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
+    volume.write(tokens=token_line(old, "alice"))
+    async with served(AuthConfig(tokens_file=volume.path("tokens"), reload_interval_s=FAST)) as s:
+        assert await admitted(s.address, token=old)
+        assert not await admitted(s.address, token=new)
+        volume.write(tokens=token_line(new, "alice"))
+
+        async def rotated() -> bool:
+            return await admitted(s.address, token=new)
+
+        await assert_eventually(rotated, timeout_s=5)
+        assert not await admitted(s.address, token=old)
+        assert s.auth.reload is not None and s.auth.reload.reloads == 1
+
+
+async def test_a_bad_edit_keeps_the_previous_tokens_until_a_good_one(
+    volume: SecretVolume, caplog: pytest.LogCaptureFixture
+) -> None:
+    old, new = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
+    volume.write(tokens=token_line(old, "alice"))
+    config = AuthConfig(tokens_file=volume.path("tokens"), reload_interval_s=FAST)
+    async with served(config) as server:
+        reload = server.auth.reload
+        assert reload is not None
+        with caplog.at_level(logging.ERROR, logger="helix.auth"):
+            volume.write(tokens=b"tooShortXY alice\n")  # a token too short to load
+
+            async def refused() -> bool:
+                return "do not load" in caplog.text
+
+            await assert_eventually(refused, timeout_s=5)
+        assert "tooShortXY" not in caplog.text  # the message names the line, never the token
+        assert await admitted(server.address, token=old)  # neither locked out nor open
+        assert not await admitted(server.address, token="tooShortXY")
+        volume.write(tokens=token_line(new, "alice"))
+
+        async def rotated() -> bool:
+            return await admitted(server.address, token=new)
+
+        await assert_eventually(rotated, timeout_s=5)
+        assert reload.reloads == 1
+
+
+async def test_a_rotated_jwt_key_verifies_the_new_signer_only(
+    volume: SecretVolume, jwt_keys: JwtKeys
+) -> None:
+    volume.write(**{"jwt.pub": jwt_keys.rsa_public_file.read_bytes()})
+    config = AuthConfig(
+        jwt_key_file=volume.path("jwt.pub"), jwt_audience="helix-mesh-test", reload_interval_s=FAST
+    )
+    old, new = jwt_keys.token(), jwt_keys.token(jwt_keys.ec_private, algorithm="ES256")
+    async with served(config) as server:
+        assert await admitted(server.address, token=old)
+        assert not await admitted(server.address, token=new)
+        volume.write(**{"jwt.pub": jwt_keys.ec_public_file.read_bytes()})
+
+        async def rotated() -> bool:
+            return await admitted(server.address, token=new)
+
+        await assert_eventually(rotated, timeout_s=5)
+        assert not await admitted(server.address, token=old)
+
+
+async def test_rotated_tls_files_serve_new_handshakes(volume: SecretVolume, pki: Pki) -> None:
+    token = secrets.token_urlsafe(24)
+    next_ca = TestCA("the next CA")
+    following = next_ca.issue("helix-server", server=True)
+    volume.write(
+        tokens=token_line(token, "alice"),
+        **{"tls.crt": pki.server_cert.read_bytes(), "tls.key": pki.server_key.read_bytes()},
+    )
+    config = AuthConfig(
+        tokens_file=volume.path("tokens"),
+        tls_cert_file=volume.path("tls.crt"),
+        tls_key_file=volume.path("tls.key"),
+        reload_interval_s=FAST,
+    )
+    async with served(config) as server:
+        address = f"localhost:{server.port}"
+        assert await admitted(address, token=token, tls_ca=pki.ca.read_bytes())
+        assert not await admitted(address, token=token, tls_ca=next_ca.cert_pem)
+        volume.write(
+            tokens=token_line(token, "alice"),
+            **{"tls.crt": following.cert_pem, "tls.key": following.key_pem},
+        )
+
+        async def rotated() -> bool:
+            return await admitted(address, token=token, tls_ca=next_ca.cert_pem)
+
+        await assert_eventually(rotated, timeout_s=10)
+        assert not await admitted(address, token=token, tls_ca=pki.ca.read_bytes())
+
+
+async def test_reloading_off_reads_the_files_at_start_only(volume: SecretVolume) -> None:
+    old, new = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
+    volume.write(tokens=token_line(old, "alice"))
+    async with served(AuthConfig(tokens_file=volume.path("tokens"), reload_interval_s=0)) as s:
+        assert s.auth.reload is None
+        volume.write(tokens=token_line(new, "alice"))
+        assert await admitted(s.address, token=old)
+        assert not await admitted(s.address, token=new)
+
+
+@pytest.mark.parametrize("value", ["soon", "-1", "nan", "inf"])
+def test_a_bad_reload_interval_is_refused_by_name(value: str) -> None:
+    with pytest.raises(UsageError, match="HELIX_AUTH_RELOAD_INTERVAL_S"):
+        AuthConfig.from_env({"HELIX_AUTH_RELOAD_INTERVAL_S": value}, tokens_file="t").check()
+
+
+def test_the_reload_interval_comes_from_the_environment() -> None:
+    config = AuthConfig.from_env({"HELIX_AUTH_RELOAD_INTERVAL_S": "2.5"})
+    assert config.reload_interval_s == 2.5
+    assert AuthConfig.from_env({}).reload_interval_s == AuthConfig().reload_interval_s
