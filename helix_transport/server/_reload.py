@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import threading
 
 import grpc
 
@@ -43,11 +44,14 @@ class CredentialReload:
         """Changes loaded so far (failed ones not counted)."""
         self._seen = self._fingerprint()
         self._certificates: grpc.ServerCertificateConfiguration | None = None
+        # grpc calls ``certificates`` from its own threads, while ``check`` runs on the loop.
+        self._lock = threading.Lock()
 
     def certificates(self) -> grpc.ServerCertificateConfiguration | None:
         """grpc's fetcher, called before each TLS handshake: new certificates once,
         then ``None`` (keep them). Returns at once: the files were read by ``watch``."""
-        new, self._certificates = self._certificates, None
+        with self._lock:
+            new, self._certificates = self._certificates, None
         return new
 
     async def watch(self) -> None:
@@ -70,7 +74,8 @@ class CredentialReload:
         if self.authenticator is not None:
             self.authenticator.replace(authenticators)
         if certificates is not None:
-            self._certificates = certificates
+            with self._lock:
+                self._certificates = certificates
         self.reloads += 1
         logger.info("credential files reloaded (%s)", ", ".join(self.config.files()))
         return True

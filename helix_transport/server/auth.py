@@ -196,6 +196,7 @@ class AuthConfig:
     def _key_and_roots(self) -> tuple[list[tuple[bytes, bytes]], bytes | None]:
         key = _read(self.tls_key_file, "--tls-key")
         cert = _read(self.tls_cert_file, "--tls-cert")
+        _check_key_pair(key, cert, key_file=self.tls_key_file, cert_file=self.tls_cert_file)
         return [(key, cert)], _read(self.tls_client_ca_file, "--tls-client-ca") or None
 
     def load_authenticators(self) -> list[Authenticator]:
@@ -617,6 +618,22 @@ def _read(path: str, what: str) -> bytes:
         return Path(path).read_bytes()
     except OSError as exc:
         raise UsageError(f"{what} {path}: {exc.strerror or exc}") from exc
+
+
+def _check_key_pair(key_pem: bytes, cert_pem: bytes, *, key_file: str, cert_file: str) -> None:
+    """Refuse a key that is not the certificate's (grpc would fail every handshake,
+    with nothing in its error to say why; while rotating, one file may land first)."""
+    try:
+        cert = x509.load_pem_x509_certificate(cert_pem)
+    except ValueError:
+        raise UsageError(f"--tls-cert {cert_file}: not a PEM certificate") from None
+    try:
+        key = serialization.load_pem_private_key(key_pem, password=None)
+    except (ValueError, TypeError):
+        raise UsageError(f"--tls-key {key_file}: not an unencrypted PEM private key") from None
+    form = (serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    if key.public_key().public_bytes(*form) != cert.public_key().public_bytes(*form):
+        raise UsageError(f"--tls-key {key_file} is not the key of --tls-cert {cert_file}")
 
 
 def _truthy(value: str) -> bool:

@@ -171,6 +171,39 @@ async def test_rotated_tls_files_serve_new_handshakes(volume: SecretVolume, pki:
         assert not await admitted(address, token=token, tls_ca=pki.ca.read_bytes())
 
 
+async def test_a_key_that_is_not_the_certificates_keeps_the_previous_pair(
+    volume: SecretVolume, pki: Pki, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Rotating by hand, one file lands before the other: grpc would fail every handshake.
+    token = secrets.token_urlsafe(24)
+    following = TestCA("the next CA").issue("helix-server", server=True)
+    volume.write(
+        tokens=token_line(token, "alice"),
+        **{"tls.crt": pki.server_cert.read_bytes(), "tls.key": pki.server_key.read_bytes()},
+    )
+    config = AuthConfig(
+        tokens_file=volume.path("tokens"),
+        tls_cert_file=volume.path("tls.crt"),
+        tls_key_file=volume.path("tls.key"),
+        reload_interval_s=FAST,
+    )
+    async with served(config) as server:
+        address = f"localhost:{server.port}"
+        with caplog.at_level(logging.ERROR, logger="helix.auth"):
+            volume.write(
+                tokens=token_line(token, "alice"),
+                **{"tls.crt": following.cert_pem, "tls.key": pki.server_key.read_bytes()},
+            )
+
+            async def refused() -> bool:
+                return "is not the key of" in caplog.text
+
+            await assert_eventually(refused, timeout_s=5)
+        assert await admitted(address, token=token, tls_ca=pki.ca.read_bytes())
+    with pytest.raises(UsageError, match="is not the key of"):
+        config.load()  # and at start, a clear error instead of failing handshakes
+
+
 async def test_reloading_off_reads_the_files_at_start_only(volume: SecretVolume) -> None:
     old, new = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
     volume.write(tokens=token_line(old, "alice"))
