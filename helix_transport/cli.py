@@ -17,6 +17,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import sys
 from collections.abc import Iterator, Sequence
 from datetime import timedelta
@@ -162,12 +163,16 @@ class EventPrinter:
         self.out.flush()
 
 
+_SCOPE = re.compile(r"-[0-9a-f]{16}$")  # a child id's last part (agent.tools.child_scope)
+
+
 def _who(event: pb.StreamEvent, parent: str) -> str:
     """``researcher``, or for a child ``researcher call_2_0``: what its id adds to its
-    parent's (``{parent}-remote-call_2_0``, ``{parent}-task-call_1_0-0``)."""
+    parent's (``{parent}-remote-call_2_0-{scope}``, ``{parent}-task-call_1_0-0-{scope}``),
+    less the scope, which is the same for every child of one parent."""
     if not parent or not event.session_id.startswith(parent + "-"):
         return event.agent_type
-    added = event.session_id[len(parent) + 1 :]
+    added = _SCOPE.sub("", event.session_id[len(parent) + 1 :])
     return f"{event.agent_type} {added.partition('-')[2] or added}"
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from helix_transport import ServerConfig, UsageError, create_server
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
+from helix_transport.agent.tools import child_scope
 from helix_transport.cli import EventPrinter
 from helix_transport.store import MemoryStore
 from tests.agents import counter
@@ -18,7 +19,10 @@ from tests.agents import counter
 
 def child(call: str, sequence: int, **payload: object) -> pb.StreamEvent:
     inner = pb.StreamEvent(
-        session_id=f"root-remote-{call}", agent_type="researcher", sequence=sequence, **payload
+        session_id=f"root-remote-{call}-{child_scope('orchestrator', '')}",
+        agent_type="researcher",
+        sequence=sequence,
+        **payload,
     )
     return pb.StreamEvent(
         session_id="root",
