@@ -75,9 +75,11 @@ async def test_quick_bench_json(tmp_path: Path) -> None:
         assert (row["met"] is None) == (row["target"] == ""), row
     targeted = {row["scenario"].split()[0] for row in rows if row["target"]}
     assert targeted == {"1", "2", "3", "4", "5", "7"}
-    # The fan-out's memory rows measure real processes.
+    # The fan-out's memory rows measure real processes: both services, and the floor of
+    # as many processes that only import litellm and make one call.
     memory = [row for row in rows if row["unit"] == "MB"]
-    assert len(memory) == 2 and all(row["value"] > 50 for row in memory)
+    assert len(memory) == 3 and all(row["value"] > 50 for row in memory)
+    assert [row["scenario"] for row in memory][2].startswith("5 floor: 2 processes")
 
 
 async def test_bench_rejects_unknown_scenario() -> None:
