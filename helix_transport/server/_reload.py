@@ -9,7 +9,9 @@ event loop:
 - tokens and the JWT key replace the authenticators of later calls (calls already
   admitted keep going: a stream is authenticated when it opens);
 - TLS files become the certificates of later handshakes (grpc asks ``certificates``
-  before each one; open connections keep theirs).
+  before each one; open connections keep theirs);
+- the token the service presents to its children (``--client-token-file``) is sent
+  with their later calls (``ClientTokenReload``).
 
 A change that does not load (a half-written file, a malformed line) is logged and the
 previous credentials stay: a bad edit neither locks every caller out nor lets anyone
@@ -19,14 +21,18 @@ in. It is read again at the next change.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import threading
+from collections.abc import Sequence
 
 import grpc
 
 from helix_transport._exceptions import UsageError
 from helix_transport.server.auth import AuthConfig, Authenticator, ChainAuthenticator
+from helix_transport.transport._auth import ClientAuth, read_token_file
+from helix_transport.transport._pool import ClientPool
 
 logger = logging.getLogger("helix.auth")
 
@@ -42,7 +48,7 @@ class CredentialReload:
         """The chain the service authenticates with; its authenticators are replaced."""
         self.reloads = 0
         """Changes loaded so far (failed ones not counted)."""
-        self._seen = self._fingerprint()
+        self._seen = fingerprint(config.files())
         self._certificates: grpc.ServerCertificateConfiguration | None = None
         # grpc calls ``certificates`` from its own threads, while ``check`` runs on the loop.
         self._lock = threading.Lock()
@@ -62,7 +68,7 @@ class CredentialReload:
 
     async def check(self) -> bool:
         """Load the files if they changed since last seen; True when a change was loaded."""
-        seen = await asyncio.to_thread(self._fingerprint)
+        seen = await asyncio.to_thread(fingerprint, self.config.files())
         if seen == self._seen:
             return False
         self._seen = seen
@@ -86,14 +92,55 @@ class CredentialReload:
             return authenticators, None
         return authenticators, self.config.load_certificates()
 
-    def _fingerprint(self) -> _Fingerprint:
-        """Each file's (inode, size, mtime); ``None`` for one that cannot be read now."""
-        marks: list[tuple[int, int, int] | None] = []
-        for path in self.config.files():
-            try:
-                st = os.stat(path)  # follows the symlink a Secret volume swaps
-            except OSError:
-                marks.append(None)
-                continue
-            marks.append((st.st_ino, st.st_size, st.st_mtime_ns))
-        return tuple(marks)
+
+class ClientTokenReload:
+    """The token a service presents to its children, read again when its file changes."""
+
+    def __init__(self, pool: ClientPool, auth: ClientAuth, *, interval_s: float) -> None:
+        self.pool = pool
+        self.auth = auth
+        self.interval_s = interval_s
+        self.reloads = 0
+        """New tokens taken so far."""
+        # Unknown until the first check: no file is read on the event loop. The first
+        # check reads it, and a token changed since the start is taken then.
+        self._seen: _Fingerprint | None = None
+
+    async def watch(self) -> None:
+        """Check the token file every ``interval_s`` until cancelled."""
+        while True:
+            await asyncio.sleep(self.interval_s)
+            await self.check()
+
+    async def check(self) -> bool:
+        """Take the file's token if the file changed and holds a new one."""
+        path = self.auth.token_file
+        seen = await asyncio.to_thread(fingerprint, (path,))
+        if seen == self._seen:
+            return False
+        self._seen = seen
+        try:
+            token = await asyncio.to_thread(read_token_file, path)
+        except UsageError as exc:
+            logger.error("the client token file changed but does not load (%s): kept", exc)
+            return False
+        if token == self.auth.token:
+            return False
+        self.auth = dataclasses.replace(self.auth, token=token)
+        self.pool.use_auth(self.auth)
+        self.reloads += 1
+        logger.info("client token reloaded (%s)", path)
+        return True
+
+
+def fingerprint(paths: Sequence[str]) -> _Fingerprint:
+    """Each file's (inode, size, mtime); ``None`` for one that cannot be read now."""
+    marks: list[tuple[int, int, int] | None] = []
+    for path in paths:
+        try:
+            st = os.stat(path)  # follows the symlink a Secret volume swaps
+        except OSError:
+            marks.append(None)
+            continue
+        marks.append((st.st_ino, st.st_size, st.st_mtime_ns))
+    return tuple(marks)

@@ -27,6 +27,7 @@ from helix_transport.agent.definition import Agent
 from helix_transport.agent.loop import MAX_RESULT_BYTES
 from helix_transport.agent.model import warm_up
 from helix_transport.server._encoding import add_agent_service
+from helix_transport.server._reload import ClientTokenReload
 from helix_transport.server._runner import SessionRunner
 from helix_transport.server._servicer import AgentServicer
 from helix_transport.server.auth import AuthConfig, AuthInterceptor, ServerAuth
@@ -129,6 +130,11 @@ class AgentServer:
         self.hub = EventHub()
         replica_id = config.replica_id or f"{socket.gethostname()}:{self.port}"
         self.clients = ClientPool(config=config.client, auth=client_auth)
+        self._client_reload = (
+            ClientTokenReload(self.clients, client_auth, interval_s=auth.reload_interval_s)
+            if client_auth is not None and client_auth.token_file and auth.reload_interval_s > 0
+            else None
+        )
         self.runner = SessionRunner(
             agent,
             store,
@@ -172,7 +178,7 @@ class AgentServer:
             reflection.enable_server_reflection(names, self._server)
         self._stopped = asyncio.Event()
         self._orphan_watch: asyncio.Task[None] | None = None
-        self._credential_watch: asyncio.Task[None] | None = None
+        self._credential_watches: list[asyncio.Task[None]] = []
 
     @property
     def address(self) -> str:
@@ -186,10 +192,10 @@ class AgentServer:
             await self._health_server.start()
         resumed = await self.runner.resume_orphans()
         self._orphan_watch = asyncio.create_task(self.runner.watch_orphans(), name="orphan-watch")
-        if self.auth.reload is not None:
-            self._credential_watch = asyncio.create_task(
-                self.auth.reload.watch(), name="credential-watch"
-            )
+        for reload in (self.auth.reload, self._client_reload):
+            if reload is not None:
+                watch = asyncio.create_task(reload.watch(), name="credential-watch")
+                self._credential_watches.append(watch)
         for name in ("", SERVICE_NAME):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         logger.info(
@@ -204,7 +210,7 @@ class AgentServer:
         grace = self.config.graceful_shutdown_timeout_s if grace_s is None else grace_s
         self.servicer.accepting = False
         await self.health.enter_graceful_shutdown()
-        for watch in (self._orphan_watch, self._credential_watch):
+        for watch in (self._orphan_watch, *self._credential_watches):
             if watch is not None:
                 watch.cancel()
         await self.runner.shutdown(grace_s=grace)

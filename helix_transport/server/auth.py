@@ -175,7 +175,12 @@ class AuthConfig:
                 "authentication is OFF (--allow-unauthenticated): every caller is 'anonymous'; "
                 "serve on loopback or a private network only"
             )
-        return ServerAuth(authenticator=chain, server_credentials=credentials, reload=reload)
+        return ServerAuth(
+            authenticator=chain,
+            server_credentials=credentials,
+            reload=reload,
+            reload_interval_s=self.reload_interval_s,
+        )
 
     def files(self) -> tuple[str, ...]:
         """The credential files a service reads, in a fixed order."""
@@ -233,6 +238,8 @@ class ServerAuth:
     reload: CredentialReload | None = None
     """Picks up new contents of the credential files while the service runs
     (``AgentServer`` runs its ``watch``); ``None`` when reloading is off."""
+    reload_interval_s: float = 0.0
+    """``AuthConfig.reload_interval_s`` (0: off), for the client token file too."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -59,6 +59,9 @@ class ClientAuth:
     identity: str = SUBSTITUTE
     """``substitute`` (send ``token``) or ``forward`` (send the current RPC's caller
     token when there is one, else ``token``)."""
+    token_file: str = ""
+    """The file ``token`` was read from (``from_files``): a service reads it again
+    when it changes (``helix_transport.server._reload``)."""
 
     def __post_init__(self) -> None:
         if self.identity not in (FORWARD, SUBSTITUTE):
@@ -139,11 +142,10 @@ class ClientAuth:
     ) -> ClientAuth | None:
         """Read the named files (blocking; small); ``None`` when nothing is configured."""
         if token_file:
-            token = _read(token_file, "token file").decode().strip()
-            if not token:
-                raise UsageError(f"token file {token_file} is empty")
+            token = read_token_file(token_file)
         auth = cls(
             token=token,
+            token_file=token_file,
             tls_ca=_read(tls_ca_file, "TLS CA"),
             tls_cert=_read(tls_cert_file, "TLS certificate"),
             tls_key=_read(tls_key_file, "TLS key"),
@@ -153,6 +155,21 @@ class ClientAuth:
         if not (auth.token or auth.tls or auth.identity == FORWARD):
             return None
         return auth
+
+
+def read_token_file(path: str) -> str:
+    """The token a file holds (blocking; small).
+
+    Raises:
+        UsageError: the file cannot be read, is empty or is not one printable token.
+    """
+    try:
+        token = _read(path, "token file").decode().strip()
+    except UnicodeDecodeError:
+        raise UsageError(f"token file {path}: not UTF-8 text") from None
+    if not token:
+        raise UsageError(f"token file {path} is empty")
+    return token
 
 
 def _read(path: str, what: str) -> bytes:

@@ -57,6 +57,13 @@ class ClientPool:
                 self._clients[address] = client
             return client
 
+    def use_auth(self, auth: ClientAuth) -> None:
+        """Present ``auth``'s token on every later call (a rotated token); its TLS
+        settings must be those the open channels were made with."""
+        self.auth = auth
+        for client in self._clients.values():
+            client._auth = auth
+
     def addresses(self) -> list[str]:
         """The addresses with an open client."""
         return list(self._clients)

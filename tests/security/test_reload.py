@@ -5,6 +5,7 @@ at a new directory), picked up without a restart; a bad edit keeps the previous 
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import secrets
@@ -16,11 +17,12 @@ import pytest
 
 from helix_transport import AgentClient, AgentServer, ServerConfig, UsageError, create_server
 from helix_transport._exceptions import HelixError, Unauthenticated
+from helix_transport.registry import address_env_var
 from helix_transport.server.auth import AuthConfig
 from helix_transport.store import MemoryStore
 from helix_transport.testing.certs import TestCA
 from helix_transport.transport._auth import ClientAuth
-from tests.agents import counter
+from tests.agents import counter, delegator
 from tests.helpers import assert_eventually
 from tests.security.conftest import JwtKeys, Pki
 
@@ -202,6 +204,52 @@ async def test_a_key_that_is_not_the_certificates_keeps_the_previous_pair(
         assert await admitted(address, token=token, tls_ca=pki.ca.read_bytes())
     with pytest.raises(UsageError, match="is not the key of"):
         config.load()  # and at start, a clear error instead of failing handshakes
+
+
+async def test_a_rotated_client_token_reaches_the_children(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The parent presents its own token (--client-token-file) to the counter service.
+    # The counter service moves to a new token; once the parent's file holds it too,
+    # the parent's later delegations present it, without a restart of either.
+    user, old, new = (secrets.token_urlsafe(24) for _ in range(3))
+    child_secret, parent_secret = SecretVolume(tmp_path / "c"), SecretVolume(tmp_path / "p")
+    for volume in (child_secret, parent_secret):
+        volume.root.mkdir()
+    child_secret.write(tokens=token_line(old, "mesh"))
+    parent_secret.write(**{"client-token": old.encode()})
+    users = tmp_path / "users"
+    users.write_bytes(token_line(user, "alice"))
+    child_auth = AuthConfig(tokens_file=child_secret.path("tokens"), reload_interval_s=FAST)
+    parent_auth = AuthConfig(tokens_file=str(users), reload_interval_s=FAST)
+    client_auth = ClientAuth.from_files(token_file=parent_secret.path("client-token"))
+    calls = json.dumps({"calls": [{"tool": "count", "args": {"steps": 1, "words": 1}}]})
+    async with (
+        await create_server(counter, MemoryStore(), auth=child_auth) as child,
+        await create_server(
+            delegator, MemoryStore(), auth=parent_auth, client_auth=client_auth
+        ) as parent,
+        await AgentClient.connect(parent.address, auth=ClientAuth(token=user)) as c,
+    ):
+        monkeypatch.setenv(address_env_var(counter.name), child.address)
+
+        async def delegated() -> bool:
+            started = await c.start(calls)
+            output = json.loads((await c.wait(started.session_id)).output_json)
+            return "error" not in output["results"][0]
+
+        assert await delegated()
+        child_secret.write(tokens=token_line(new, "mesh"))
+
+        async def old_refused() -> bool:
+            return not await admitted(child.address, token=old)
+
+        await assert_eventually(old_refused, timeout_s=5)
+        assert not await delegated()  # the parent still presents the old token
+        parent_secret.write(**{"client-token": new.encode()})
+        await assert_eventually(delegated, timeout_s=10)
+        reload = parent._client_reload
+        assert reload is not None and reload.reloads == 1 and reload.auth.token == new
 
 
 async def test_reloading_off_reads_the_files_at_start_only(volume: SecretVolume) -> None:
