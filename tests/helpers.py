@@ -11,10 +11,11 @@ from typing import Any
 
 import grpc
 
+from helix_transport._exceptions import StoreUnavailable
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.agent.definition import Agent
 from helix_transport.server import AgentServer, ServerConfig, create_server
-from helix_transport.store import Store
+from helix_transport.store import MemoryStore, Store
 from helix_transport.testing.processes import ServiceProcess, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -156,3 +157,14 @@ class TcpProxy:
 
         await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
         self._writers -= {writer, up_writer}
+
+
+class BlinkingStore(MemoryStore):
+    """A store whose appends fail while ``down`` is set: a run pauses, then resumes."""
+
+    down = False
+
+    async def append(self, session_id: str, events: Any, **kwargs: Any) -> int:
+        if self.down:
+            raise StoreUnavailable("appends are failing (a test's outage)")
+        return await super().append(session_id, events, **kwargs)

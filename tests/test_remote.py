@@ -25,7 +25,7 @@ from helix_transport import (
     ServerConfig,
     create_server,
 )
-from helix_transport._exceptions import StoreUnavailable, UsageError
+from helix_transport._exceptions import UsageError
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._proto.helix.agent.v1 import agent_pb2_grpc as pb_grpc
 from helix_transport._status import SessionStatus
@@ -47,7 +47,7 @@ from helix_transport.server.limits import Limits
 from helix_transport.store import MemoryStore, SessionRecord, Store, SubSessionRef
 from helix_transport.transport._pool import ClientPool
 from tests.agents import counter, delegator, looper, middle
-from tests.helpers import assert_eventually, free_port
+from tests.helpers import BlinkingStore, assert_eventually, free_port
 
 
 def child_of(parent_session_id: str, tool_call_id: str, parent_type: str = "delegator") -> str:
@@ -545,24 +545,13 @@ async def test_a_provider_repeating_tool_call_ids_still_gets_one_child_per_call(
     assert len({r.tool_call_id for r in refs}) == 3
 
 
-class _BlinkingStore(MemoryStore):
-    """A parent's store whose appends fail while ``down`` is set."""
-
-    down = False
-
-    async def append(self, session_id: str, events: Any, **kwargs: Any) -> int:
-        if self.down:
-            raise StoreUnavailable("appends are failing (a test's outage)")
-        return await super().append(session_id, events, **kwargs)
-
-
 async def test_a_blip_in_the_parents_own_store_leaves_its_child_running(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # The parent's run pauses and is resumed; the child it forwards must not be stopped
     # as if its stream were lost (the resumed parent would rejoin a child it killed).
     monkeypatch.setenv("HELIX_SCRIPTED_DELAY_MS", "20")
-    parent_store = _BlinkingStore()
+    parent_store = BlinkingStore()
     async with (
         await create_server(counter, MemoryStore(), allow_unauthenticated=True) as child,
         await AgentClient.connect(child.address) as child_client,

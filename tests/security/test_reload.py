@@ -143,20 +143,25 @@ async def test_a_rotated_jwt_key_verifies_the_new_signer_only(
         assert not await admitted(server.address, token=old)
 
 
-async def test_rotated_tls_files_serve_new_handshakes(volume: SecretVolume, pki: Pki) -> None:
-    token = secrets.token_urlsafe(24)
-    next_ca = TestCA("the next CA")
-    following = next_ca.issue("helix-server", server=True)
+def tls_volume(volume: SecretVolume, pki: Pki, token: str) -> AuthConfig:
+    """A token file and the test CA's server certificate in ``volume``, reloaded fast."""
     volume.write(
         tokens=token_line(token, "alice"),
         **{"tls.crt": pki.server_cert.read_bytes(), "tls.key": pki.server_key.read_bytes()},
     )
-    config = AuthConfig(
+    return AuthConfig(
         tokens_file=volume.path("tokens"),
         tls_cert_file=volume.path("tls.crt"),
         tls_key_file=volume.path("tls.key"),
         reload_interval_s=FAST,
     )
+
+
+async def test_rotated_tls_files_serve_new_handshakes(volume: SecretVolume, pki: Pki) -> None:
+    token = secrets.token_urlsafe(24)
+    next_ca = TestCA("the next CA")
+    following = next_ca.issue("helix-server", server=True)
+    config = tls_volume(volume, pki, token)
     async with served(config) as server:
         address = f"localhost:{server.port}"
         assert await admitted(address, token=token, tls_ca=pki.ca.read_bytes())
@@ -179,16 +184,7 @@ async def test_a_key_that_is_not_the_certificates_keeps_the_previous_pair(
     # Rotating by hand, one file lands before the other: grpc would fail every handshake.
     token = secrets.token_urlsafe(24)
     following = TestCA("the next CA").issue("helix-server", server=True)
-    volume.write(
-        tokens=token_line(token, "alice"),
-        **{"tls.crt": pki.server_cert.read_bytes(), "tls.key": pki.server_key.read_bytes()},
-    )
-    config = AuthConfig(
-        tokens_file=volume.path("tokens"),
-        tls_cert_file=volume.path("tls.crt"),
-        tls_key_file=volume.path("tls.key"),
-        reload_interval_s=FAST,
-    )
+    config = tls_volume(volume, pki, token)
     async with served(config) as server:
         address = f"localhost:{server.port}"
         with caplog.at_level(logging.ERROR, logger="helix.auth"):

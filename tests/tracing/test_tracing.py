@@ -23,7 +23,6 @@ from typing import Any
 import pytest
 
 from helix_transport import AgentClient, ServerConfig, create_server
-from helix_transport._exceptions import StoreUnavailable
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._status import SessionStatus
 from helix_transport.agent.definition import Agent
@@ -35,7 +34,7 @@ from helix_transport.tracing import NO_HOOKS, RunHooks, setup_tracing
 from helix_transport.tracing.hooks import guarded
 from helix_transport.tracing.otel import trace_id_for
 from tests.agents import counter
-from tests.helpers import ROOT, ServiceProcess, free_port
+from tests.helpers import ROOT, BlinkingStore, ServiceProcess, free_port
 from tests.tracing.otlp_receiver import OtlpReceiver, ReceivedSpan
 
 TRACING_ENV = (
@@ -322,22 +321,11 @@ async def test_a_continued_turns_run_span_shows_the_turns_message() -> None:
     traced.close()
 
 
-class _BlinkingStore(MemoryStore):
-    """A store whose appends fail while ``down`` is set (a run pauses, then resumes)."""
-
-    down = False
-
-    async def append(self, session_id: str, events: Any, **kwargs: Any) -> int:
-        if self.down:
-            raise StoreUnavailable("appends are failing (a test's outage)")
-        return await super().append(session_id, events, **kwargs)
-
-
 async def test_a_run_resumed_within_a_continued_turn_shows_the_turns_message(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("HELIX_SCRIPTED_DELAY_MS", "20")
-    traced, store = MemoryTracing("counter"), _BlinkingStore()
+    traced, store = MemoryTracing("counter"), BlinkingStore()
     server = await create_server(
         counter,
         store,
