@@ -25,7 +25,7 @@ import dataclasses
 import logging
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import grpc
 
@@ -62,9 +62,7 @@ class CredentialReload:
 
     async def watch(self) -> None:
         """Check the files every ``reload_interval_s`` until cancelled."""
-        while True:
-            await asyncio.sleep(self.config.reload_interval_s)
-            await self.check()
+        await _every(self.config.reload_interval_s, self.check)
 
     async def check(self) -> bool:
         """Load the files if they changed since last seen; True when a change was loaded."""
@@ -108,9 +106,7 @@ class ClientTokenReload:
 
     async def watch(self) -> None:
         """Check the token file every ``interval_s`` until cancelled."""
-        while True:
-            await asyncio.sleep(self.interval_s)
-            await self.check()
+        await _every(self.interval_s, self.check)
 
     async def check(self) -> bool:
         """Take the file's token if the file changed and holds a new one."""
@@ -131,6 +127,15 @@ class ClientTokenReload:
         self.reloads += 1
         logger.info("client token reloaded (%s)", path)
         return True
+
+
+async def _every(interval_s: float, check: Callable[[], Awaitable[bool]]) -> None:
+    while True:
+        await asyncio.sleep(interval_s)
+        try:
+            await check()
+        except Exception:  # a surprise must not end reloading for the process's life
+            logger.exception("checking the credential files failed; will check again")
 
 
 def fingerprint(paths: Sequence[str]) -> _Fingerprint:

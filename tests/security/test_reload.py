@@ -123,6 +123,36 @@ async def test_a_bad_edit_keeps_the_previous_tokens_until_a_good_one(
         assert reload.reloads == 1
 
 
+async def test_a_surprise_while_loading_does_not_end_reloading(
+    volume: SecretVolume, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    old, new, newer = (secrets.token_urlsafe(24) for _ in range(3))
+    volume.write(tokens=token_line(old, "alice"))
+    async with served(AuthConfig(tokens_file=volume.path("tokens"), reload_interval_s=FAST)) as s:
+        reload = s.auth.reload
+        assert reload is not None
+        surprises: list[str] = []
+
+        def surprise() -> None:
+            surprises.append("raised")
+            raise RuntimeError("not a UsageError")
+
+        with monkeypatch.context() as patch:
+            patch.setattr(reload, "_load", surprise)
+            volume.write(tokens=token_line(new, "alice"))
+
+            async def raised() -> bool:
+                return bool(surprises)
+
+            await assert_eventually(raised, timeout_s=5)
+        volume.write(tokens=token_line(newer, "alice"))
+
+        async def rotated() -> bool:
+            return await admitted(s.address, token=newer)
+
+        await assert_eventually(rotated, timeout_s=5)
+
+
 async def test_a_rotated_jwt_key_verifies_the_new_signer_only(
     volume: SecretVolume, jwt_keys: JwtKeys
 ) -> None:
