@@ -161,7 +161,7 @@ def read_token_file(path: str) -> str:
     """The token a file holds (blocking; small).
 
     Raises:
-        UsageError: the file cannot be read, is empty or is not one printable token.
+        UsageError: the file cannot be read, is not UTF-8 text or holds nothing.
     """
     try:
         token = _read(path, "token file").decode().strip()
