@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import ClassVar
 
@@ -22,16 +22,27 @@ class RetryConfig:
     wait it out: it retries once grpc has connected to the server again."""
     multiplier: float = 2.0
     """Growth of the delay per failed attempt."""
-    deadline: timedelta = timedelta(seconds=30)
-    """Give up once this long has passed since the first failure."""
+    deadline: timedelta | None = timedelta(seconds=30)
+    """Give up once this long has passed since the first failure; ``None``: never give
+    up (only the caller's cancellation or timeout, or a definitive answer, ends it).
+    Delegation waits on its children this way (``until_cancelled``): an unreachable
+    child is not a failed child."""
 
     default: ClassVar[RetryConfig]
 
     def __post_init__(self) -> None:
         if self.initial_backoff <= timedelta(0) or self.max_backoff < self.initial_backoff:
             raise UsageError("RetryConfig: need 0 < initial_backoff <= max_backoff")
-        if self.multiplier < 1 or self.deadline < timedelta(0):
+        if self.multiplier < 1 or (self.deadline is not None and self.deadline < timedelta(0)):
             raise UsageError("RetryConfig: need multiplier >= 1 and deadline >= 0")
+
+    def until_cancelled(self) -> RetryConfig:
+        """The same backoff without a deadline."""
+        return replace(self, deadline=None)
+
+    def expired(self, first_failure: float, now: float) -> bool:
+        """True once the deadline has passed since ``first_failure`` (monotonic seconds)."""
+        return self.deadline is not None and now - first_failure >= self.deadline.total_seconds()
 
     def backoff_s(self, attempt: int) -> float:
         """Seconds to wait before retry number ``attempt`` (0-based), jittered."""

@@ -220,11 +220,15 @@ def _say_if_slow(message: str, *, after_s: float = _SLOW_S) -> Iterator[None]:
         handle.cancel()
 
 
+def _deadline_s(deadline: timedelta | None) -> float:
+    return math.inf if deadline is None else deadline.total_seconds()
+
+
 async def _call(args: argparse.Namespace) -> int:
     config = ClientConfig(rpc_timeout=timedelta(seconds=args.timeout))
     waiting = (
         f"{args.address} is not serving yet (not listening, starting or draining); "
-        f"retrying for up to {config.reconnect.deadline.total_seconds():g} s (Ctrl-C stops)"
+        f"retrying for up to {_deadline_s(config.reconnect.deadline):g} s (Ctrl-C stops)"
     )
     async with await _connect(args, config) as client:
         session_id = args.session_id

@@ -79,6 +79,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
+from helix_transport._config import RetryConfig
 from helix_transport._delegations import end_delegation, open_delegation, reopen_delegations
 from helix_transport._exceptions import HelixError, SessionExists, SessionStateConflict
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
@@ -635,7 +636,7 @@ class Companions:
         )
         metadata = child_metadata(ctx, trace_context)
         # The ref before the Start, so that an interrupt cascading while the Start is in
-        # flight finds the child (see remote.Cascade).
+        # flight finds the child (see cascade.Cascade).
         previous = await ctx.store.get_subsession_ref(ctx.session_id, child.session_id)
         await self._save_ref(ctx, child)
         try:
@@ -644,6 +645,7 @@ class Companions:
                 session_id=child.session_id,
                 parent_session_id=ctx.session_id,
                 metadata=metadata,
+                retry=_until_answered(client),
             )
         except HelixError as exc:
             end_delegation(
@@ -688,14 +690,16 @@ class Companions:
         )
         try:
             try:
-                reply = await client.continue_session(child.session_id, message, turn=turn)
+                reply = await client.continue_session(
+                    child.session_id, message, turn=turn, retry=_until_answered(client)
+                )
             except (SessionStateConflict, SessionExists) as exc:
                 if isinstance(exc, SessionStateConflict) and "fresh" not in exc.problem:
                     raise
                 # A fresh turn starts like a first one: from an input.
                 fresh = _as_input(config, message if fresh_message is None else fresh_message)
                 reply = await client.continue_session(
-                    child.session_id, fresh, turn=turn, fresh=True
+                    child.session_id, fresh, turn=turn, fresh=True, retry=_until_answered(client)
                 )
         except SessionStateConflict as exc:
             await self._put_back(ctx, replaced)
@@ -814,7 +818,9 @@ class Companions:
         none of the child's events, so none of them cross the wire to it.
         """
         client = await ctx.clients.get(child.address)
-        status = await client.wait(child.session_id, after_sequence=child.from_sequence)
+        status = await client.wait(
+            child.session_id, after_sequence=child.from_sequence, retry=_until_answered(client)
+        )
         await self._record(ctx, child, status)
 
     async def _refresh(self, ctx: ToolContext, child: _Child) -> None:
@@ -880,6 +886,12 @@ class Companions:
             return config.address or resolve_address(config.agent_type)
         except HelixError as exc:
             raise ToolError(f"{config.agent_type}: {exc.message}") from exc
+
+
+def _until_answered(client: AgentClient) -> RetryConfig:
+    """Waiting on a child has no deadline of its own: an unreachable child is not a
+    failed one (the tool's timeout or the parent's interrupt ends the wait)."""
+    return client.config.reconnect.until_cancelled()
 
 
 def _with_previous(problem: str, previous: dict[str, Any] | None) -> str:

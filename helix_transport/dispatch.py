@@ -239,13 +239,15 @@ class Dispatcher:
         try:
             client = await ctx.clients.get(task.address)
             # The ref before the Start, so that an interrupt cascading while the Start
-            # is in flight finds the child (see remote.Cascade).
+            # is in flight finds the child (see cascade.Cascade).
             await _save_ref(ctx, task)
             await client.start(
                 input_json,
                 session_id=task.session_id,
                 parent_session_id=ctx.session_id,
                 metadata=metadata,
+                # An unreachable service is not a failed task: the run's deadline bounds it.
+                retry=client.config.reconnect.until_cancelled(),
             )
         except HelixError as exc:
             task.status, task.error = "failed", f"could not start: {exc.message}"

@@ -23,38 +23,34 @@ import dataclasses
 import json
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel
 
+from helix_transport._config import RetryConfig
 from helix_transport._eventlog import is_terminal
 from helix_transport._exceptions import (
     HelixError,
     LeaseLost,
     SequenceConflict,
     SessionExists,
-    SessionNotFound,
     StoreUnavailable,
 )
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._status import SessionStatus
 from helix_transport._wire import child_event_payloads, child_event_prefix
 from helix_transport.agent.tools import Tool, ToolContext, ToolError
+from helix_transport.cascade import Cascade
 from helix_transport.registry import resolve_address
 from helix_transport.store import RemoteCursor, Store, SubSessionRef, pages
 from helix_transport.transport import AgentClient
 from helix_transport.transport._auth import ClientAuth
-from helix_transport.transport._pool import ClientPool
 
 logger = logging.getLogger(__name__)
 
 ROOT_SESSION_KEY = "helix.root_session_id"
 """Metadata key carrying the root session id down a delegation tree."""
-
-CASCADE_TIMEOUT_S = 5.0
-"""How long a caller waits for a cascade (``Cascade.interrupt_children``) to reach running
-children before it goes on (the cascade goes on in the background)."""
 
 _FORWARDED_KEY = "helix.remote.forwarded"  # ToolContext.cache key of the run's ForwardedSoFar
 
@@ -201,18 +197,28 @@ class _ChildCall:
     async def run(self, input_json: str, *, timeout_s: float | None = None) -> Any:
         ctx = self.ctx
         existing = await ctx.store.get_subsession_ref(ctx.session_id, self.child_id)
-        last = 0
+        last, logged = 0, _Logged()
         if existing is not None:  # a resumed parent rejoining its child
             self.ref = dataclasses.replace(existing, address=self.address)
-            last = await forwarded_so_far(ctx).last(ctx.tool_call_id)
-        ctx.emit(
-            subagent_started(
-                tool_call_id=ctx.tool_call_id,
-                child_id=self.child_id,
-                agent_type=self.agent_type,
-                address=self.address,
+            logged = await forwarded_so_far(ctx).logged(ctx.tool_call_id)
+            last = logged.last_sequence
+            if logged.end is not None:  # its end is in the log: the call is over
+                return await self._ended_before(logged.end)
+            await self._save(last_sequence=last)  # this process's address for the child
+        else:
+            # The ref before anything else: an interrupt cascading while the Start is in
+            # flight finds the child (see Cascade), and a parent resumed after its
+            # subagent_start reached the log rejoins (the log is read only then).
+            await self._save(last_sequence=0)
+        if not logged.started:
+            ctx.emit(
+                subagent_started(
+                    tool_call_id=ctx.tool_call_id,
+                    child_id=self.child_id,
+                    agent_type=self.agent_type,
+                    address=self.address,
+                )
             )
-        )
         # The trace context of this delegation (W3C `traceparent`), for the child's spans.
         trace_context = ctx.hooks.on_delegation_start(
             tool_call_id=ctx.tool_call_id,
@@ -220,9 +226,10 @@ class _ChildCall:
             agent_type=self.agent_type,
         )
         metadata = child_metadata(ctx, trace_context)
-        # The ref before the Start: an interrupt cascading while the Start is in flight
-        # finds the child (see Cascade), and a resumed parent knows to rejoin it.
-        await self._save(last_sequence=last)
+        # An unreachable child is not a failed child: Start and the stream retry without
+        # a deadline, so only the tool's timeout, the parent's interrupt (cancellation)
+        # or a definitive answer from the child's service ends the wait.
+        retry = self.client.config.reconnect.until_cancelled()
         started = False
         try:
             # The timeout covers the child's work, not the recording of its end: expiring
@@ -234,9 +241,10 @@ class _ChildCall:
                     session_id=self.child_id,
                     parent_session_id=ctx.session_id,
                     metadata=metadata,
+                    retry=retry,
                 )
                 started = True
-                final = await self._forward(last) or await self._final_from_status()
+                final = await self._forward(last, retry) or await self._final_from_status()
         except TimeoutError:
             await self.give_up(f"timed out after {timeout_s:g}s")
             raise ToolError(f"{self.agent_type} timed out after {timeout_s:g}s") from None
@@ -249,7 +257,9 @@ class _ChildCall:
             # replica lost it) and a resumed parent rejoins the child, which runs on.
             raise
         except HelixError as exc:
-            if started:  # lost track of a running child (its stream broke for good)
+            # A definitive answer (the child is gone, its log is broken, the call was
+            # refused): no retry changes it.
+            if started:
                 await self._stop(f"parent {ctx.session_id} lost its stream")
             return await self._end(SessionStatus.FAILED, error=f"{self.agent_type}: {exc.message}")
         kind = final.WhichOneof("payload")
@@ -260,7 +270,22 @@ class _ChildCall:
         status = SessionStatus.INTERRUPTED if kind == "interrupted" else SessionStatus.TERMINATED
         return await self._end(status, error=f"{self.agent_type} was {status.value}")
 
-    async def _forward(self, last: int) -> pb.StreamEvent | None:
+    async def _ended_before(self, end: pb.SubagentEnd) -> Any:
+        """The call's result as the ``subagent_end`` already in the log records it (a run
+        that stopped after writing it, before its checkpoint held the result)."""
+        status = SessionStatus.from_proto(end.status)
+        if self.ref.status is SessionStatus.RUNNING:  # the ref's end may not have landed
+            await self._save(
+                status=status,
+                output_json=end.output_json,
+                error=end.error,
+                completed_at=time.time(),
+            )
+        if status is not SessionStatus.COMPLETED:
+            raise ToolError(end.error)
+        return json.loads(end.output_json)
+
+    async def _forward(self, last: int, retry: RetryConfig) -> pb.StreamEvent | None:
         """Forward child events after ``last`` into the parent's log; return the terminal one.
 
         ``None`` when the parent's log already held every event of the finished child.
@@ -274,7 +299,7 @@ class _ChildCall:
         # busiest process of a delegation, so it does no per-event work it can share.
         # Each child event is wrapped as the bytes it arrived as: no copy, no second
         # serialization (2.3 -> 0.5 us per event in a micro-benchmark).
-        stream = self.client.stream(self.child_id, from_sequence=last)
+        stream = self.client.stream(self.child_id, from_sequence=last, retry=retry)
         async for batch, encoded in stream.encoded_batches():
             payloads = child_event_payloads(prefix, encoded)
             if emit_encoded is not None:
@@ -428,11 +453,24 @@ async def save_child_ref(
     )
 
 
+@dataclasses.dataclass
+class _Logged:
+    """What a parent's log holds of one tool call's child."""
+
+    started: bool = False
+    """A ``subagent_start`` is in the log."""
+    last_sequence: int = 0
+    """The last child sequence forwarded (0: none)."""
+    end: pb.SubagentEnd | None = None
+    """The ``subagent_end`` in the log, if the call ended."""
+
+
 class ForwardedSoFar:
-    """The last child sequence the parent's own log holds, per tool call.
+    """What the parent's own log holds of each tool call's child.
 
     The log, not the (batched) ref, is the truth after a crash: events forwarded
-    after the ref's last write are in the log and must not be forwarded again. A
+    after the ref's last write are in the log and must not be forwarded again, and a
+    ``subagent_start`` or ``subagent_end`` in it must not be written again. A
     resumed parent rejoins all its running children at once, so they share one pass
     over its log (``forwarded_so_far``), not one each: a thousand children would
     otherwise read a log of their thousands of events a thousand times. Each lookup
@@ -445,26 +483,38 @@ class ForwardedSoFar:
         self._store = store
         self._session_id = session_id
         self._read_to = 0
-        self._last: dict[str, int] = {}
+        self._calls: dict[str, _Logged] = {}
         self._lock = asyncio.Lock()  # concurrent rejoins wait for one reader
         self._passes = 0
 
     async def last(self, tool_call_id: str) -> int:
         """The last sequence of ``tool_call_id``'s child in the log (0: none)."""
+        return (await self.logged(tool_call_id)).last_sequence
+
+    async def logged(self, tool_call_id: str) -> _Logged:
+        """What the log holds of ``tool_call_id``'s child."""
         entered = self._passes
         async with self._lock:
             # A pass begun since this lookup was asked for read all it needs.
             if self._passes == entered:
                 self._passes += 1
                 await self._read_on()
-            return self._last.get(tool_call_id, 0)
+            return self._calls.get(tool_call_id) or _Logged()
 
     async def _read_on(self) -> None:
+        calls = self._calls
         async for events in pages(self._store, self._session_id, after=self._read_to):
             for event in events:
-                if event.WhichOneof("payload") == "child_event":
+                kind = event.WhichOneof("payload")
+                if kind == "child_event":
                     call, child = event.child_event.tool_call_id, event.child_event.event
-                    self._last[call] = max(self._last.get(call, 0), child.sequence)
+                    logged = calls.setdefault(call, _Logged())
+                    logged.last_sequence = max(logged.last_sequence, child.sequence)
+                elif kind == "subagent_start":
+                    calls.setdefault(event.subagent_start.tool_call_id, _Logged()).started = True
+                elif kind == "subagent_end":
+                    end = event.subagent_end
+                    calls.setdefault(end.tool_call_id, _Logged()).end = end
             self._read_to = events[-1].sequence
 
 
@@ -474,87 +524,3 @@ def forwarded_so_far(ctx: ToolContext) -> ForwardedSoFar:
     if not isinstance(index, ForwardedSoFar):
         index = ctx.cache[_FORWARDED_KEY] = ForwardedSoFar(ctx.store, ctx.session_id)
     return index
-
-
-class Cascade:
-    """Interrupts on their way from a session to the children it has running.
-
-    Each child is asked on its own (one unreachable child must not hold up the
-    others'), and a child whose service cannot be reached is asked again, in the
-    background, with the client's reconnect backoff until its deadline
-    (``ClientConfig.reconnect``, 30 s by default): a child whose service is restarting
-    is still stopped when it is back, instead of resuming its run for a parent that has
-    ended. A child its service does not know yet is asked again until a ``Start`` sent
-    for it would have timed out (``ClientConfig.rpc_timeout``): parents record a child
-    before they start it, so its ``Start`` may still be on its way, and a service that
-    took a ``Start`` runs the session even if the parent stopped waiting for the reply.
-    Not durable: a parent process that dies meanwhile stops asking.
-    """
-
-    def __init__(self, store: Store, clients: ClientPool) -> None:
-        self._store = store
-        self._clients = clients
-        self._asks: set[asyncio.Task[None]] = set()
-
-    async def interrupt_children(self, session_id: str, *, reason: str) -> None:
-        """Interrupt every running child recorded for ``session_id`` (each cascades on).
-
-        Returns once each child has been asked once: the asks a child's service could
-        not take go on in the background. Cancelling the wait leaves them running too.
-        """
-        await self.interrupt_refs(await self._store.list_subsession_refs(session_id), reason=reason)
-
-    async def interrupt_refs(self, refs: Sequence[SubSessionRef], *, reason: str) -> None:
-        """``interrupt_children`` for refs listed beforehand (the running ones)."""
-        asked: list[asyncio.Future[None]] = []
-        for ref in refs:
-            if ref.status is SessionStatus.RUNNING and ref.address:
-                first = asyncio.get_running_loop().create_future()
-                ask = asyncio.create_task(self._ask(ref, reason or "parent interrupted", first))
-                self._asks.add(ask)
-                ask.add_done_callback(self._asks.discard)
-                asked.append(first)
-        if asked:
-            await asyncio.wait(asked)
-
-    async def _ask(self, ref: SubSessionRef, reason: str, first: asyncio.Future[None]) -> None:
-        config = self._clients.config
-        retry = config.reconnect
-        started = time.monotonic()
-        attempt = 0
-        try:
-            while True:
-                try:
-                    client = await self._clients.get(ref.address)
-                    await client.interrupt(ref.child_session_id, reason=reason)
-                    return
-                except HelixError as exc:
-                    if isinstance(exc, SessionNotFound):  # its Start may be on its way
-                        patience = config.rpc_timeout.total_seconds()
-                    else:
-                        patience = retry.deadline.total_seconds() if exc.retryable else 0.0
-                    if time.monotonic() - started >= patience:
-                        # A child never created (its Start never landed) is no news.
-                        log = logger.warning if exc.retryable else logger.debug
-                        log(
-                            "session %s: could not interrupt child %s at %s: %s",
-                            ref.parent_session_id,
-                            ref.child_session_id,
-                            ref.address,
-                            exc.message,
-                        )
-                        return
-                if not first.done():
-                    first.set_result(None)
-                await asyncio.sleep(retry.backoff_s(attempt))
-                attempt += 1
-        finally:
-            if not first.done():
-                first.set_result(None)
-
-    async def aclose(self) -> None:
-        """Stop asking (a process shutting down)."""
-        for ask in list(self._asks):
-            ask.cancel()
-        if self._asks:
-            await asyncio.wait(list(self._asks))

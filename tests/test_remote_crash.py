@@ -77,6 +77,9 @@ def assert_parent_log_is_sound(events: list[pb.StreamEvent]) -> None:
         "child event lost or repeated"
     )
     assert child[-1].WhichOneof("payload") == "completed"
+    kinds = [e.WhichOneof("payload") for e in events]
+    # Once each, across any number of the parent's crashes.
+    assert (kinds.count("subagent_start"), kinds.count("subagent_end")) == (1, 1), kinds
     assert events[-1].WhichOneof("payload") == "completed"
     assert json.loads(events[-1].completed.output_json) == {
         "results": [{"total": STEPS, "steps": STEPS}]

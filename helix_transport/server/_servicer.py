@@ -20,7 +20,7 @@ from helix_transport._exceptions import (
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._proto.helix.agent.v1 import agent_pb2_grpc as pb_grpc
 from helix_transport.agent.definition import Agent
-from helix_transport.remote import CASCADE_TIMEOUT_S
+from helix_transport.cascade import CASCADE_TIMEOUT_S
 from helix_transport.server import _validation as check
 from helix_transport.server._continue import continue_session
 from helix_transport.server._encoding import MAX_RESPONSE_BYTES, encode_responses
@@ -197,18 +197,22 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
         record = await self._record(session_id)
         if record.status.is_terminal:
             return pb.InterruptResponse(status=record.status.to_proto(), accepted=False)
-        # Durable first (a run in another process sees it at its next step), then
-        # wake a local run so it stops mid-step, then cascade to running children
-        # (each child's service cascades to its own), so the whole tree stops.
+        # Durable first, the children's interrupts (in the outbox) before the session's
+        # own (a run in another process sees it at its next step); then wake a local
+        # run so it stops mid-step, then ask the children (each child's service
+        # cascades to its own), so the whole tree stops.
+        cascade = self.runner.cascade
+        refs = await self.store.list_subsession_refs(session_id)
+        commands = await cascade.record(refs, reason=reason)
         await self.store.set_interrupt(session_id, reason)
         self.runner.signal_interrupt(session_id)
-        # Within the caller's deadline: the interrupt itself is already durable, and
-        # children not reached by then are still asked, in the background.
+        # Within the caller's deadline: every interrupt is already durable, and children
+        # not reached by then are asked again by the outbox until they are.
         remaining = context.time_remaining()
         budget = CASCADE_TIMEOUT_S if remaining is None else min(CASCADE_TIMEOUT_S, remaining)
         try:
             async with asyncio.timeout(max(budget - 0.05, 0.0)):
-                await self.runner.cascade.interrupt_children(session_id, reason=reason)
+                await cascade.deliver(commands)
         except TimeoutError:
             logger.warning("session %s: still asking its children to stop", session_id)
         return pb.InterruptResponse(status=record.status.to_proto(), accepted=True)

@@ -178,6 +178,7 @@ class AgentServer:
             reflection.enable_server_reflection(names, self._server)
         self._stopped = asyncio.Event()
         self._orphan_watch: asyncio.Task[None] | None = None
+        self._outbox: asyncio.Task[None] | None = None
         self._credential_watches: list[asyncio.Task[None]] = []
 
     @property
@@ -192,6 +193,8 @@ class AgentServer:
             await self._health_server.start()
         resumed = await self.runner.resume_orphans()
         self._orphan_watch = asyncio.create_task(self.runner.watch_orphans(), name="orphan-watch")
+        # Interrupts for children left undelivered, by this process or one that died.
+        self._outbox = asyncio.create_task(self.runner.cascade.run(), name="outbox")
         for reload in (self.auth.reload, self._client_reload):
             if reload is not None:
                 watch = asyncio.create_task(reload.watch(), name="credential-watch")
@@ -210,7 +213,7 @@ class AgentServer:
         grace = self.config.graceful_shutdown_timeout_s if grace_s is None else grace_s
         self.servicer.accepting = False
         await self.health.enter_graceful_shutdown()
-        for watch in (self._orphan_watch, *self._credential_watches):
+        for watch in (self._orphan_watch, self._outbox, *self._credential_watches):
             if watch is not None:
                 watch.cancel()
         await self.runner.shutdown(grace_s=grace)

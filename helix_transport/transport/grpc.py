@@ -149,6 +149,7 @@ class AgentClient:
         session_id: str = "",
         parent_session_id: str = "",
         metadata: Mapping[str, str] | None = None,
+        retry: RetryConfig | None = None,
     ) -> pb.StartResponse:
         """Start a session (idempotent on ``session_id``).
 
@@ -157,7 +158,8 @@ class AgentClient:
         ``rpc_timeout`` (a queued, overloaded service), within the reconnect deadline:
         ``Start`` is idempotent, so a retry can never run the session twice. Past the
         deadline the last error is raised (``ResourceExhausted`` with ``retry_after_s``,
-        ``DeadlineExceeded``, ``ConnectError``).
+        ``DeadlineExceeded``, ``ConnectError``). ``retry`` replaces the client's
+        ``config.reconnect`` for this call (``until_cancelled()``: no deadline).
         """
         self._check_open()
         # Name the session here, not on the server: then every Start is idempotent and
@@ -169,10 +171,16 @@ class AgentClient:
             parent_session_id=parent_session_id,
             metadata=dict(metadata or {}),
         )
-        return await self._idempotent(self._stub.Start, request, session_id)
+        return await self._idempotent(self._stub.Start, request, session_id, retry=retry)
 
     async def continue_session(
-        self, session_id: str, message: str, *, turn: int, fresh: bool = False
+        self,
+        session_id: str,
+        message: str,
+        *,
+        turn: int,
+        fresh: bool = False,
+        retry: RetryConfig | None = None,
     ) -> pb.ContinueResponse:
         """Start turn ``turn`` of a finished session with ``message`` (idempotent on the turn).
 
@@ -186,16 +194,21 @@ class AgentClient:
         """
         self._check_open()
         request = pb.ContinueRequest(session_id=session_id, message=message, turn=turn, fresh=fresh)
-        return await self._idempotent(self._stub.Continue, request, session_id)
+        return await self._idempotent(self._stub.Continue, request, session_id, retry=retry)
 
     async def _idempotent(
-        self, rpc: Callable[..., Awaitable[_Reply]], request: Message, session_id: str
+        self,
+        rpc: Callable[..., Awaitable[_Reply]],
+        request: Message,
+        session_id: str,
+        *,
+        retry: RetryConfig | None = None,
     ) -> _Reply:
         """Call ``rpc``, retrying while the service is unavailable (from when the
         channel reconnects) or refuses with a retry hint (after it), within the
         reconnect deadline; then the last error as a helix error. Only for calls a
         retry cannot repeat (``Start`` and ``Continue`` name what they create)."""
-        retry = self.config.reconnect
+        retry = retry or self.config.reconnect
         started = time.monotonic()
         attempt = 0
         while True:
@@ -203,8 +216,7 @@ class AgentClient:
                 return await rpc(request, timeout=self._timeout, metadata=self._metadata())
             except grpc.aio.AioRpcError as exc:
                 delay = _retry_delay(exc, retry, attempt, address=self.address)
-                spent = time.monotonic() - started
-                if delay is None or spent >= retry.deadline.total_seconds():
+                if delay is None or retry.expired(started, time.monotonic()):
                     raise to_helix_error(exc, address=self.address, session_id=session_id) from exc
                 unavailable = exc.code() == grpc.StatusCode.UNAVAILABLE
             if unavailable:
@@ -213,10 +225,16 @@ class AgentClient:
                 await asyncio.sleep(delay)  # as the server's retry hint says, or backing off
             attempt += 1
 
-    def stream(self, session_id: str, *, from_sequence: int = 0) -> EventStream:
-        """The session's events after ``from_sequence``; see ``EventStream``."""
+    def stream(
+        self, session_id: str, *, from_sequence: int = 0, retry: RetryConfig | None = None
+    ) -> EventStream:
+        """The session's events after ``from_sequence``; see ``EventStream``.
+
+        ``retry`` replaces the client's ``config.reconnect`` for this stream
+        (``until_cancelled()``: resume after any outage, however long).
+        """
         self._check_open()
-        return EventStream(self, session_id, from_sequence=from_sequence)
+        return EventStream(self, session_id, from_sequence=from_sequence, retry=retry)
 
     async def get_status(
         self,
@@ -249,7 +267,9 @@ class AgentClient:
             timeout += max(wait.total_seconds(), 0.0)
         return await self._stub.GetStatus(request, timeout=timeout, metadata=self._metadata())
 
-    async def wait(self, session_id: str, *, after_sequence: int = 0) -> pb.GetStatusResponse:
+    async def wait(
+        self, session_id: str, *, after_sequence: int = 0, retry: RetryConfig | None = None
+    ) -> pb.GetStatusResponse:
         """The session's status once it has ended, like ``Popen.wait``.
 
         Ended means a terminal status whose ``last_sequence`` is past ``after_sequence``
@@ -260,10 +280,11 @@ class AgentClient:
         implement the wait) is asked every ``PACE_S``; one that refuses the wait is
         asked without it. A service that cannot be reached is asked again with backoff,
         as a stream resumes, until the reconnect deadline passes without an answer:
-        then the last error, as a ``HelixError``.
+        then the last error, as a ``HelixError``. ``retry`` replaces the client's
+        ``config.reconnect`` (``until_cancelled()``: no deadline).
         """
         self._check_open()
-        retry = self.config.reconnect
+        retry = retry or self.config.reconnect
         wait: timedelta | None = LONG_POLL
         broken_since: float | None = None
         attempt = 0
@@ -288,7 +309,7 @@ class AgentClient:
                 )
                 now = time.monotonic()
                 broken_since = broken_since or now
-                if delay is None or now - broken_since >= retry.deadline.total_seconds():
+                if delay is None or retry.expired(broken_since, now):
                     raise error from exc
                 if exc.code() == grpc.StatusCode.UNAVAILABLE:
                     await self._reconnected(within_s=delay)
@@ -387,13 +408,23 @@ class EventStream:
     (server restart, network drop, a replica that went away) it reconnects with
     ``from_sequence=last_sequence`` after a jittered backoff (cut short when the
     channel, seen down, connects again), until the client's
-    reconnect deadline passes without progress, then raises ``StreamInterrupted``.
+    reconnect deadline passes without progress, then raises ``StreamInterrupted``
+    (never, with a ``retry`` whose deadline is ``None``: only the reader's cancellation,
+    or a definitive answer such as ``NOT_FOUND``, ends an outage then).
     Events at or below ``last_sequence`` (duplicates) are dropped; a skipped
     sequence raises ``SequenceGap``. Iteration ends after the terminal event.
     """
 
-    def __init__(self, client: AgentClient, session_id: str, *, from_sequence: int = 0) -> None:
+    def __init__(
+        self,
+        client: AgentClient,
+        session_id: str,
+        *,
+        from_sequence: int = 0,
+        retry: RetryConfig | None = None,
+    ) -> None:
         self._client = client
+        self._retry = retry or client.config.reconnect
         self.session_id = session_id
         self.last_sequence = from_sequence
         self.reconnects = 0
@@ -432,7 +463,7 @@ class EventStream:
         self, *, encoded: bool
     ) -> AsyncIterator[tuple[list[pb.StreamEvent], list[bytes]]]:
         client = self._client
-        retry = client.config.reconnect
+        retry = self._retry
         broken_since: float | None = None
         attempt = 0
         while True:
@@ -489,7 +520,7 @@ class EventStream:
             # other end (a drained server, a reset) is a break to resume from.
             now = time.monotonic()
             broken_since = broken_since or now
-            if now - broken_since >= retry.deadline.total_seconds():
+            if retry.expired(broken_since, now):
                 raise StreamInterrupted(self.session_id, self.last_sequence, detail)
             if told_to_wait:
                 await asyncio.sleep(max(retry.backoff_s(attempt), told_to_wait))

@@ -1,0 +1,171 @@
+"""Interrupts on their way from a session to its children, through the parent's outbox.
+
+An interrupt for a child is first a row in the parent's store (a ``ChildCommand``),
+written before anything else changes, and only then a call to the child's service.
+The row goes when the child's service has taken it (or answered that the child is
+finished, or never existed); until then every replica sharing the store asks again
+(``Cascade.run``), with backoff and without a deadline: a child whose service is
+down for minutes is still stopped when it is back, and a parent process that dies
+meanwhile loses nothing, since the next process finds the row. Interrupts are
+idempotent, so two replicas asking at once do no harm.
+
+A child the service does not know is asked again for ``ClientConfig.rpc_timeout``
+from when the command was written: parents record a child before they start it, so
+its ``Start`` may still be on its way. Past that the child was never created.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Sequence
+
+from helix_transport._exceptions import HelixError, SessionNotFound
+from helix_transport._status import SessionStatus
+from helix_transport.store import ChildCommand, Store, SubSessionRef
+from helix_transport.transport._pool import ClientPool
+
+logger = logging.getLogger(__name__)
+
+CASCADE_TIMEOUT_S = 5.0
+"""How long a caller waits for a cascade (``Cascade.deliver``) to ask each
+running child once before it goes on (the outbox asks again until each is reached)."""
+POLL_S = 1.0
+"""How often a replica looks for commands left undelivered (by it, or by a process
+that died)."""
+MAX_BACKOFF_S = 1.0
+"""The longest wait between two attempts at one command."""
+_BATCH = 100
+_CONCURRENCY = 16
+
+
+class Cascade:
+    """The outbox of one store: records commands for children and delivers them."""
+
+    def __init__(self, store: Store, clients: ClientPool) -> None:
+        self._store = store
+        self._clients = clients
+        self._next_attempt: dict[tuple[str, str, str], float] = {}
+        self._wake = asyncio.Event()
+        self._slots = asyncio.Semaphore(_CONCURRENCY)
+        self._in_flight: set[tuple[str, str, str]] = set()
+
+    async def interrupt_refs(self, refs: Sequence[SubSessionRef], *, reason: str) -> None:
+        """``record`` an interrupt for each running remote child among ``refs``, then
+        ``deliver`` them."""
+        await self.deliver(await self.record(refs, reason=reason))
+
+    async def record(self, refs: Sequence[SubSessionRef], *, reason: str) -> list[ChildCommand]:
+        """Put an interrupt for each running remote child among ``refs`` in the outbox
+        (durable once this returns; the store's error when it could not be)."""
+        commands = [
+            ChildCommand(
+                parent_session_id=ref.parent_session_id,
+                child_session_id=ref.child_session_id,
+                address=ref.address,
+                reason=reason or "parent interrupted",
+            )
+            for ref in refs
+            if ref.status is SessionStatus.RUNNING and ref.address
+        ]
+        if commands:
+            await self._store.put_commands(commands)
+        return commands
+
+    async def deliver(self, commands: Sequence[ChildCommand]) -> None:
+        """Ask each child once, concurrently; what a child's service did not take stays
+        in the outbox for ``run``."""
+        if commands:
+            self._wake.set()
+            await asyncio.gather(*(self._deliver(command) for command in commands))
+
+    async def run(self) -> None:
+        """Deliver what the outbox holds, until cancelled (one per server process)."""
+        failing = False
+        while True:
+            try:
+                commands = await self._store.list_commands(limit=_BATCH)
+            except HelixError as exc:
+                if not failing:  # once per outage, not once a second
+                    logger.warning("outbox: cannot read pending commands: %s", exc.message)
+                failing = True
+                commands = []
+            else:
+                failing = False
+            now = time.monotonic()
+            due = [c for c in commands if self._next_attempt.get(_key(c), 0.0) <= now]
+            if due:
+                await asyncio.gather(*(self._deliver(command) for command in due))
+            self._wake.clear()
+            try:
+                async with asyncio.timeout(POLL_S):
+                    await self._wake.wait()
+            except TimeoutError:
+                pass
+
+    async def _deliver(self, command: ChildCommand) -> None:
+        """One attempt at ``command``: gone from the outbox once it has an answer."""
+        key = _key(command)
+        if key in self._in_flight:  # the first ask and the loop's may meet
+            return
+        self._in_flight.add(key)
+        try:
+            async with self._slots:
+                await self._attempt(command)
+        finally:
+            self._in_flight.discard(key)
+
+    async def _attempt(self, command: ChildCommand) -> None:
+        try:
+            client = await self._clients.get(command.address)
+            await client.interrupt(command.child_session_id, reason=command.reason)
+        except SessionNotFound:
+            patience = self._clients.config.rpc_timeout.total_seconds()
+            if time.time() - command.created_at >= patience:
+                await self._done(command)  # never created: its Start never landed
+            else:
+                await self._retry_later(command)
+        except HelixError as exc:
+            if exc.retryable:
+                await self._retry_later(command)
+                return
+            logger.warning(
+                "session %s: child %s at %s refused its interrupt: %s",
+                command.parent_session_id,
+                command.child_session_id,
+                command.address,
+                exc.message,
+            )
+            await self._done(command)
+        else:
+            await self._done(command)
+
+    async def _done(self, command: ChildCommand) -> None:
+        self._next_attempt.pop(_key(command), None)
+        # Left there, it is asked again later: an interrupt repeats safely.
+        with contextlib.suppress(HelixError):
+            await self._store.delete_command(command)
+
+    async def _retry_later(self, command: ChildCommand) -> None:
+        attempts = command.attempts + 1
+        delay = min(MAX_BACKOFF_S, 0.25 * 2 ** min(attempts, 8))
+        self._next_attempt[_key(command)] = time.monotonic() + delay
+        if attempts in (1, 10) or attempts % 100 == 0:
+            logger.warning(
+                "session %s: child %s at %s not reached yet (attempt %d); still trying",
+                command.parent_session_id,
+                command.child_session_id,
+                command.address,
+                attempts,
+            )
+        with contextlib.suppress(HelixError):
+            await self._store.record_attempt(command)
+
+    async def aclose(self) -> None:
+        """Nothing to release: pending commands stay in the store for the next process."""
+
+
+def _key(command: ChildCommand) -> tuple[str, str, str]:
+    return (command.parent_session_id, command.child_session_id, command.kind)

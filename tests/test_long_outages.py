@@ -1,0 +1,159 @@
+"""Outages longer than the client's reconnect deadline (30 s): delegation never lies.
+
+An unreachable child is not a failed child: the parent keeps reconnecting until the
+child's service answers, and the root ends with the child's real output, the child
+having run once. An interrupt sent while a child's service is down reaches the child
+when it is back (the parent's outbox asks until it is taken).
+
+Real processes on SQLite, SIGKILL and a TCP proxy that refuses connections. The
+default run holds one outage of 35 s against the 30 s deadline per test; the long ones
+(40 s, 90 s, a store outage under replicas) are opt-in with ``-m slow``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from helix_transport import AgentClient
+from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
+from tests.helpers import TcpProxy, free_port
+from tests.test_remote_crash import CHILD, STEPS, _service, _stream_until_child_step
+
+SHORT_OUTAGE_S = 35.0
+"""Past the 30 s default reconnect deadline (``RetryConfig.deadline``)."""
+
+LONG_INPUT = json.dumps({"calls": [{"tool": "count", "args": {"steps": STEPS, "words": 2}}]})
+
+
+def _payloads(events: list[pb.StreamEvent]) -> list[str]:
+    return [str(e.WhichOneof("payload")) for e in events]
+
+
+def _assert_root_holds_the_real_answer(events: list[pb.StreamEvent]) -> None:
+    assert [e.sequence for e in events] == list(range(1, len(events) + 1))
+    child = [e.child_event.event for e in events if e.WhichOneof("payload") == "child_event"]
+    assert [e.sequence for e in child] == list(range(1, len(child) + 1)), "a child event lost"
+    assert child[-1].WhichOneof("payload") == "completed"
+    assert _payloads(events).count("subagent_start") == 1
+    assert _payloads(events).count("subagent_end") == 1
+    end = next(e.subagent_end for e in events if e.WhichOneof("payload") == "subagent_end")
+    assert end.status == pb.SESSION_STATUS_COMPLETED, end.error
+    assert events[-1].WhichOneof("payload") == "completed"
+    assert json.loads(events[-1].completed.output_json) == {
+        "results": [{"total": STEPS, "steps": STEPS}]
+    }
+
+
+def _calls(workdir: Path, agent: str, session_id: str) -> int:
+    lines = (workdir / "calls.log").read_text().splitlines()
+    return sum(1 for line in lines if line.split() == [agent, session_id])
+
+
+async def _child_down_for(tmp_path: Path, outage_s: float) -> None:
+    child = _service("counter", tmp_path, port=free_port(), env={"HELIX_SCRIPTED_DELAY_MS": "50"})
+    parent = _service(
+        "delegator", tmp_path, port=free_port(), env={"HELIX_AGENT_ADDRESS_COUNTER": child.address}
+    )
+    await asyncio.gather(child.start(), parent.start())
+    try:
+        async with await AgentClient.connect(parent.address) as client:
+            await client.start(LONG_INPUT, session_id="root")
+            events = await _stream_until_child_step(client, 2)
+            await child.kill()
+            await asyncio.sleep(outage_s)
+            status = await client.get_status("root")
+            assert status.status == pb.SESSION_STATUS_RUNNING, "the root ended without its child"
+            await child.start()
+            async with asyncio.timeout(60):
+                events += [
+                    e async for e in client.stream("root", from_sequence=events[-1].sequence)
+                ]
+    finally:
+        await asyncio.gather(parent.stop(), child.stop())
+    _assert_root_holds_the_real_answer(events)
+    # Resumed once after the kill, never started over.
+    assert STEPS + 1 <= _calls(tmp_path, "counter", CHILD) <= STEPS + 2
+
+
+async def test_a_child_service_down_past_the_reconnect_deadline_is_waited_for(
+    tmp_path: Path,
+) -> None:
+    await _child_down_for(tmp_path, SHORT_OUTAGE_S)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("outage_s", [40.0, 90.0])
+async def test_a_child_service_down_for_long_is_waited_for(tmp_path: Path, outage_s: float) -> None:
+    await _child_down_for(tmp_path, outage_s)
+
+
+@pytest.fixture
+async def proxied(tmp_path: Path) -> AsyncIterator[tuple[AgentClient, TcpProxy]]:
+    child = _service("counter", tmp_path, port=free_port(), env={"HELIX_SCRIPTED_DELAY_MS": "50"})
+    proxy = TcpProxy(port=free_port(), target_port=child.port)
+    parent = _service(
+        "delegator", tmp_path, port=free_port(), env={"HELIX_AGENT_ADDRESS_COUNTER": proxy.address}
+    )
+    await asyncio.gather(child.start(), parent.start(), proxy.restore())
+    try:
+        async with await AgentClient.connect(parent.address) as client:
+            yield client, proxy
+    finally:
+        await proxy.drop()
+        await asyncio.gather(parent.stop(), child.stop())
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+async def test_connections_refused_for_45_s_lose_nothing(
+    proxied: tuple[AgentClient, TcpProxy], tmp_path: Path
+) -> None:
+    client, proxy = proxied
+    await client.start(LONG_INPUT, session_id="root")
+    events = await _stream_until_child_step(client, 2)
+    await proxy.drop()  # connections refused, open ones reset
+    await asyncio.sleep(45.0)
+    await proxy.restore()
+    async with asyncio.timeout(60):
+        events += [e async for e in client.stream("root", from_sequence=events[-1].sequence)]
+    _assert_root_holds_the_real_answer(events)
+    assert _calls(tmp_path, "counter", CHILD) == STEPS + 1
+
+
+async def test_an_interrupt_sent_while_a_child_is_down_past_the_deadline_reaches_it(
+    tmp_path: Path,
+) -> None:
+    child = _service("counter", tmp_path, port=free_port(), env={"HELIX_SCRIPTED_DELAY_MS": "50"})
+    parent = _service(
+        "delegator", tmp_path, port=free_port(), env={"HELIX_AGENT_ADDRESS_COUNTER": child.address}
+    )
+    long_input = json.dumps({"calls": [{"tool": "count", "args": {"steps": 60, "words": 2}}]})
+    await asyncio.gather(child.start(), parent.start())
+    try:
+        async with await AgentClient.connect(parent.address) as client:
+            await client.start(long_input, session_id="root")
+            events = await _stream_until_child_step(client, 2)
+            await child.kill()
+            reply = await client.interrupt("root", reason="the user stopped it")
+            assert reply.accepted
+            rest = [e async for e in client.stream("root", from_sequence=events[-1].sequence)]
+            assert rest[-1].WhichOneof("payload") == "interrupted"
+            # The parent's own process restarts too: the outbox is in its store.
+            await parent.kill()
+            await asyncio.sleep(SHORT_OUTAGE_S)
+            await parent.start()
+            await child.start()
+        async with await AgentClient.connect(child.address) as child_client:
+            async with asyncio.timeout(30):
+                status = await child_client.wait(CHILD)
+    finally:
+        await asyncio.gather(parent.stop(), child.stop())
+
+    assert status.status == pb.SESSION_STATUS_INTERRUPTED, status
+    assert _calls(tmp_path, "counter", CHILD) < 45, "the child ran on after its parent's interrupt"
