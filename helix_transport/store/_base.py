@@ -32,8 +32,9 @@ class Store(Protocol):
 
     - ``read`` of an unknown session returns ``[]``; ``update_session``, ``append``
       and ``acquire_lease`` raise ``SessionNotFound``; ``release_lease`` is a no-op.
-    - Checkpoints, interrupt flags and refs are keyed by session id and do not
-      check that the session exists (a parent may record a ref before its child).
+    - Checkpoints, interrupt flags, refs and child commands are keyed by session id
+      and do not check that the session exists (a parent may record a ref before its
+      child).
     - Records and events handed out are copies: mutating them changes nothing stored.
     - Leases only say who *should* run a session; writers also pass
       ``expected_sequence`` to ``append``, which is what actually stops a second writer.

@@ -23,9 +23,10 @@ import redis.asyncio as aioredis
 from helix_transport.store._records import ChildCommand
 
 # KEYS: the sorted set, then each command's hash. ARGV: per command, its member, then
-# its fields in _FIELDS order. A repeated command keeps its created_at (and score) and
-# its attempts; address and reason are replaced. Redis keeps what a script wrote before
-# an error, so a key of another type (foreign data) fails the batch before any write.
+# its fields in _FIELDS order. A command is pending while its member is in the set: a
+# repeated one keeps its created_at (and score) and its attempts, and takes the new
+# address and reason; a new one's hash is written whole. Redis keeps what a script
+# wrote before an error, so a key of another type (foreign data) fails the batch first.
 _PUT = """
 for i = 1, #KEYS do
   local found = redis.call('TYPE', KEYS[i])['ok']
@@ -36,7 +37,7 @@ for i = 1, #KEYS do
 end
 for i = 2, #KEYS do
   local a = (i - 2) * 8
-  if redis.call('EXISTS', KEYS[i]) == 1 then
+  if redis.call('ZSCORE', KEYS[1], ARGV[a + 1]) then
     redis.call('HSET', KEYS[i], 'address', ARGV[a + 4], 'reason', ARGV[a + 6])
   else
     redis.call('HSET', KEYS[i], 'parent_session_id', ARGV[a + 2], 'child_session_id',

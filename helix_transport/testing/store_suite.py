@@ -751,6 +751,9 @@ class StoreConformance:
         await store.delete_command(command)
         await store.record_attempt(command)  # gone: nothing comes back
         assert [c.child_session_id for c in await store.list_commands()] == ["other"]
+        await store.put_commands([command])  # ordered again: a new command, counted anew
+        counts = {c.child_session_id: c.attempts for c in await store.list_commands()}
+        assert counts == {"c": 0, "other": 0}
 
     async def test_delete_command_is_idempotent_and_drops_only_its_key(self, store: Store) -> None:
         mine = make_command("p-1", "c-1", created_at=1.0)
