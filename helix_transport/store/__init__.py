@@ -10,6 +10,7 @@ from helix_transport._exceptions import UsageError
 from helix_transport.store._base import READ_LIMIT, Store, pages
 from helix_transport.store._records import (
     Checkpoint,
+    ChildCommand,
     RemoteCursor,
     SessionRecord,
     SessionUpdate,
@@ -28,6 +29,7 @@ __all__ = [
     "READ_LIMIT",
     "STORE_URL_ENV",
     "Checkpoint",
+    "ChildCommand",
     "MemoryStore",
     "PostgresStore",
     "RedisStore",

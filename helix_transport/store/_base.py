@@ -10,6 +10,7 @@ from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
 from helix_transport._status import SessionStatus
 from helix_transport.store._records import (
     Checkpoint,
+    ChildCommand,
     SessionRecord,
     SessionUpdate,
     SubSessionRef,
@@ -21,7 +22,8 @@ READ_LIMIT = 1000
 
 @runtime_checkable
 class Store(Protocol):
-    """Durable state of sessions: records, event logs, checkpoints, flags and refs.
+    """Durable state of sessions: records, event logs, checkpoints, flags, refs and the
+    outbox of commands for children.
 
     Every method is atomic on its own. Backends raise ``StoreError`` subclasses and
     translate their driver's exceptions at one boundary.
@@ -30,8 +32,9 @@ class Store(Protocol):
 
     - ``read`` of an unknown session returns ``[]``; ``update_session``, ``append``
       and ``acquire_lease`` raise ``SessionNotFound``; ``release_lease`` is a no-op.
-    - Checkpoints, interrupt flags and refs are keyed by session id and do not
-      check that the session exists (a parent may record a ref before its child).
+    - Checkpoints, interrupt flags, refs and child commands are keyed by session id
+      and do not check that the session exists (a parent may record a ref before its
+      child).
     - Records and events handed out are copies: mutating them changes nothing stored.
     - Leases only say who *should* run a session; writers also pass
       ``expected_sequence`` to ``append``, which is what actually stops a second writer.
@@ -176,6 +179,33 @@ class Store(Protocol):
         One keyed read: a parent fanning out to N children looks each one up
         without listing all N refs every time.
         """
+        ...
+
+    async def put_commands(self, commands: Sequence[ChildCommand]) -> None:
+        """Record ``commands`` in the outbox, atomically for the batch.
+
+        An upsert on (parent_session_id, child_session_id, kind): a repeated command
+        keeps its first ``created_at`` and its ``attempts`` and takes the new
+        ``address`` and ``reason``; so does a key repeated within ``commands``.
+        Commands are kept until ``delete_command``, whatever happens to the sessions.
+        """
+        ...
+
+    async def list_commands(self, *, limit: int = 100) -> list[ChildCommand]:
+        """Pending commands of every session, at most ``limit`` (below 1: ``[]``).
+
+        Oldest first: by ``created_at``, then parent id, child id and kind, compared
+        by code point (the same order on every backend).
+        """
+        ...
+
+    async def record_attempt(self, command: ChildCommand) -> None:
+        """Count a failed delivery of the command with ``command``'s key
+        (``attempts += 1``); a no-op when it is gone."""
+        ...
+
+    async def delete_command(self, command: ChildCommand) -> None:
+        """Drop the command with ``command``'s key (delivered); a no-op when it is gone."""
         ...
 
     async def acquire_lease(self, session_id: str, owner: str, *, ttl_s: float) -> bool:

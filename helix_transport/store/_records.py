@@ -1,15 +1,18 @@
-"""What the store keeps: sessions, checkpoints, sub-session refs."""
+"""What the store keeps: sessions, checkpoints, sub-session refs, child commands."""
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
 import json
+import math
 import re
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from helix_transport._exceptions import UsageError
 from helix_transport._status import SessionStatus
 
 
@@ -173,3 +176,80 @@ class SubSessionRef:
 
     def __post_init__(self) -> None:
         _storable_fields(self, "error", "failure_reason")
+
+
+COMMAND_KINDS = frozenset({"interrupt"})
+"""The kinds of ``ChildCommand`` a parent may record; a kind no delivery loop knows
+would wait in the outbox forever, so others are refused."""
+
+_ATTEMPTS_MAX = 2**63 - 1
+"""The most attempts every backend stores (SQLite's and PostgreSQL's 64-bit integers)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChildCommand:
+    """An order for a child session, kept in its parent's store until the child's service takes it.
+
+    Keyed by (``parent_session_id``, ``child_session_id``, ``kind``): one command of
+    each kind per child. The ids, ``address`` and ``kind`` must be non-empty and
+    storable text (``UsageError`` otherwise: rewriting an id would address another
+    child); ``reason`` is free text, stored as ``storable_text`` makes it.
+    """
+
+    parent_session_id: str
+    """The session whose store keeps the command."""
+    child_session_id: str
+    """The child session it is for, as the child's service knows it."""
+    address: str
+    """The child's service."""
+    kind: str = "interrupt"
+    """What to do, one of ``COMMAND_KINDS``."""
+    reason: str = ""
+    """Why, passed on to the child (an interrupt's reason)."""
+    created_at: float = field(default_factory=time.time)
+    """When the command was first recorded; a repeated command keeps the first time."""
+    attempts: int = 0
+    """Failed delivery attempts so far (for backoff and logs)."""
+
+    def __post_init__(self) -> None:
+        for name in ("parent_session_id", "child_session_id", "address", "kind"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value or _UNSTORABLE.search(value):
+                raise UsageError(
+                    f"ChildCommand.{name} must be non-empty text without NUL or lone "
+                    f"surrogates, not {value!r}"
+                )
+        if self.kind not in COMMAND_KINDS:
+            raise UsageError(
+                f"ChildCommand.kind {self.kind!r} is unknown: use one of {sorted(COMMAND_KINDS)}"
+            )
+        if not isinstance(self.created_at, int | float) or not math.isfinite(self.created_at):
+            raise UsageError(
+                f"ChildCommand.created_at must be a finite time, not {self.created_at!r}"
+            )
+        attempts = self.attempts
+        if not isinstance(attempts, int) or isinstance(attempts, bool):
+            raise UsageError(f"ChildCommand.attempts must be an integer, not {attempts!r}")
+        if not 0 <= attempts <= _ATTEMPTS_MAX:
+            raise UsageError(f"ChildCommand.attempts must be in 0..2**63-1, not {attempts}")
+        _storable_fields(self, "reason")
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        """(parent_session_id, child_session_id, kind): what identifies the command."""
+        return (self.parent_session_id, self.child_session_id, self.kind)
+
+
+def merge_commands(commands: Sequence[ChildCommand]) -> list[ChildCommand]:
+    """``commands`` with repeated keys folded as if put one after another: one command
+    per key, in first-seen order, with the first ``created_at`` and ``attempts`` and
+    the last ``address`` and ``reason``. A batch upsert then touches each key once."""
+    merged: dict[tuple[str, str, str], ChildCommand] = {}
+    for command in commands:
+        first = merged.get(command.key)
+        merged[command.key] = (
+            command
+            if first is None
+            else dataclasses.replace(first, address=command.address, reason=command.reason)
+        )
+    return list(merged.values())

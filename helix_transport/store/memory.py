@@ -22,10 +22,12 @@ from helix_transport.store._base import (
 )
 from helix_transport.store._records import (
     Checkpoint,
+    ChildCommand,
     SessionRecord,
     SessionUpdate,
     SubSessionRef,
     Usage,
+    merge_commands,
 )
 
 
@@ -50,6 +52,7 @@ class MemoryStore:
         # Dicts keep insertion order and replacing a key keeps its slot, which is
         # exactly the "order first stored" the Protocol asks of sub-session refs.
         self._refs: dict[str, dict[str, SubSessionRef]] = {}
+        self._commands: dict[tuple[str, str, str], ChildCommand] = {}
         self._closed = False
 
     async def __aenter__(self) -> MemoryStore:
@@ -202,6 +205,33 @@ class MemoryStore:
         self._check_open()
         ref = self._refs.get(parent_session_id, {}).get(child_session_id)
         return None if ref is None else copy.deepcopy(ref)
+
+    async def put_commands(self, commands: Sequence[ChildCommand]) -> None:
+        """Record ``commands`` (an upsert keeping the first ``created_at``; see ``Store``)."""
+        self._check_open()
+        for command in merge_commands(commands):
+            first = self._commands.get(command.key)
+            if first is not None:
+                command = dataclasses.replace(first, address=command.address, reason=command.reason)
+            self._commands[command.key] = command
+
+    async def list_commands(self, *, limit: int = 100) -> list[ChildCommand]:
+        """Pending commands, oldest first (``created_at``, then the key), at most ``limit``."""
+        self._check_open()
+        ordered = sorted(self._commands.values(), key=lambda c: (c.created_at, c.key))
+        return ordered[: max(limit, 0)]
+
+    async def record_attempt(self, command: ChildCommand) -> None:
+        """Count a failed delivery attempt; a no-op when the command is gone."""
+        self._check_open()
+        stored = self._commands.get(command.key)
+        if stored is not None:
+            self._commands[command.key] = dataclasses.replace(stored, attempts=stored.attempts + 1)
+
+    async def delete_command(self, command: ChildCommand) -> None:
+        """Drop a delivered command; a no-op when it is gone."""
+        self._check_open()
+        self._commands.pop(command.key, None)
 
     async def acquire_lease(self, session_id: str, owner: str, *, ttl_s: float) -> bool:
         """Take or renew the lease if it is free, lapsed or already ``owner``'s.

@@ -36,6 +36,7 @@ from helix_transport._exceptions import (
 )
 from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
 from helix_transport._status import SessionStatus
+from helix_transport.store import _postgres_outbox as outbox
 from helix_transport.store._base import (
     READ_LIMIT,
     appended_count,
@@ -45,11 +46,13 @@ from helix_transport.store._base import (
 )
 from helix_transport.store._records import (
     Checkpoint,
+    ChildCommand,
     RemoteCursor,
     SessionRecord,
     SessionUpdate,
     SubSessionRef,
     Usage,
+    merge_commands,
 )
 
 # Migration N is _MIGRATIONS[N - 1]; "{s}" stands for the quoted schema. Never edit
@@ -89,6 +92,8 @@ _MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE {s}.sessions ADD COLUMN principal text NOT NULL DEFAULT '',
         ADD COLUMN tenant text NOT NULL DEFAULT '';
     """,
+    # 3: the outbox of commands for children (interrupts a child's service must take).
+    outbox.MIGRATION,
 )
 
 SCHEMA_VERSION = len(_MIGRATIONS)
@@ -636,6 +641,27 @@ class PostgresStore:
         """The ref keyed by (parent, child session id), or ``None``."""
         row = await self._call("fetchrow", _GET_REF, parent_session_id, child_session_id)
         return None if row is None else _ref_from_row(row)
+
+    async def put_commands(self, commands: Sequence[ChildCommand]) -> None:
+        """Record ``commands`` in one statement (an upsert keeping the first
+        ``created_at``; see ``Store``)."""
+        merged = merge_commands(commands)
+        if merged:
+            await self._call("execute", outbox.PUT, *outbox.put_args(merged))
+
+    async def list_commands(self, *, limit: int = 100) -> list[ChildCommand]:
+        """Pending commands, oldest first (``created_at``, then the key), at most ``limit``."""
+        if limit < 1:
+            return []
+        return [outbox.from_row(row) for row in await self._call("fetch", outbox.LIST, limit)]
+
+    async def record_attempt(self, command: ChildCommand) -> None:
+        """Count a failed delivery attempt; a no-op when the command is gone."""
+        await self._call("execute", outbox.RECORD_ATTEMPT, *command.key)
+
+    async def delete_command(self, command: ChildCommand) -> None:
+        """Drop a delivered command; a no-op when it is gone."""
+        await self._call("execute", outbox.DELETE, *command.key)
 
     async def acquire_lease(self, session_id: str, owner: str, *, ttl_s: float) -> bool:
         """Take or renew the lease if it is free, lapsed or already ``owner``'s.

@@ -9,6 +9,7 @@ Every key starts with the store's prefix (``{prefix}:...``):
 - ``interrupt:{id}``: a pending interrupt reason.
 - ``refs:{parent}`` / ``refs-order:{parent}``: refs by child id, and child ids in
   the order they were first stored.
+- ``commands`` / ``command:{member}``: the outbox of child commands (see ``_redis_outbox``).
 
 Each write that touches more than one key, or reads before it writes, is one Lua
 script, so it is atomic on the server without WATCH/MULTI round trips. Scripts touch
@@ -50,12 +51,15 @@ from helix_transport.store._base import (
 )
 from helix_transport.store._records import (
     Checkpoint,
+    ChildCommand,
     RemoteCursor,
     SessionRecord,
     SessionUpdate,
     SubSessionRef,
     Usage,
+    merge_commands,
 )
+from helix_transport.store._redis_outbox import RedisOutbox
 
 # Applies a SessionUpdate's encoded field/value pairs (ARGV[first..last]) to the session
 # hash, moving the id between status sets, exactly as ``SessionUpdate.apply`` does.
@@ -248,6 +252,7 @@ class RedisStore:
         self._put_ref = client.register_script(_PUT_REF)
         self._acquire = client.register_script(_ACQUIRE_LEASE)
         self._release = client.register_script(_RELEASE_LEASE)
+        self._outbox = RedisOutbox(client, prefix)
 
     @classmethod
     async def from_url(
@@ -543,6 +548,35 @@ class RedisStore:
                 self._client.hget(self._key("refs", parent_session_id), child_session_id),
             )
         return None if raw is None else _ref_from_json(raw)
+
+    async def put_commands(self, commands: Sequence[ChildCommand]) -> None:
+        """Record ``commands`` in one script (an upsert keeping the first ``created_at``;
+        see ``Store``)."""
+        self._check_open()
+        merged = merge_commands(commands)
+        if merged:
+            with _map_redis_errors():
+                await self._outbox.put(merged)
+
+    async def list_commands(self, *, limit: int = 100) -> list[ChildCommand]:
+        """Pending commands, oldest first (``created_at``, then the key), at most ``limit``."""
+        self._check_open()
+        if limit < 1:
+            return []
+        with _map_redis_errors():
+            return await self._outbox.list_commands(limit)
+
+    async def record_attempt(self, command: ChildCommand) -> None:
+        """Count a failed delivery attempt; a no-op when the command is gone."""
+        self._check_open()
+        with _map_redis_errors():
+            await self._outbox.record_attempt(command)
+
+    async def delete_command(self, command: ChildCommand) -> None:
+        """Drop a delivered command; a no-op when it is gone."""
+        self._check_open()
+        with _map_redis_errors():
+            await self._outbox.delete(command)
 
     async def acquire_lease(self, session_id: str, owner: str, *, ttl_s: float) -> bool:
         """Take or renew the lease if it is free, lapsed or already ``owner``'s.

@@ -35,6 +35,7 @@ from helix_transport._exceptions import (
 )
 from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
 from helix_transport._status import SessionStatus
+from helix_transport.store import _sqlite_outbox as outbox
 from helix_transport.store._base import (
     READ_LIMIT,
     appended_count,
@@ -44,18 +45,21 @@ from helix_transport.store._base import (
 )
 from helix_transport.store._records import (
     Checkpoint,
+    ChildCommand,
     RemoteCursor,
     SessionRecord,
     SessionUpdate,
     SubSessionRef,
     Usage,
+    merge_commands,
 )
 from helix_transport.store._sqlite_checkpoint import Checkpointer
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """The schema this module writes; a file with a newer version is refused."""
 
 _T = TypeVar("_T")
+_A = TypeVar("_A")
 
 # Errors of the environment (locked past busy_timeout, unopenable file, full or
 # failing disk) that may clear up on their own; anything else is a bug or corruption.
@@ -112,6 +116,8 @@ _UPGRADES: dict[int, tuple[str, ...]] = {
         "ALTER TABLE sessions ADD COLUMN principal TEXT NOT NULL DEFAULT ''",
         "ALTER TABLE sessions ADD COLUMN tenant TEXT NOT NULL DEFAULT ''",
     ),
+    # 3: the outbox of commands for children (interrupts a child's service must take).
+    3: outbox.UPGRADE,
 }
 
 # Derived from the records so a new field without a schema migration fails loudly
@@ -469,6 +475,27 @@ class SqliteStore:
 
         return await self._run(get)
 
+    async def put_commands(self, commands: Sequence[ChildCommand]) -> None:
+        """Record ``commands`` in one transaction (an upsert keeping the first
+        ``created_at``; see ``Store``)."""
+        merged = merge_commands(commands)
+        if merged:
+            await self._run(lambda conn: _in_transaction(conn, outbox.put, merged))
+
+    async def list_commands(self, *, limit: int = 100) -> list[ChildCommand]:
+        """Pending commands, oldest first (``created_at``, then the key), at most ``limit``."""
+        if limit < 1:
+            return []
+        return await self._run(lambda conn: outbox.list_commands(conn, limit))
+
+    async def record_attempt(self, command: ChildCommand) -> None:
+        """Count a failed delivery attempt; a no-op when the command is gone."""
+        await self._run(lambda conn: _in_transaction(conn, outbox.record_attempt, command))
+
+    async def delete_command(self, command: ChildCommand) -> None:
+        """Drop a delivered command; a no-op when it is gone."""
+        await self._run(lambda conn: _in_transaction(conn, outbox.delete, command))
+
     async def acquire_lease(self, session_id: str, owner: str, *, ttl_s: float) -> bool:
         """Take or renew the lease if it is free, lapsed or already ``owner``'s.
 
@@ -687,6 +714,13 @@ def _ensure_schema(conn: sqlite3.Connection) -> None:
 def _write(conn: sqlite3.Connection, sql: str, params: Any) -> None:
     with _transaction(conn):
         conn.execute(sql, params)
+
+
+def _in_transaction(
+    conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection, _A], None], arg: _A
+) -> None:
+    with _transaction(conn):
+        fn(conn, arg)
 
 
 def _get_session(conn: sqlite3.Connection, session_id: str) -> SessionRecord | None:

@@ -32,10 +32,12 @@ from helix_transport.store import (
     SessionUpdate,
     Store,
 )
+from helix_transport.store import postgres as postgres_module
 from helix_transport.store.postgres import SCHEMA_VERSION, PostgresStore
 from helix_transport.testing.store_suite import (
     DurableStoreConformance,
     Reopen,
+    make_command,
     make_event,
     make_record,
 )
@@ -103,6 +105,7 @@ async def test_migrations_are_idempotent(
         "checkpoints",
         "interrupts",
         "subsession_refs",
+        "child_commands",
     }
 
 
@@ -133,6 +136,45 @@ async def test_newer_schema_is_refused(
     await admin.execute(f'INSERT INTO "{schema}".schema_migrations (version) VALUES (99)')
     with pytest.raises(StoreError, match="schema version 99"):
         await PostgresStore.open(postgres_dsn, schema=schema)
+
+
+async def test_a_schema_at_version_2_gains_the_outbox(
+    postgres_dsn: str, schema: str, admin: asyncpg.Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A schema migrated by the helix-mesh before the outbox, then opened by this one.
+    with monkeypatch.context() as before:
+        before.setattr(postgres_module, "_MIGRATIONS", postgres_module._MIGRATIONS[:2])
+        before.setattr(postgres_module, "SCHEMA_VERSION", 2)
+        async with await PostgresStore.open(postgres_dsn, schema=schema) as old:
+            created, _ = await old.create_session(make_record())
+    assert await _versions(admin, schema) == [1, 2]
+    async with await PostgresStore.open(postgres_dsn, schema=schema) as store:
+        assert await store.get_session("s-1") == created
+        command = make_command("s-1", "c-1")
+        await store.put_commands([command])
+        assert await store.list_commands() == [command]
+    assert await _versions(admin, schema) == [1, 2, 3]
+
+
+async def test_a_batch_of_commands_is_stored_whole_or_not_at_all(
+    postgres_dsn: str, schema: str, admin: asyncpg.Connection
+) -> None:
+    async with await PostgresStore.open(postgres_dsn, schema=schema) as store:
+        await store.put_commands([make_command("p", "before")])
+        # A command the database refuses, after others in the batch went in.
+        await admin.execute(
+            f"""CREATE FUNCTION "{schema}".poison() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                IF NEW.child_session_id = 'poison' THEN RAISE EXCEPTION 'poisoned'; END IF;
+                RETURN NEW;
+            END $$;
+            CREATE TRIGGER poison BEFORE INSERT ON "{schema}".child_commands
+            FOR EACH ROW EXECUTE FUNCTION "{schema}".poison();"""
+        )
+        batch = [make_command("p", "c-1"), make_command("p", "c-2"), make_command("p", "poison")]
+        with pytest.raises(StoreError, match="poisoned"):
+            await store.put_commands(batch)
+        assert [c.child_session_id for c in await store.list_commands()] == ["before"]
 
 
 def _refused_port() -> int:
@@ -364,6 +406,8 @@ async def test_schemas_are_isolated(postgres_dsn: str, schema: str) -> None:
             await b.create_session(make_record())
             await a.append("s-1", [make_event("a")])
             assert await b.read("s-1") == []
+            await a.put_commands([make_command("s-1", "c-1")])
+            assert await b.list_commands() == []
     finally:
         conn = await asyncpg.connect(postgres_dsn, timeout=5)
         try:

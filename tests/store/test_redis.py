@@ -33,6 +33,7 @@ from helix_transport.store.redis import RedisStore
 from helix_transport.testing.store_suite import (
     DurableStoreConformance,
     Reopen,
+    make_command,
     make_event,
     make_record,
 )
@@ -240,6 +241,34 @@ async def test_prefixes_are_isolated(prefix: str) -> None:
         assert await theirs.get_session("s-1") is None
         assert await theirs.read("s-1") == []
         assert await theirs.list_sessions(status=SessionStatus.RUNNING) == []
+        await mine.put_commands([make_command("s-1", "c-1")])
+        assert await theirs.list_commands() == []
+
+
+async def test_the_outbox_keys_are_under_the_prefix(
+    store: RedisStore, redis_client: aioredis.Redis, prefix: str
+) -> None:
+    # Other tests share the server: only this prefix's keys can be told apart.
+    await store.put_commands([make_command("s-1", "c-1"), make_command("s:2", "c:2")])
+    keys = {key async for key in redis_client.scan_iter(match=f"{prefix}:*")}
+    assert keys == {
+        f"{prefix}:commands".encode(),
+        f"{prefix}:command:s-1\x00c-1\x00interrupt".encode(),
+        f"{prefix}:command:s:2\x00c:2\x00interrupt".encode(),
+    }
+
+
+async def test_a_batch_of_commands_is_stored_whole_or_not_at_all(
+    store: RedisStore, redis_client: aioredis.Redis, prefix: str
+) -> None:
+    # Foreign data where a command's hash goes: a script would keep the writes made
+    # before the error, so the batch is refused before any.
+    await store.put_commands([make_command("p", "before")])
+    await redis_client.set(f"{prefix}:command:p\x00poison\x00interrupt", "not a hash")
+    batch = [make_command("p", "c-1"), make_command("p", "c-2"), make_command("p", "poison")]
+    with pytest.raises(StoreError, match="WRONGTYPE"):
+        await store.put_commands(batch)
+    assert [c.child_session_id for c in await store.list_commands()] == ["before"]
 
 
 async def test_a_checkpoint_rides_in_its_appends_atomic_write(store: RedisStore) -> None:

@@ -30,6 +30,7 @@ from helix_transport.store import sqlite as sqlite_module
 from helix_transport.testing.store_suite import (
     DurableStoreConformance,
     Reopen,
+    make_command,
     make_record,
 )
 from tests.helpers import assert_eventually
@@ -54,9 +55,16 @@ async def test_open_creates_parent_dirs_and_uses_wal(tmp_path: Path) -> None:
     assert path.exists()
     with sqlite3.connect(path) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(2,)]
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(3,)]
         tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
-    assert {"sessions", "events", "checkpoints", "interrupts", "subsession_refs"} <= tables
+    assert {
+        "sessions",
+        "events",
+        "checkpoints",
+        "interrupts",
+        "subsession_refs",
+        "child_commands",
+    } <= tables
 
 
 async def test_a_version_1_file_is_upgraded_and_its_sessions_are_anonymous(
@@ -84,7 +92,43 @@ async def test_a_version_1_file_is_upgraded_and_its_sessions_are_anonymous(
     finally:
         await store.aclose()
     with sqlite3.connect(path) as conn:
-        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(2,)]
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(3,)]
+
+
+async def test_a_version_2_file_gains_the_outbox(tmp_path: Path) -> None:
+    """A file written before the outbox: opening it adds the table and keeps the rest."""
+    path = tmp_path / "v2.db"
+    with sqlite3.connect(path) as conn:
+        for statement in [*sqlite_module._SCHEMA.split(";"), *sqlite_module._UPGRADES[2]]:
+            if statement.strip():
+                conn.execute(statement)
+        conn.execute("INSERT INTO schema_version (version) VALUES (2)")
+        record = make_record("before", principal="bob", tenant="acme")
+        conn.execute(sqlite_module._INSERT_SESSION, sqlite_module._session_params(record))
+    command = make_command("before", "c-1")
+    for _ in range(2):  # upgraded once, then opened as it is
+        async with await SqliteStore.open(str(path)) as store:
+            assert await store.get_session("before") == record
+            await store.put_commands([command])
+            assert await store.list_commands() == [command]
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(3,)]
+
+
+async def test_a_batch_of_commands_is_stored_whole_or_not_at_all(tmp_path: Path) -> None:
+    path = str(tmp_path / "helix.db")
+    async with await SqliteStore.open(path) as store:
+        await store.put_commands([make_command("p", "before")])
+    with sqlite3.connect(path) as conn:  # a command SQLite refuses, after others went in
+        conn.execute(
+            "CREATE TRIGGER poison BEFORE INSERT ON child_commands "
+            "WHEN NEW.child_session_id = 'poison' BEGIN SELECT RAISE(ABORT, 'poisoned'); END"
+        )
+    async with await SqliteStore.open(path) as store:
+        batch = [make_command("p", "c-1"), make_command("p", "c-2"), make_command("p", "poison")]
+        with pytest.raises(StoreError, match="poisoned"):
+            await store.put_commands(batch)
+        assert [c.child_session_id for c in await store.list_commands()] == ["before"]
 
 
 async def test_newer_schema_is_refused(tmp_path: Path) -> None:

@@ -1,0 +1,54 @@
+"""The outbox of child commands in a PostgreSQL store: its migration and statements.
+
+"{s}" stands for the quoted schema, as in the store's own statements.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from helix_transport.store._records import ChildCommand
+
+MIGRATION = """
+    -- COLLATE "C": ids compare by code point, the order list_commands promises on every
+    -- backend (the database's default collation may be a language's).
+    CREATE TABLE {s}.child_commands (
+        parent_session_id text COLLATE "C" NOT NULL, child_session_id text COLLATE "C" NOT NULL,
+        kind text COLLATE "C" NOT NULL, address text NOT NULL, reason text NOT NULL,
+        created_at float8 NOT NULL, attempts bigint NOT NULL,
+        PRIMARY KEY (parent_session_id, child_session_id, kind));
+    CREATE INDEX child_commands_by_age ON {s}.child_commands
+        (created_at, parent_session_id, child_session_id, kind);
+"""
+"""The migration that adds the outbox."""
+
+COLUMNS = [f.name for f in dataclasses.fields(ChildCommand)]
+_TYPES = {"created_at": "float8", "attempts": "bigint"}
+# The batch as one statement (atomic on its own), a column array per field; the batch
+# must hold each key once (ON CONFLICT may not touch a row twice). A repeated command
+# keeps its created_at and attempts.
+PUT = (
+    f"INSERT INTO {{s}}.child_commands ({', '.join(COLUMNS)}) SELECT * FROM unnest("
+    + ", ".join(f"${n}::{_TYPES.get(c, 'text')}[]" for n, c in enumerate(COLUMNS, start=1))
+    + ") ON CONFLICT (parent_session_id, child_session_id, kind) DO UPDATE SET "
+    "address = EXCLUDED.address, reason = EXCLUDED.reason"
+)
+LIST = (
+    f"SELECT {', '.join(COLUMNS)} FROM {{s}}.child_commands "
+    "ORDER BY created_at, parent_session_id, child_session_id, kind LIMIT $1"
+)
+_KEY = "parent_session_id = $1 AND child_session_id = $2 AND kind = $3"
+RECORD_ATTEMPT = f"UPDATE {{s}}.child_commands SET attempts = attempts + 1 WHERE {_KEY}"
+DELETE = f"DELETE FROM {{s}}.child_commands WHERE {_KEY}"
+
+
+def put_args(commands: Sequence[ChildCommand]) -> list[list[Any]]:
+    """``PUT``'s parameters: one array per column."""
+    return [[getattr(command, c) for command in commands] for c in COLUMNS]
+
+
+def from_row(row: Mapping[str, Any]) -> ChildCommand:
+    """A command from a ``LIST`` row."""
+    return ChildCommand(**{c: row[c] for c in COLUMNS})
