@@ -128,6 +128,9 @@ def _delegating_agent(name: str) -> Agent:
         tools=[
             remote_agent_tool("count", agent_type="counter", input_model=CountInput),
             remote_agent_tool("loop", agent_type="looper", input_model=CountInput),
+            remote_agent_tool(
+                "loop_briefly", agent_type="looper", input_model=CountInput, timeout_s=2
+            ),
             remote_agent_tool("delegate", agent_type="middle", input_model=DelegateInput),
             remote_agent_tool(
                 "count_quickly", agent_type="counter", input_model=CountInput, timeout_s=0.5
