@@ -84,7 +84,7 @@ from helix_transport._exceptions import HelixError, SessionExists, SessionStateC
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._status import SessionStatus
 from helix_transport.agent.definition import Agent
-from helix_transport.agent.tools import Tool, ToolContext, ToolError
+from helix_transport.agent.tools import Tool, ToolContext, ToolError, derived_session_id
 from helix_transport.registry import resolve_address
 from helix_transport.remote import (
     child_metadata,
@@ -131,7 +131,7 @@ def child_session_id(parent_session_id: str, name: str, scope: str) -> str:
 
     ``scope`` is the parent's ``ToolContext.child_scope`` (its agent type and owner).
     """
-    return f"{parent_session_id}-agent-{name}-{scope}"
+    return derived_session_id(parent_session_id, "agent", name, scope)
 
 
 # --- arguments ------------------------------------------------------------------------

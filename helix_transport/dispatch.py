@@ -54,7 +54,7 @@ from helix_transport._status import SessionStatus
 from helix_transport._turns import TURN_FRESH_KEY, TURN_KEY
 from helix_transport.agent.definition import Agent
 from helix_transport.agent.loop import NUDGE
-from helix_transport.agent.tools import Tool, ToolContext, ToolError
+from helix_transport.agent.tools import Tool, ToolContext, ToolError, derived_session_id
 from helix_transport.registry import resolve_address
 from helix_transport.remote import (
     child_metadata,
@@ -200,7 +200,7 @@ class Dispatcher:
                 _Task(
                     task_id=task_id,
                     agent_type=task.agent,
-                    session_id=f"{ctx.session_id}-task-{task_id}-{ctx.child_scope}",
+                    session_id=derived_session_id(ctx.session_id, "task", task_id, ctx.child_scope),
                     address=address,
                 )
             )

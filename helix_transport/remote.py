@@ -40,7 +40,7 @@ from helix_transport._exceptions import (
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._status import SessionStatus
 from helix_transport._wire import child_event_payloads, child_event_prefix
-from helix_transport.agent.tools import Tool, ToolContext, ToolError
+from helix_transport.agent.tools import Tool, ToolContext, ToolError, derived_session_id
 from helix_transport.registry import resolve_address
 from helix_transport.store import RemoteCursor, Store, SubSessionRef, pages
 from helix_transport.transport import AgentClient
@@ -91,7 +91,7 @@ def child_session_id(parent_session_id: str, tool_call_id: str, scope: str) -> s
 
     ``scope`` is the parent's ``ToolContext.child_scope`` (its agent type and owner).
     """
-    return f"{parent_session_id}-remote-{tool_call_id}-{scope}"
+    return derived_session_id(parent_session_id, "remote", tool_call_id, scope)
 
 
 def remote_agent_tool(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
+import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, get_type_hints
@@ -76,6 +77,49 @@ def child_scope(agent_type: str, principal: str, tenant: str = "") -> str:
     # owner say anonymous (see server._ownership).
     owner = json.dumps([agent_type, tenant, principal or "anonymous"])
     return hashlib.sha256(owner.encode()).hexdigest()[:16]
+
+
+SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:\-]*")
+"""What a session id is made of: the server refuses any other (see server._validation)."""
+MAX_SESSION_ID = 512
+"""The longest session id a server accepts."""
+
+_KIND = re.compile(r"[a-z]+")
+
+
+def derived_session_id(parent_session_id: str, kind: str, key: str, scope: str) -> str:
+    """The session id of a child: ``{parent_session_id}-{kind}-{key}-{scope}`` when that
+    is a valid session id, else ``{prefix}-{kind}-{digest}``.
+
+    The plain form is kept whenever it is valid, so a parent that was delegating before
+    this function existed rejoins its child. Otherwise (a parent id near the 512-character
+    limit, one nested many levels deep, a provider's tool call id with ``/``, ``+`` or
+    ``=``, a parent id that is not a session id itself) ``digest`` is the SHA-256 of all
+    four inputs, and ``prefix`` the longest readable start of the parent's id that fits:
+    the result is always valid, the same in every process, and distinct for distinct
+    inputs (up to the digest). Ending in 64 hex digits, it never equals a plain id, which
+    ends with ``-`` and a 16-digit ``scope`` (``child_scope``).
+
+    Args:
+        parent_session_id: the parent's session id (any string).
+        kind: what the child is (``remote``, ``agent``, ``task``): lower-case letters.
+        key: what names the child within its parent (a tool call id, a name).
+        scope: the parent's ``child_scope``.
+
+    Raises:
+        UsageError: ``kind`` is not lower-case letters.
+    """
+    if not _KIND.fullmatch(kind):
+        raise UsageError(f"child id kind {kind!r} must be lower-case letters")
+    plain = f"{parent_session_id}-{kind}-{key}-{scope}"
+    if len(plain) <= MAX_SESSION_ID and SESSION_ID.fullmatch(plain):
+        return plain
+    # JSON keeps the four apart whatever they hold, and escapes lone surrogates.
+    inputs = json.dumps([parent_session_id, kind, key, scope])
+    suffix = f"-{kind}-{hashlib.sha256(inputs.encode()).hexdigest()}"
+    readable = SESSION_ID.match(parent_session_id)
+    prefix = readable.group()[: MAX_SESSION_ID - len(suffix)] if readable else ""
+    return prefix + suffix if prefix else suffix[1:]
 
 
 ToolFn = Callable[[ToolContext, Any], Awaitable[Any]]

@@ -16,10 +16,9 @@ from google.protobuf.duration_pb2 import Duration
 from pydantic import BaseModel, ValidationError
 
 from helix_transport._exceptions import InvalidArgument
+from helix_transport.agent.tools import MAX_SESSION_ID, SESSION_ID
 from helix_transport.server.limits import Limits
 
-SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:\-]*")
-MAX_SESSION_ID = 512
 MAX_METADATA_ENTRIES = 64
 MAX_METADATA_KEY = 128
 MAX_METADATA_VALUE = 4096
