@@ -40,7 +40,14 @@ from helix_transport._exceptions import (
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._status import SessionStatus
 from helix_transport._wire import child_event_payloads, child_event_prefix
-from helix_transport.agent.tools import Tool, ToolContext, ToolError, derived_session_id
+from helix_transport.agent.tools import (
+    DELEGATION_PATH_KEY,
+    Tool,
+    ToolContext,
+    ToolError,
+    derived_session_id,
+    reserve_children,
+)
 from helix_transport.registry import resolve_address
 from helix_transport.store import RemoteCursor, Store, SubSessionRef, pages
 from helix_transport.transport import AgentClient
@@ -66,6 +73,8 @@ every batch, which halved two-hop throughput (`helix-mesh bench`, scenario 4).""
 
 
 _TRACE_KEYS = frozenset({"traceparent", "tracestate"})
+# The path travels as StartRequest.delegation_path; the parent's own is not the child's.
+_NOT_INHERITED = _TRACE_KEYS | {DELEGATION_PATH_KEY}
 
 
 def child_metadata(
@@ -78,7 +87,7 @@ def child_metadata(
     (this delegation's span) takes its place; without one the child's run is a top
     span of the same trace, which the root session id names.
     """
-    inherited = {k: v for k, v in ctx.metadata.items() if k not in _TRACE_KEYS}
+    inherited = {k: v for k, v in ctx.metadata.items() if k not in _NOT_INHERITED}
     return {
         **inherited,
         ROOT_SESSION_KEY: ctx.metadata.get(ROOT_SESSION_KEY, ctx.session_id),
@@ -200,6 +209,7 @@ class _ChildCall:
 
     async def run(self, input_json: str, *, timeout_s: float | None = None) -> Any:
         ctx = self.ctx
+        await reserve_children(ctx, [self.child_id])
         existing = await ctx.store.get_subsession_ref(ctx.session_id, self.child_id)
         last = 0
         if existing is not None:  # a resumed parent rejoining its child
@@ -234,6 +244,7 @@ class _ChildCall:
                     session_id=self.child_id,
                     parent_session_id=ctx.session_id,
                     metadata=metadata,
+                    delegation_path=ctx.child_delegation_path,
                 )
                 started = True
                 final = await self._forward(last) or await self._final_from_status()

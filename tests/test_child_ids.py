@@ -21,7 +21,12 @@ import pytest
 
 from helix_transport import Agent, AgentClient, create_server
 from helix_transport._status import SessionStatus
-from helix_transport.agent.tools import MAX_SESSION_ID, child_scope, derived_session_id
+from helix_transport.agent.tools import (
+    DELEGATION_PATH_KEY,
+    MAX_SESSION_ID,
+    child_scope,
+    derived_session_id,
+)
 from helix_transport.companions import child_session_id as companion_id
 from helix_transport.registry import address_env_var
 from helix_transport.remote import child_session_id as remote_id
@@ -169,10 +174,12 @@ async def run_to_end(client: AgentClient, session_id: str) -> dict[str, object]:
     return output
 
 
-async def only_child(store: MemoryStore) -> str:
+async def only_child(store: MemoryStore, parent_type: str) -> str:
+    """The one child the echo service ran; its ``Start`` carried the parent's type."""
     sessions = await store.list_sessions(status=SessionStatus.COMPLETED)
     assert len(sessions) == 1
     assert_valid(sessions[0].session_id)
+    assert json.loads(sessions[0].metadata[DELEGATION_PATH_KEY]) == [parent_type]
     return sessions[0].session_id
 
 
@@ -181,7 +188,7 @@ async def test_a_remote_child_of_a_512_character_root_with_an_odd_call_id_runs(
 ) -> None:
     async with parent_and_echo(remote_caller, monkeypatch) as (client, echo_store):
         output = await run_to_end(client, LONG_ROOT)
-        child = await only_child(echo_store)
+        child = await only_child(echo_store, "remote-caller")
     assert output == {"answer": [{"echo": "hi"}]}
     assert child == remote_id(LONG_ROOT, ODD_CALL_ID, child_scope("remote-caller", ""))
 
@@ -191,7 +198,7 @@ async def test_a_companion_child_of_a_512_character_root_runs(
 ) -> None:
     async with parent_and_echo(companion_caller, monkeypatch) as (client, echo_store):
         output = await run_to_end(client, LONG_ROOT)
-        child = await only_child(echo_store)
+        child = await only_child(echo_store, "companion-caller")
     assert isinstance(output["answer"], list) and len(output["answer"]) == 1
     result: dict[str, object] = output["answer"][0]
     assert result["output"] == {"echo": "hi"}, result
@@ -203,7 +210,7 @@ async def test_a_run_subagent_task_of_a_512_character_root_with_an_odd_call_id_r
 ) -> None:
     async with parent_and_echo(task_caller, monkeypatch) as (client, echo_store):
         output = await run_to_end(client, LONG_ROOT)
-        child = await only_child(echo_store)
+        child = await only_child(echo_store, "task-caller")
     delivered = str(output["answer"])
     assert '"completed"' in delivered and '{"echo": "hi"}' in delivered, delivered
     scope = child_scope("task-caller", "")

@@ -1,5 +1,5 @@
 """Agents for the child-id and tree-bound tests: an echo child, parents of each kind
-of child (remote call, companion, ``run_subagent`` task).
+of child (remote call, companion, ``run_subagent`` task) and self-delegating agents.
 
 Children are found through the mesh registry (``HELIX_AGENT_ADDRESS_<TYPE>``).
 """
@@ -120,4 +120,59 @@ task_caller = with_dispatch(
         max_steps=6,
     ),
     [SubagentType(agent_type="echo", input_field="text")],
+)
+
+
+# --- trees ------------------------------------------------------------------------------
+
+
+class Down(BaseModel):
+    """What a delegating agent passes down (and is started with)."""
+
+    text: str = "down"
+
+
+def _delegate_once(messages: list[dict[str, Any]]) -> ScriptedTurn:
+    """Delegate once, then finish with what came back (an output or an error)."""
+    if steps_taken(messages) == 0:
+        return ScriptedTurn(tool_calls=(ScriptedToolCall(name="down", arguments={}),))
+    return finish(answer=step_results(messages)[0][1])
+
+
+def delegating(name: str, child: str, *, recursive: bool = False, **options: Any) -> Agent:
+    """An agent that delegates once to ``child`` (its own type: a self-delegating agent)."""
+    return Agent(
+        name=name,
+        description=f"Delegates to {child} once.",
+        input_model=Down,
+        output_model=Answer,
+        tools=[remote_agent_tool("down", agent_type=child, input_model=Down)],
+        model=register_script("delegate-once", _delegate_once),
+        recursive=recursive,
+        **options,
+    )
+
+
+selfish = delegating("selfish", "selfish", recursive=True)
+"""Delegates to its own type: only the depth limit ends the tree."""
+ping = delegating("ping", "pong")
+pong = delegating("pong", "ping")
+"""``ping > pong > ping``: a cycle through another type."""
+
+
+def _three_asks(messages: list[dict[str, Any]]) -> ScriptedTurn:
+    if steps_taken(messages) == 0:
+        asks = (ScriptedToolCall(name="ask", arguments={"text": f"hi {i}"}) for i in range(3))
+        return ScriptedTurn(tool_calls=tuple(asks))
+    return finish(answer=[value for _, value in step_results(messages)])
+
+
+capped = Agent(
+    name="capped",
+    description="Asks the echo agent three times at once, with room for two children.",
+    input_model=Ask,
+    output_model=Answer,
+    tools=[remote_agent_tool("ask", agent_type="echo", input_model=EchoInput)],
+    model=register_script("capped", _three_asks),
+    max_live_children=2,
 )

@@ -8,7 +8,7 @@ import enum
 import operator
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from datetime import timedelta
 from types import TracebackType
 from typing import Any, Self, TypeVar
@@ -149,6 +149,7 @@ class AgentClient:
         session_id: str = "",
         parent_session_id: str = "",
         metadata: Mapping[str, str] | None = None,
+        delegation_path: Sequence[str] = (),
     ) -> pb.StartResponse:
         """Start a session (idempotent on ``session_id``).
 
@@ -158,6 +159,9 @@ class AgentClient:
         ``Start`` is idempotent, so a retry can never run the session twice. Past the
         deadline the last error is raised (``ResourceExhausted`` with ``retry_after_s``,
         ``DeadlineExceeded``, ``ConnectError``).
+
+        ``delegation_path``: for a child, the agent types from the root down to its
+        parent (``ToolContext.child_delegation_path``); the server bounds trees by it.
         """
         self._check_open()
         # Name the session here, not on the server: then every Start is idempotent and
@@ -168,6 +172,7 @@ class AgentClient:
             input_json=input_json,
             parent_session_id=parent_session_id,
             metadata=dict(metadata or {}),
+            delegation_path=delegation_path,
         )
         return await self._idempotent(self._stub.Start, request, session_id)
 
