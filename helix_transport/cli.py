@@ -328,6 +328,7 @@ def _serve(args: argparse.Namespace) -> int:
             max_input_bytes=args.max_input_bytes,
             max_json_depth=args.max_json_depth,
             max_running_sessions=args.max_running_sessions,
+            max_delegation_depth=args.max_delegation_depth,
             rate_per_s=args.rate_limit,
             rate_burst=args.rate_burst,
         ),
@@ -542,6 +543,11 @@ def _serve_options(parser: argparse.ArgumentParser) -> None:
         ("--rate-burst", int, "HELIX_RATE_BURST", "calls at once per principal (1000)"),
     ):
         limits.add_argument(flag, type=kind, help=f"{what}; ${env}")
+    limits.add_argument(
+        "--max-delegation-depth",
+        type=int,
+        help="levels a delegation tree may have, its root included (8)",
+    )
 
 
 _COMMANDS = {

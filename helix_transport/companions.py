@@ -85,7 +85,14 @@ from helix_transport._exceptions import HelixError, SessionExists, SessionStateC
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._status import SessionStatus
 from helix_transport.agent.definition import Agent
-from helix_transport.agent.tools import Tool, ToolContext, ToolError
+from helix_transport.agent.tools import (
+    Tool,
+    ToolContext,
+    ToolError,
+    derived_session_id,
+    library_tool,
+    reserve_children,
+)
 from helix_transport.registry import resolve_address
 from helix_transport.remote import (
     child_metadata,
@@ -132,7 +139,7 @@ def child_session_id(parent_session_id: str, name: str, scope: str) -> str:
 
     ``scope`` is the parent's ``ToolContext.child_scope`` (its agent type and owner).
     """
-    return f"{parent_session_id}-agent-{name}-{scope}"
+    return derived_session_id(parent_session_id, "agent", name, scope)
 
 
 # --- arguments ------------------------------------------------------------------------
@@ -328,7 +335,7 @@ class Companions:
                     fn=self._wait_tool,
                 )
             )
-        return tools
+        return [library_tool(t) for t in tools]  # their reserved names are theirs
 
     def attach(self, agent: Agent) -> Agent:
         """``agent`` with the companion tools and the delivery hook added."""
@@ -628,6 +635,11 @@ class Companions:
             address=address,
             tool_call_id=ctx.tool_call_id,
         )
+        try:
+            await reserve_children(ctx, [child.session_id])
+        except ToolError:
+            _Children(ctx.state).raw["children"].pop(name, None)  # free a reserved name
+            raise
         client = await ctx.clients.get(address)
         # One delegation span per child, not per turn: the child keeps the trace context
         # of its Start (Continue carries none), so every turn's run nests under it.
@@ -646,6 +658,7 @@ class Companions:
                 parent_session_id=ctx.session_id,
                 metadata=metadata,
                 retry=_until_answered(client),
+                delegation_path=ctx.child_delegation_path,
             )
         except HelixError as exc:
             end_delegation(

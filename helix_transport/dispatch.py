@@ -54,7 +54,13 @@ from helix_transport._status import SessionStatus
 from helix_transport._turns import TURN_FRESH_KEY, TURN_KEY
 from helix_transport.agent.definition import Agent
 from helix_transport.agent.loop import NUDGE
-from helix_transport.agent.tools import Tool, ToolContext, ToolError
+from helix_transport.agent.tools import (
+    Tool,
+    ToolContext,
+    ToolError,
+    derived_session_id,
+    reserve_children,
+)
 from helix_transport.registry import resolve_address
 from helix_transport.remote import (
     child_metadata,
@@ -200,10 +206,11 @@ class Dispatcher:
                 _Task(
                     task_id=task_id,
                     agent_type=task.agent,
-                    session_id=f"{ctx.session_id}-task-{task_id}-{ctx.child_scope}",
+                    session_id=derived_session_id(ctx.session_id, "task", task_id, ctx.child_scope),
                     address=address,
                 )
             )
+        await reserve_children(ctx, [t.session_id for t in tasks])
         inputs = [
             t.message if self.types[t.agent].input_field is None else json.dumps(
                 {self.types[t.agent].input_field: t.message}
@@ -248,6 +255,7 @@ class Dispatcher:
                 metadata=metadata,
                 # An unreachable service is not a failed task: the run's deadline bounds it.
                 retry=client.config.reconnect.until_cancelled(),
+                delegation_path=ctx.child_delegation_path,
             )
         except HelixError as exc:
             task.status, task.error = "failed", f"could not start: {exc.message}"

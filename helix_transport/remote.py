@@ -40,7 +40,14 @@ from helix_transport._exceptions import (
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._status import SessionStatus
 from helix_transport._wire import child_event_payloads, child_event_prefix
-from helix_transport.agent.tools import Tool, ToolContext, ToolError
+from helix_transport.agent.tools import (
+    DELEGATION_PATH_KEY,
+    Tool,
+    ToolContext,
+    ToolError,
+    derived_session_id,
+    reserve_children,
+)
 from helix_transport.cascade import Cascade
 from helix_transport.registry import resolve_address
 from helix_transport.store import RemoteCursor, Store, SubSessionRef, pages
@@ -62,6 +69,8 @@ every batch, which halved two-hop throughput (`helix-mesh bench`, scenario 4).""
 
 
 _TRACE_KEYS = frozenset({"traceparent", "tracestate"})
+# The path travels as StartRequest.delegation_path; the parent's own is not the child's.
+_NOT_INHERITED = _TRACE_KEYS | {DELEGATION_PATH_KEY}
 
 
 def child_metadata(
@@ -74,7 +83,7 @@ def child_metadata(
     (this delegation's span) takes its place; without one the child's run is a top
     span of the same trace, which the root session id names.
     """
-    inherited = {k: v for k, v in ctx.metadata.items() if k not in _TRACE_KEYS}
+    inherited = {k: v for k, v in ctx.metadata.items() if k not in _NOT_INHERITED}
     return {
         **inherited,
         ROOT_SESSION_KEY: ctx.metadata.get(ROOT_SESSION_KEY, ctx.session_id),
@@ -87,7 +96,7 @@ def child_session_id(parent_session_id: str, tool_call_id: str, scope: str) -> s
 
     ``scope`` is the parent's ``ToolContext.child_scope`` (its agent type and owner).
     """
-    return f"{parent_session_id}-remote-{tool_call_id}-{scope}"
+    return derived_session_id(parent_session_id, "remote", tool_call_id, scope)
 
 
 def remote_agent_tool(
@@ -196,6 +205,7 @@ class _ChildCall:
 
     async def run(self, input_json: str, *, timeout_s: float | None = None) -> Any:
         ctx = self.ctx
+        await reserve_children(ctx, [self.child_id])
         existing = await ctx.store.get_subsession_ref(ctx.session_id, self.child_id)
         last, logged = 0, _Logged()
         if existing is not None:  # a resumed parent rejoining its child
@@ -242,6 +252,7 @@ class _ChildCall:
                     parent_session_id=ctx.session_id,
                     metadata=metadata,
                     retry=retry,
+                    delegation_path=ctx.child_delegation_path,
                 )
                 started = True
                 final = await self._forward(last, retry) or await self._final_from_status()

@@ -13,7 +13,14 @@ from typing import Any
 from pydantic import BaseModel
 
 from helix_transport._exceptions import UsageError
-from helix_transport.agent.tools import FINISH_TOOL, Tool, ToolContext
+from helix_transport.agent.tools import (
+    FINISH_TOOL,
+    MAX_LIVE_CHILDREN,
+    Tool,
+    ToolContext,
+    is_library_tool,
+    reserved_tool_name,
+)
 
 StepHook = Callable[[ToolContext, list[dict[str, Any]]], Awaitable[list[dict[str, Any]]]]
 """Runs before each model call of a fresh step with the conversation so far (read-only);
@@ -59,17 +66,34 @@ class Agent:
     resumed step re-runs checkpointed tool calls); the messages they return join the
     conversation and are checkpointed with it. The companion tools deliver the
     outcomes of finished children this way (``helix_transport.companions``)."""
+    recursive: bool = False
+    """Whether a session of this type may be started below another of its type (a
+    delegation path that holds it already: ``a > b > a``). Off, such a ``Start`` is
+    refused, so a cycle of agents cannot recurse without end; on, only the server's
+    maximum delegation depth (``Limits.max_delegation_depth``) bounds it."""
+    max_live_children: int = MAX_LIVE_CHILDREN
+    """Children (remote calls, companions, ``run_subagent`` tasks) one session may have
+    running at once; a call that would start more gets an error result. 0: no limit."""
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):
             raise UsageError(f"agent name {self.name!r} must match {_NAME.pattern}")
         if self.max_steps < 1:
             raise UsageError(f"agent {self.name!r}: max_steps must be at least 1")
+        if self.max_live_children < 0:
+            raise UsageError(f"agent {self.name!r}: max_live_children must not be negative")
         names = [t.name for t in self.tools]
         if FINISH_TOOL in names or len(set(names)) != len(names):
             raise UsageError(
                 f"agent {self.name!r}: tool names must be unique and not {FINISH_TOOL}"
             )
+        for t in self.tools:
+            # The companions' tools and the like pass: the library marked them its own.
+            if reserved_tool_name(t.name) and not is_library_tool(t):
+                raise UsageError(
+                    f"agent {self.name!r}: tool name {t.name!r} is reserved (names starting "
+                    "with '__' or 'companion__' are the library's own tools)"
+                )
 
     def resolved_model(self) -> str:
         """``HELIX_MODEL`` when set (a real provider), else ``model``."""

@@ -458,6 +458,7 @@ class RunLoop:
             cache=self._cache,
             principal=self.record.principal,
             tenant=self.record.tenant,
+            max_live_children=self.agent.max_live_children,
         )
 
     async def _race(self, work: Awaitable[T]) -> T | _Interrupted:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
+import re
+import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, get_type_hints
@@ -13,12 +15,22 @@ from pydantic import BaseModel, ValidationError
 
 from helix_transport._exceptions import UsageError
 from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
+from helix_transport._status import SessionStatus
 from helix_transport.store import Store
 from helix_transport.tracing.hooks import NO_HOOKS, RunHooks
 from helix_transport.transport._pool import ClientPool
 
 FINISH_TOOL = "__finish__"
 """The tool every agent gets: calling it with valid output ends the run."""
+RESERVED_TOOL_PREFIXES = ("__", "companion__")
+"""Tool names the library keeps for its own tools (``__finish__``, the companions')."""
+MAX_LIVE_CHILDREN = 64
+"""The default of ``Agent.max_live_children``."""
+DELEGATION_PATH_KEY = "helix.delegation_path"
+"""Session metadata key of the session's ``StartRequest.delegation_path`` (a JSON list),
+set by the server that took the ``Start``: a resumed run sends its children the path
+it was started with."""
+_STARTING_KEY = "helix.children.starting"  # ToolContext.cache: children not yet in refs
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,11 +67,26 @@ class ToolContext:
     """Who owns the session: the principal that started it (empty counts as anonymous)."""
     tenant: str = ""
     """The tenant of ``principal``."""
+    max_live_children: int = MAX_LIVE_CHILDREN
+    """Children the session may have running at once (``Agent.max_live_children``)."""
 
     @property
     def child_scope(self) -> str:
         """What ends the id of every child this session starts (see ``child_scope``)."""
         return child_scope(self.agent_type, self.principal, self.tenant)
+
+    @property
+    def delegation_path(self) -> tuple[str, ...]:
+        """The agent types from the root down to this session's parent (empty for a
+        root), as its ``Start`` carried them (``StartRequest.delegation_path``)."""
+        raw = self.metadata.get(DELEGATION_PATH_KEY, "")
+        path = json.loads(raw) if raw else []  # written by the server, from a checked path
+        return tuple(str(p) for p in path)
+
+    @property
+    def child_delegation_path(self) -> tuple[str, ...]:
+        """The ``delegation_path`` of every child this session starts: its own and its type."""
+        return (*self.delegation_path, self.agent_type)
 
 
 def child_scope(agent_type: str, principal: str, tenant: str = "") -> str:
@@ -76,6 +103,49 @@ def child_scope(agent_type: str, principal: str, tenant: str = "") -> str:
     # owner say anonymous (see server._ownership).
     owner = json.dumps([agent_type, tenant, principal or "anonymous"])
     return hashlib.sha256(owner.encode()).hexdigest()[:16]
+
+
+SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:\-]*")
+"""What a session id is made of: the server refuses any other (see server._validation)."""
+MAX_SESSION_ID = 512
+"""The longest session id a server accepts."""
+
+_KIND = re.compile(r"[a-z]+")
+
+
+def derived_session_id(parent_session_id: str, kind: str, key: str, scope: str) -> str:
+    """The session id of a child: ``{parent_session_id}-{kind}-{key}-{scope}`` when that
+    is a valid session id, else ``{prefix}-{kind}-{digest}``.
+
+    The plain form is kept whenever it is valid, so a parent that was delegating before
+    this function existed rejoins its child. Otherwise (a parent id near the 512-character
+    limit, one nested many levels deep, a provider's tool call id with ``/``, ``+`` or
+    ``=``, a parent id that is not a session id itself) ``digest`` is the SHA-256 of all
+    four inputs, and ``prefix`` the longest readable start of the parent's id that fits:
+    the result is always valid, the same in every process, and distinct for distinct
+    inputs (up to the digest). Ending in 64 hex digits, it never equals a plain id, which
+    ends with ``-`` and a 16-digit ``scope`` (``child_scope``).
+
+    Args:
+        parent_session_id: the parent's session id (any string).
+        kind: what the child is (``remote``, ``agent``, ``task``): lower-case letters.
+        key: what names the child within its parent (a tool call id, a name).
+        scope: the parent's ``child_scope``.
+
+    Raises:
+        UsageError: ``kind`` is not lower-case letters.
+    """
+    if not _KIND.fullmatch(kind):
+        raise UsageError(f"child id kind {kind!r} must be lower-case letters")
+    plain = f"{parent_session_id}-{kind}-{key}-{scope}"
+    if len(plain) <= MAX_SESSION_ID and SESSION_ID.fullmatch(plain):
+        return plain
+    # JSON keeps the four apart whatever they hold, and escapes lone surrogates.
+    inputs = json.dumps([parent_session_id, kind, key, scope])
+    suffix = f"-{kind}-{hashlib.sha256(inputs.encode()).hexdigest()}"
+    readable = SESSION_ID.match(parent_session_id)
+    prefix = readable.group()[: MAX_SESSION_ID - len(suffix)] if readable else ""
+    return prefix + suffix if prefix else suffix[1:]
 
 
 ToolFn = Callable[[ToolContext, Any], Awaitable[Any]]
@@ -207,3 +277,55 @@ def dump_result(value: Any) -> str:
         return json.dumps(value, default=str, allow_nan=False)
     except ValueError as exc:
         raise ToolError(f"the tool's result is not JSON: {exc}") from None
+
+
+async def reserve_children(ctx: ToolContext, child_ids: Sequence[str]) -> None:
+    """Count ``child_ids`` among the session's live children before they start.
+
+    Live: refs still running, and children reserved in this run whose ref is not
+    written yet (concurrent tool calls each see the others'). A child that already has
+    a ref (a rejoin, a restart of a known child) is not new. Per parent session: a
+    tree's total would need every level's refs.
+
+    Raises:
+        ToolError: the new children would take the session past ``max_live_children``.
+    """
+    limit = ctx.max_live_children
+    if limit <= 0:
+        return
+    refs = await ctx.store.list_subsession_refs(ctx.session_id)
+    # No await from here on: the count and the reservation are one step.
+    starting: set[str] = ctx.cache.setdefault(_STARTING_KEY, set())
+    starting -= {r.child_session_id for r in refs}
+    live = starting | {r.child_session_id for r in refs if r.status is SessionStatus.RUNNING}
+    known = live | {r.child_session_id for r in refs}
+    new = {c for c in child_ids if c not in known}
+    if new and len(live) + len(new) > limit:
+        raise ToolError(
+            f"cannot start {len(new)} more child(ren): this session has {len(live)} running "
+            f"and may have at most {limit} at once; wait for some to finish"
+        )
+    starting |= new
+
+
+def reserved_tool_name(name: str) -> bool:
+    """True for a name kept for the library's own tools (``RESERVED_TOOL_PREFIXES``)."""
+    return name.startswith(RESERVED_TOOL_PREFIXES)
+
+
+_LIBRARY_TOOLS: weakref.WeakValueDictionary[int, Tool] = weakref.WeakValueDictionary()
+
+
+def library_tool(tool: Tool) -> Tool:
+    """Mark ``tool`` as one the library attaches, so it may have a reserved name.
+
+    For helix_transport's own modules (companions, dispatch); an agent's own tools
+    with such names are refused by ``Agent``.
+    """
+    _LIBRARY_TOOLS[id(tool)] = tool
+    return tool
+
+
+def is_library_tool(tool: Tool) -> bool:
+    """True for a tool marked by ``library_tool`` (this very object)."""
+    return _LIBRARY_TOOLS.get(id(tool)) is tool

@@ -75,7 +75,7 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
         if request.parent_session_id:
             check.session_id(request.parent_session_id, field="parent_session_id")
         check.agent_input(self.agent.input_model, request.input_json, limits=self.limits)
-        metadata = check.metadata(dict(request.metadata))
+        metadata = check.start_metadata(request, session_id, agent=self.agent, limits=self.limits)
         input_json = request.input_json or "{}"  # as the proto says: the same call as {}
         caller = current_principal()  # the new session's owner
         # Compare existing sessions on the raw input: an equal JSON value is the same call.

@@ -10,16 +10,18 @@ from __future__ import annotations
 import json
 import re
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from google.protobuf.duration_pb2 import Duration
 from pydantic import BaseModel, ValidationError
 
-from helix_transport._exceptions import InvalidArgument
+from helix_transport._exceptions import InvalidArgument, SessionStateConflict
+from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
+from helix_transport.agent.definition import Agent
+from helix_transport.agent.tools import DELEGATION_PATH_KEY, MAX_SESSION_ID, SESSION_ID
 from helix_transport.server.limits import Limits
 
-SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:\-]*")
-MAX_SESSION_ID = 512
 MAX_METADATA_ENTRIES = 64
 MAX_METADATA_KEY = 128
 MAX_METADATA_VALUE = 4096
@@ -52,6 +54,60 @@ def session_id(value: str, *, field: str = "session_id", generate: bool = False)
             field, "must be 1-512 characters from [A-Za-z0-9_.:-], starting with a letter or digit"
         )
     return value
+
+
+_AGENT_NAME = re.compile(r"[a-z][a-z0-9_-]{0,62}")  # Agent.name's rule
+MAX_DELEGATION_PATH = 256
+"""Entries a ``delegation_path`` may hold whatever the depth limit (0 turns that off)."""
+
+
+def delegation_path(
+    path: Sequence[str],
+    metadata: dict[str, str],
+    *,
+    agent: Agent,
+    limits: Limits,
+    session_id: str,
+) -> dict[str, str]:
+    """``metadata`` with the checked ``delegation_path`` kept under ``DELEGATION_PATH_KEY``
+    (a caller's own entry under that key is replaced: the path is the field's).
+
+    Raises:
+        InvalidArgument: an entry is not an agent name, or the path is absurdly long.
+        SessionStateConflict: (FAILED_PRECONDITION) the path is ``max_delegation_depth``
+            long already, or holds ``agent``'s type and ``agent`` is not recursive.
+    """
+    if len(path) > MAX_DELEGATION_PATH:
+        raise InvalidArgument("delegation_path", f"more than {MAX_DELEGATION_PATH} entries")
+    for index, entry in enumerate(path):
+        if not _AGENT_NAME.fullmatch(entry):
+            raise InvalidArgument(f"delegation_path[{index}]", "not an agent name")
+    shown = " > ".join([*path, agent.name])
+    most = limits.max_delegation_depth
+    if most and len(path) >= most:
+        raise SessionStateConflict(
+            session_id,
+            f"cannot start: delegation path {shown} is {len(path) + 1} levels deep, more "
+            f"than this service's maximum of {most}",
+        )
+    if agent.name in path and not agent.recursive:
+        raise SessionStateConflict(
+            session_id,
+            f"cannot start: delegation path {shown} returns to {agent.name!r}, which does not "
+            "allow recursion",
+        )
+    kept = {k: v for k, v in metadata.items() if k != DELEGATION_PATH_KEY}
+    return {**kept, DELEGATION_PATH_KEY: json.dumps(list(path))} if path else kept
+
+
+def start_metadata(
+    request: pb.StartRequest, session_id: str, *, agent: Agent, limits: Limits
+) -> dict[str, str]:
+    """A ``Start``'s metadata checked, with its checked ``delegation_path`` in it."""
+    checked = metadata(dict(request.metadata))
+    return delegation_path(
+        request.delegation_path, checked, agent=agent, limits=limits, session_id=session_id
+    )
 
 
 def json_depth_exceeds(text: str, max_depth: int) -> bool:

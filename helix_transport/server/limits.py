@@ -39,6 +39,12 @@ class Limits:
     max_running_sessions: int = 1000
     """Sessions this replica runs at once; a ``Start`` that would create one more is
     RESOURCE_EXHAUSTED (resumed and taken-over sessions always run)."""
+    max_delegation_depth: int = 8
+    """Levels a delegation tree may have, its root included: a ``Start`` whose
+    ``delegation_path`` already holds this many agent types (its session would be one
+    level more) is FAILED_PRECONDITION, so even a recursive agent's tree ends. 0: no
+    limit but the recursion rule (``Agent.recursive``). A flag only (``serve
+    --max-delegation-depth``), no environment variable."""
     rate_per_s: float = 500.0
     """Sustained ``AgentService`` calls per second per principal (a ``Stream`` counts once)."""
     rate_burst: int = 1000
@@ -68,6 +74,8 @@ class Limits:
             raise UsageError("max_input_bytes must be positive and below max_message_bytes")
         if self.max_json_depth < 1 or self.max_running_sessions < 0:
             raise UsageError("max_json_depth must be >= 1 and max_running_sessions >= 0")
+        if self.max_delegation_depth < 0:
+            raise UsageError("max_delegation_depth must be >= 0")
         if self.rate_per_s < 0 or (self.rate_per_s > 0 and self.rate_burst < 1):
             raise UsageError("rate_per_s must be >= 0, and rate_burst >= 1 when it is set")
         if self.min_ping_interval_s <= 0:
@@ -79,15 +87,14 @@ class Limits:
         environ = os.environ if environ is None else environ
         values: dict[str, Any] = {}
         for field in fields(cls):
-            if field.name not in cls.ENV:
-                continue
+            env = cls.ENV.get(field.name, "")  # some limits are flags only
             kind = float if field.name == "rate_per_s" else int
-            raw = environ.get(cls.ENV[field.name], "")
+            raw = environ.get(env, "") if env else ""
             if raw:
                 try:
                     values[field.name] = kind(raw)
                 except ValueError:
-                    raise UsageError(f"{cls.ENV[field.name]}={raw!r} is not a number") from None
+                    raise UsageError(f"{env}={raw!r} is not a number") from None
             if overrides.get(field.name) is not None:
                 values[field.name] = overrides[field.name]
         return cls(**values)

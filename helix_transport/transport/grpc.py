@@ -8,7 +8,7 @@ import enum
 import operator
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from datetime import timedelta
 from types import TracebackType
 from typing import Any, Self, TypeVar
@@ -150,6 +150,7 @@ class AgentClient:
         parent_session_id: str = "",
         metadata: Mapping[str, str] | None = None,
         retry: RetryConfig | None = None,
+        delegation_path: Sequence[str] = (),
     ) -> pb.StartResponse:
         """Start a session (idempotent on ``session_id``).
 
@@ -160,6 +161,9 @@ class AgentClient:
         deadline the last error is raised (``ResourceExhausted`` with ``retry_after_s``,
         ``DeadlineExceeded``, ``ConnectError``). ``retry`` replaces the client's
         ``config.reconnect`` for this call (``until_cancelled()``: no deadline).
+
+        ``delegation_path``: for a child, the agent types from the root down to its
+        parent (``ToolContext.child_delegation_path``); the server bounds trees by it.
         """
         self._check_open()
         # Name the session here, not on the server: then every Start is idempotent and
@@ -170,6 +174,7 @@ class AgentClient:
             input_json=input_json,
             parent_session_id=parent_session_id,
             metadata=dict(metadata or {}),
+            delegation_path=delegation_path,
         )
         return await self._idempotent(self._stub.Start, request, session_id, retry=retry)
 

@@ -193,6 +193,7 @@ class StartRequest(_message.Message):
     INPUT_JSON_FIELD_NUMBER: _builtins.int
     PARENT_SESSION_ID_FIELD_NUMBER: _builtins.int
     METADATA_FIELD_NUMBER: _builtins.int
+    DELEGATION_PATH_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """Caller-chosen id; the server generates one when empty. See "Sessions"."""
     input_json: _builtins.str
@@ -209,6 +210,18 @@ class StartRequest(_message.Message):
         characters, values of at most 4096.
         """
 
+    @_builtins.property
+    def delegation_path(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The agent types from the root of the delegation tree down to the caller, for a
+        sub-agent (`[researcher, writer]`: a root researcher's writer starts this
+        session); empty for a root session. Each entry is an agent name (1 to 63
+        characters). The server refuses, with FAILED_PRECONDITION naming the path
+        (`researcher > writer > researcher`), a path already as long as its maximum
+        delegation depth (8 by default), and one that holds its own agent type unless
+        its agent allows recursion. Parents send the path they were started with plus
+        their own type, so every level is counted and a cycle is seen where it closes.
+        """
+
     def __init__(
         self,
         *,
@@ -216,10 +229,11 @@ class StartRequest(_message.Message):
         input_json: _builtins.str = ...,
         parent_session_id: _builtins.str = ...,
         metadata: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        delegation_path: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["input_json", b"input_json", "metadata", b"metadata", "parent_session_id", b"parent_session_id", "session_id", b"session_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["delegation_path", b"delegation_path", "input_json", b"input_json", "metadata", b"metadata", "parent_session_id", b"parent_session_id", "session_id", b"session_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
