@@ -163,7 +163,11 @@ class AgentServer:
         self._health_server: grpc.aio.Server | None = None
         self.health_port: int | None = None
         if config.health_port is not None:
-            self._health_server = grpc.aio.server(options=options)
+            # Error mapping here too: a probe's undecodable request is INVALID_ARGUMENT,
+            # not a traceback in the log.
+            self._health_server = grpc.aio.server(
+                interceptors=[ErrorMappingInterceptor()], options=options
+            )
             health_pb2_grpc.add_HealthServicer_to_server(self.health, self._health_server)
             try:  # grpc raises RuntimeError or returns 0, depending on the version
                 self.health_port = self._health_server.add_insecure_port(
