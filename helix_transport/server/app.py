@@ -74,6 +74,10 @@ class ServerConfig:
     for Kubernetes probes, which cannot do TLS, when the main port does."""
     client: ClientConfig = ClientConfig.default
     """How this server's agents call other agent services (remote sub-agents)."""
+    allow_volatile_store: bool | None = None
+    """``serve``: accept a Redis store that keeps nothing on disk (no AOF, no save
+    rules), which a Redis restart empties; ``None``: ``HELIX_ALLOW_VOLATILE_STORE=1``
+    decides. Refused by default, naming the fix."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -311,7 +315,7 @@ async def serve(
     """
     server_auth = await asyncio.to_thread(auth.load)  # fail closed before touching the store
     tracing = setup_tracing(agent.name)
-    store = await open_store(store_url)
+    store = await open_store(store_url, allow_volatile=config.allow_volatile_store)
     try:
         hooks = tracing.hooks_for if tracing is not None else None
         server = await create_server(
