@@ -84,6 +84,8 @@ lint: venv proto-lint
 # Start local Redis and PostgreSQL unless they already answer, installing them from
 # Debian's packages first where they are missing (needs root and apt-get). Failures
 # are not an error here: the tests decide (under CI=true an unreachable backend fails).
+# This Redis keeps nothing on disk: a store refuses it unless volatile data is allowed
+# (HELIX_ALLOW_VOLATILE_STORE=1, which tests/conftest.py and `make bench` set).
 services-up: services-install
 	@if ! command -v redis-cli >/dev/null || ! command -v redis-server >/dev/null; then \
 	  echo "services-up: redis-server/redis-cli not installed; Redis-backed tests cannot reach Redis"; \
@@ -121,7 +123,7 @@ demo: venv
 	$(PY) -m services.demo
 
 bench: venv
-	$(PY) -m helix_transport.cli bench $(BENCH_ARGS)
+	HELIX_ALLOW_VOLATILE_STORE=1 $(PY) -m helix_transport.cli bench $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -323,6 +323,8 @@ def _serve(args: argparse.Namespace) -> int:
         heartbeat_interval_s=args.heartbeat_interval,
         reflection=reflection,
         health_port=args.health_port,
+        # Unset (None) leaves it to HELIX_ALLOW_VOLATILE_STORE.
+        allow_volatile_store=True if args.allow_volatile_store else None,
         limits=Limits.from_env(
             max_message_bytes=args.max_message_bytes,
             max_input_bytes=args.max_input_bytes,
@@ -497,6 +499,12 @@ def _serve_options(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=os.environ.get("HELIX_HEALTH_PORT") or None,  # converted as --port's
         help="plaintext health-only port, 0 to pick one (HELIX_HEALTH_PORT)",
+    )
+    parser.add_argument(
+        "--allow-volatile-store",
+        action="store_true",
+        help="accept a Redis store that keeps nothing on disk, which a Redis restart "
+        "empties (HELIX_ALLOW_VOLATILE_STORE=1; throwaway data only)",
     )
     auth = parser.add_argument_group("authentication (see README, Security)")
     auth.add_argument("--auth-tokens", default="", help="token file (HELIX_AUTH_TOKENS_FILE)")

@@ -19,6 +19,10 @@ from helix_transport import Agent, AgentClient, AgentServer, ServerConfig, creat
 from helix_transport.store import Store, open_store
 
 os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+# The test Redis keeps nothing on disk (`make services-up`: --save "" --appendonly no),
+# which a store refuses unless allowed: allowed for every store the tests open, in
+# this process and in the services it starts. Tests of the refusal remove it.
+os.environ["HELIX_ALLOW_VOLATILE_STORE"] = "1"
 
 
 @pytest.fixture(autouse=True)

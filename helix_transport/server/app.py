@@ -74,6 +74,10 @@ class ServerConfig:
     for Kubernetes probes, which cannot do TLS, when the main port does."""
     client: ClientConfig = ClientConfig.default
     """How this server's agents call other agent services (remote sub-agents)."""
+    allow_volatile_store: bool | None = None
+    """``serve``: accept a Redis store that keeps nothing on disk (no AOF, no save
+    rules), which a Redis restart empties; ``None``: ``HELIX_ALLOW_VOLATILE_STORE=1``
+    decides. Refused by default, naming the fix."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -163,7 +167,11 @@ class AgentServer:
         self._health_server: grpc.aio.Server | None = None
         self.health_port: int | None = None
         if config.health_port is not None:
-            self._health_server = grpc.aio.server(options=options)
+            # Error mapping here too: a probe's undecodable request is INVALID_ARGUMENT,
+            # not a traceback in the log.
+            self._health_server = grpc.aio.server(
+                interceptors=[ErrorMappingInterceptor()], options=options
+            )
             health_pb2_grpc.add_HealthServicer_to_server(self.health, self._health_server)
             try:  # grpc raises RuntimeError or returns 0, depending on the version
                 self.health_port = self._health_server.add_insecure_port(
@@ -310,7 +318,7 @@ async def serve(
     """
     server_auth = await asyncio.to_thread(auth.load)  # fail closed before touching the store
     tracing = setup_tracing(agent.name)
-    store = await open_store(store_url)
+    store = await open_store(store_url, allow_volatile=config.allow_volatile_store)
     try:
         hooks = tracing.hooks_for if tracing is not None else None
         server = await create_server(

@@ -26,7 +26,7 @@ import logging
 import math
 import os
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -39,6 +39,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
 from cryptography.x509.oid import NameOID
 
 from helix_transport._exceptions import Unauthenticated, UsageError
+from helix_transport.server._handlers import wrap_handler
 from helix_transport.server._identity import ANONYMOUS, Principal, set_principal
 from helix_transport.transport._auth import set_bearer_token
 
@@ -559,47 +560,12 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         method = handler_call_details.method
         if handler is None or method.startswith(HEALTH_PREFIX):
             return handler
-        authenticate = self._authenticate
-        # grpc's stubs type handler behaviours as sync; under grpc.aio they are async.
-        behaviour: Any
-        if (behaviour := handler.unary_unary) is not None:
 
-            async def unary_unary(request: Any, context: _Context) -> Any:
-                await authenticate(context, method)
-                return await behaviour(request, context)
+        async def before(request: Any, context: _Context) -> Any:
+            await self._authenticate(context, method)
+            return request
 
-            return grpc.unary_unary_rpc_method_handler(
-                unary_unary, handler.request_deserializer, handler.response_serializer
-            )
-        if (behaviour := handler.unary_stream) is not None:
-
-            async def unary_stream(request: Any, context: _Context) -> AsyncIterator[Any]:
-                await authenticate(context, method)
-                async for response in behaviour(request, context):
-                    yield response
-
-            return grpc.unary_stream_rpc_method_handler(
-                unary_stream, handler.request_deserializer, handler.response_serializer
-            )
-        if (behaviour := handler.stream_unary) is not None:
-
-            async def stream_unary(requests: Any, context: _Context) -> Any:
-                await authenticate(context, method)
-                return await behaviour(requests, context)
-
-            return grpc.stream_unary_rpc_method_handler(
-                stream_unary, handler.request_deserializer, handler.response_serializer
-            )
-        behaviour = handler.stream_stream
-
-        async def stream_stream(requests: Any, context: _Context) -> AsyncIterator[Any]:
-            await authenticate(context, method)
-            async for response in behaviour(requests, context):
-                yield response
-
-        return grpc.stream_stream_rpc_method_handler(
-            stream_stream, handler.request_deserializer, handler.response_serializer
-        )
+        return wrap_handler(handler, before=before)
 
     async def _authenticate(self, context: _Context, method: str) -> None:
         seen = presented(context)

@@ -21,6 +21,7 @@ from helix_transport._exceptions import (
     Unauthenticated,
     UsageError,
 )
+from helix_transport.server._handlers import wrap_handler
 from helix_transport.server._wire import undecodable
 
 logger = logging.getLogger("helix.server")
@@ -76,7 +77,8 @@ def rich_trailer(code: grpc.StatusCode, exc: HelixError) -> _rich_status.Metadat
 
 
 class ErrorMappingInterceptor(grpc.aio.ServerInterceptor):
-    """Maps exceptions raised by handlers to precise status codes."""
+    """Maps exceptions raised by handlers to precise status codes, for every kind of
+    RPC and handler style (grpc_health's ``Watch`` writes through ``context.write``)."""
 
     async def intercept_service(
         self,
@@ -89,44 +91,20 @@ class ErrorMappingInterceptor(grpc.aio.ServerInterceptor):
         if handler is None:
             return handler
         method = handler_call_details.method
-        deserializer = _safe_deserializer(handler.request_deserializer)
-        # grpc's stubs type handler behaviours as sync; under grpc.aio they are async.
-        inner_unary: Any = handler.unary_unary
-        inner_stream: Any = handler.unary_stream
-        if inner_unary is not None:
+        streamed = handler.request_streaming
 
-            async def unary(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-                try:
-                    return await inner_unary(_decoded(request), context)
-                except Exception as exc:
-                    if _is_abort(exc):
-                        raise
-                    await _abort(context, method, exc)
+        async def before(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+            return _decoded_stream(request) if streamed else _decoded(request)
 
-            return grpc.unary_unary_rpc_method_handler(
-                unary,
-                request_deserializer=deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        if inner_stream is not None:
+        async def on_error(exc: Exception, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+            await _abort(context, method, exc)
 
-            async def stream(
-                request: Any, context: grpc.aio.ServicerContext[Any, Any]
-            ) -> AsyncIterator[Any]:
-                try:
-                    async for response in inner_stream(_decoded(request), context):
-                        yield response
-                except Exception as exc:
-                    if _is_abort(exc):
-                        raise
-                    await _abort(context, method, exc)
-
-            return grpc.unary_stream_rpc_method_handler(
-                stream,
-                request_deserializer=deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        return handler
+        return wrap_handler(
+            handler,
+            before=before,
+            on_error=on_error,
+            request_deserializer=_safe_deserializer(handler.request_deserializer),
+        )
 
 
 class _Undecodable:
@@ -157,6 +135,6 @@ def _decoded(request: Any) -> Any:
     return request
 
 
-def _is_abort(exc: Exception) -> bool:
-    # context.abort() raises grpc's own AbortError; let it through untouched.
-    return type(exc).__name__ == "AbortError"
+async def _decoded_stream(requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    async for request in requests:
+        yield _decoded(request)

@@ -11,13 +11,14 @@ from __future__ import annotations
 import os
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
 import grpc
 
 from helix_transport._exceptions import ResourceExhausted, UsageError
+from helix_transport.server._handlers import wrap_handler
 from helix_transport.server._identity import current_principal
 
 SERVICE_PREFIX = "/helix.agent.v1.AgentService/"
@@ -194,32 +195,9 @@ class LimitsInterceptor(grpc.aio.ServerInterceptor):
             or not handler_call_details.method.startswith(SERVICE_PREFIX)
         ):
             return handler
-        # grpc's stubs type handler behaviours as sync; under grpc.aio they are async.
-        inner_unary: Any = handler.unary_unary
-        inner_stream: Any = handler.unary_stream
-        if inner_unary is not None:
 
-            async def unary(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-                self._charge()
-                return await inner_unary(request, context)
+        async def before(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+            self._charge()
+            return request
 
-            return grpc.unary_unary_rpc_method_handler(
-                unary,
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        if inner_stream is not None:
-
-            async def stream(
-                request: Any, context: grpc.aio.ServicerContext[Any, Any]
-            ) -> AsyncIterator[Any]:
-                self._charge()
-                async for response in inner_stream(request, context):
-                    yield response
-
-            return grpc.unary_stream_rpc_method_handler(
-                stream,
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        return handler
+        return wrap_handler(handler, before=before)

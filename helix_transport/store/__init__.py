@@ -67,8 +67,12 @@ STORE_URL_ENV = "HELIX_STORE_URL"
 _SQLITE_PREFIX = "sqlite:///"
 
 
-async def open_store(url: str) -> Store:
+async def open_store(url: str, *, allow_volatile: bool | None = None) -> Store:
     """Open the store ``url`` names; the caller owns it and must ``aclose()`` it.
+
+    A Redis that keeps nothing on disk (``appendonly no`` and no ``save`` rules) is
+    refused: its restart would lose every session. ``allow_volatile=True`` accepts it
+    (throwaway data); ``None`` leaves it to ``HELIX_ALLOW_VOLATILE_STORE=1``.
 
     Supported URLs:
 
@@ -85,7 +89,8 @@ async def open_store(url: str) -> Store:
       on open.
 
     Raises:
-        UsageError: the URL is malformed or names an unsupported backend.
+        UsageError: the URL is malformed or names an unsupported backend, or a
+            Redis without persistence was not allowed.
         StoreUnavailable: the backend cannot be reached or opened (so a wrong URL
             fails at start, not at the first request).
     """
@@ -107,7 +112,9 @@ async def open_store(url: str) -> Store:
         from helix_transport.store.redis import RedisStore
 
         base, prefix = _pop_query(url, "prefix")
-        return await RedisStore.from_url(base, prefix=prefix or "helix")
+        return await RedisStore.from_url(
+            base, prefix=prefix or "helix", allow_volatile=allow_volatile
+        )
     if scheme in ("postgres", "postgresql"):
         from helix_transport.store.postgres import PostgresStore
 

@@ -60,6 +60,7 @@ from helix_transport.store._records import (
     merge_commands,
 )
 from helix_transport.store._redis_outbox import RedisOutbox
+from helix_transport.store._redis_persistence import require_persistence, volatile_allowed
 
 # Applies a SessionUpdate's encoded field/value pairs (ARGV[first..last]) to the session
 # hash, moving the id between status sets, exactly as ``SessionUpdate.apply`` does.
@@ -256,7 +257,12 @@ class RedisStore:
 
     @classmethod
     async def from_url(
-        cls, url: str, *, prefix: str = "helix", timeout_s: float = 5.0
+        cls,
+        url: str,
+        *,
+        prefix: str = "helix",
+        timeout_s: float = 5.0,
+        allow_volatile: bool | None = None,
     ) -> RedisStore:
         """Connect to ``url`` (``redis://``, ``rediss://``, ``unix://``) and check it answers.
 
@@ -264,10 +270,13 @@ class RedisStore:
             url: the server; query options in it (``socket_timeout``...) win over ours.
             prefix: the start of every key, so stores can share one database.
             timeout_s: how long to wait to connect and for each reply.
+            allow_volatile: accept a server that keeps nothing on disk (no AOF, no
+                RDB snapshots); ``None``: ``HELIX_ALLOW_VOLATILE_STORE`` decides.
 
         Raises:
             UsageError: the URL has an option redis does not know or cannot read
-                (``?prefx=``, ``?socket_timeout=abc``).
+                (``?prefx=``, ``?socket_timeout=abc``), or the server keeps nothing
+                on disk and volatile data was not allowed.
             StoreUnavailable: the server does not answer.
             StoreError: it refused us (for example a wrong password).
         """
@@ -288,6 +297,8 @@ class RedisStore:
         try:
             with _map_redis_errors():
                 await client.ping()
+                if not volatile_allowed(allow_volatile):
+                    await require_persistence(client, where)
         except BaseException as exc:
             await client.aclose()
             if isinstance(exc, StoreError):
