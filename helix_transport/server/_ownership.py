@@ -28,13 +28,18 @@ the session id alphabet, so no caller can name a key in another namespace.
 from __future__ import annotations
 
 import hashlib
+import re
 
+from helix_transport._exceptions import InvalidArgument
+from helix_transport.server import _validation as check
 from helix_transport.server._identity import ANONYMOUS, Principal, current_principal
 from helix_transport.store import SessionRecord
 
 NAMESPACE_SEPARATOR = "/"
 """Between an owner's digest and the session id in a storage key: not in the id
 alphabet ``[A-Za-z0-9_.:-]``, so a key's namespace is always its digest's."""
+
+_DIGEST = re.compile(r"[0-9a-f]{32}")
 
 
 def storage_id(principal: Principal, session_id: str) -> str:
@@ -50,6 +55,21 @@ def storage_id(principal: Principal, session_id: str) -> str:
 def caller_id(key: str) -> str:
     """The session id a storage key was made from (``storage_id``'s inverse)."""
     return key.rpartition(NAMESPACE_SEPARATOR)[2]
+
+
+def parent_id(value: str) -> str:
+    """A valid ``StartRequest.parent_session_id``: a session id, or a storage key.
+
+    A parent's run knows itself by its key (the loop, its tools and the children
+    they start see the record), so an authenticated parent names itself by that.
+    """
+    digest, separator, session_id = value.rpartition(NAMESPACE_SEPARATOR)
+    if separator and not _DIGEST.fullmatch(digest):
+        raise InvalidArgument(
+            "parent_session_id", f"a namespace must be 32 hex digits before {separator!r}"
+        )
+    check.session_id(session_id, field="parent_session_id")
+    return value
 
 
 def visible(record: SessionRecord) -> bool:

@@ -26,7 +26,7 @@ from helix_transport.server._continue import continue_session
 from helix_transport.server._encoding import MAX_RESPONSE_BYTES, encode_responses
 from helix_transport.server._heartbeat import heartbeat
 from helix_transport.server._identity import current_principal
-from helix_transport.server._ownership import storage_id, visible
+from helix_transport.server._ownership import parent_id, storage_id, visible
 from helix_transport.server._runner import SessionRunner
 from helix_transport.server._shield import outlive_caller
 from helix_transport.server.interceptors import ServerUnavailable
@@ -73,7 +73,7 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
     async def Start(self, request: pb.StartRequest, context: Context) -> pb.StartResponse:
         session_id = check.session_id(request.session_id, generate=True)
         if request.parent_session_id:
-            check.session_id(request.parent_session_id, field="parent_session_id")
+            parent_id(request.parent_session_id)
         check.agent_input(self.agent.input_model, request.input_json, limits=self.limits)
         metadata = check.metadata(dict(request.metadata))
         input_json = request.input_json or "{}"  # as the proto says: the same call as {}

@@ -19,11 +19,14 @@ import grpc
 import pytest
 
 from helix_transport import AgentClient, ClientAuth, ServerConfig, create_server
+from helix_transport._exceptions import InvalidArgument
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._proto.helix.agent.v1 import agent_pb2_grpc as pb_grpc
 from helix_transport.agent.tools import child_scope
 from helix_transport.registry import address_env_var
 from helix_transport.remote import child_session_id
+from helix_transport.server._identity import Principal
+from helix_transport.server._ownership import storage_id
 from helix_transport.server.auth import AuthConfig
 from helix_transport.server.limits import Limits
 from helix_transport.store import MemoryStore
@@ -114,6 +117,24 @@ async def test_start_on_an_id_another_owner_uses_creates_ones_own(tokens: Tokens
         reply = await alice.continue_session("taken", "again", turn=2)
         assert (reply.created, reply.session_id) == (True, "taken")
         assert (await carol.get_status("taken")).status == pb.SESSION_STATUS_COMPLETED
+
+
+async def test_a_child_may_name_its_parent_by_the_parents_store_key(tokens: Tokens) -> None:
+    # An authenticated parent's run knows itself by its key (digest/id): that is the
+    # parent_session_id its children's Start carries, which failed validation.
+    parent_key = storage_id(Principal(name="alice", tenant="acme"), "root")
+    async with (
+        await create_server(
+            counter, MemoryStore(), auth=AuthConfig(tokens_file=str(tokens.path))
+        ) as server,
+        connect(server.address, tokens.carol) as carol,
+    ):
+        started = await carol.start(_count(1), session_id="child", parent_session_id=parent_key)
+        assert started.created
+        assert (await carol.get_status("child")).parent_session_id == parent_key
+        for bad in ("not-hex/root", f"{parent_key}/x", f"{parent_key[:33]}"):
+            with pytest.raises(InvalidArgument, match="parent_session_id"):
+                await carol.start(_count(1), session_id="other", parent_session_id=bad)
 
 
 async def test_two_owners_sessions_of_one_id_are_two_traces(tokens: Tokens) -> None:
