@@ -286,10 +286,14 @@ class SessionWriter:
         session_id: str,
         agent_type: str,
         last_sequence: int,
+        event_session_id: str = "",
     ) -> None:
         self._store = store
         self._hub = hub
         self.session_id = session_id
+        """The session's key in the store (and the hub)."""
+        self.event_session_id = event_session_id or session_id
+        """The id the events carry: their readers', when the store's key is another."""
         self.agent_type = agent_type
         self.last_sequence = last_sequence
         """The sequence of the last event in the store."""
@@ -313,7 +317,7 @@ class SessionWriter:
         hub.expect(session_id, self._next_sequence)
 
     def _stamp(self, event: StreamEvent) -> StreamEvent:
-        event.session_id = self.session_id
+        event.session_id = self.event_session_id
         event.agent_type = self.agent_type
         if not event.step:
             event.step = self.step
@@ -349,7 +353,9 @@ class SessionWriter:
             raise self._error
         if not payloads:
             return
-        head = StreamEvent(session_id=self.session_id, agent_type=self.agent_type, step=self.step)
+        head = StreamEvent(
+            session_id=self.event_session_id, agent_type=self.agent_type, step=self.step
+        )
         head.time.seconds, head.time.nanos = divmod(time.time_ns(), 1_000_000_000)
         stamp = head.SerializeToString()
         sequence = self._next_sequence

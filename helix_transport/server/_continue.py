@@ -25,7 +25,8 @@ from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._status import SessionStatus
 from helix_transport._turns import StartedTurn, count_turns, find_turn
 from helix_transport.server import _validation as check
-from helix_transport.server._ownership import visible
+from helix_transport.server._identity import current_principal
+from helix_transport.server._ownership import storage_id, visible
 from helix_transport.server._runner import SessionRunner
 from helix_transport.server._shield import outlive_caller
 from helix_transport.server.limits import Limits
@@ -60,20 +61,21 @@ async def continue_session(
         check.agent_input(runner.agent.input_model, message, limits=limits, field="message")
     if request.turn < 2:
         raise InvalidArgument("turn", "must be at least 2 (turn 1 is the run Start began)")
+    key = storage_id(current_principal(), session_id)  # another owner's: not found
     for _ in range(3):  # a lost race with a concurrent Continue is re-examined
-        record = await store.get_session(session_id)
+        record = await store.get_session(key)
         if record is None or record.agent_type != runner.agent.name or not visible(record):
             raise SessionNotFound(session_id)
-        turns = await count_turns(store, session_id)
+        turns = await count_turns(store, key)
         current = turns.count
         if request.turn <= current:
-            earlier = await find_turn(store, session_id, turns, request.turn)
+            earlier = await find_turn(store, key, turns, request.turn)
             return _replay(record, earlier, request)
         if request.turn > current + 1:
             raise SessionStateConflict(
                 session_id, f"turn {request.turn} is not the next turn ({current + 1})"
             )
-        _check_continuable(record, fresh=request.fresh)
+        _check_continuable(record, session_id, fresh=request.fresh)
         # Shielded, as Start's create-and-run is: once the turn is in the log its run
         # starts, even when the caller gives up meanwhile.
         started = await outlive_caller(
@@ -96,9 +98,9 @@ async def _start_turn(
 ) -> pb.ContinueResponse | None:
     """Append ``turn_started`` after the log's end and run the turn; None when another
     write got there first."""
-    session_id = record.session_id
+    key = record.session_id  # the store's; the event and the reply carry the caller's id
     event = pb.StreamEvent(
-        session_id=session_id,
+        session_id=request.session_id,
         agent_type=record.agent_type,
         turn_started=pb.TurnStarted(turn=request.turn, message=message, fresh=request.fresh),
     )
@@ -110,21 +112,21 @@ async def _start_turn(
         # An interrupt accepted while the last turn's final step ran (which finished
         # first) ended nothing; it must not stop this turn. The session is terminal
         # until the append below, so no Interrupt accepts a new one meanwhile...
-        stale = await store.take_interrupt(session_id)
+        stale = await store.take_interrupt(key)
         try:
             sequence = await store.append(
-                session_id, [event], expected_sequence=record.last_sequence, update=reopen
+                key, [event], expected_sequence=record.last_sequence, update=reopen
             )
         except SequenceConflict:
             # ...unless another Continue's turn began first: then it may be that turn's.
             if stale is not None:
-                await store.set_interrupt(session_id, stale)
+                await store.set_interrupt(key, stale)
             return None
-        started = await store.get_session(session_id)
+        started = await store.get_session(key)
         assert started is not None  # sessions are never deleted
         await runner.continue_turn(started)
     return pb.ContinueResponse(
-        session_id=session_id,
+        session_id=request.session_id,
         turn=request.turn,
         created=True,
         status=pb.SESSION_STATUS_RUNNING,
@@ -136,9 +138,9 @@ def _replay(
     record: SessionRecord, started: StartedTurn, request: pb.ContinueRequest
 ) -> pb.ContinueResponse:
     if started.message != request.message or started.fresh != request.fresh:
-        raise TurnExists(record.session_id, request.turn)
+        raise TurnExists(request.session_id, request.turn)
     return pb.ContinueResponse(
-        session_id=record.session_id,
+        session_id=request.session_id,
         turn=request.turn,
         created=False,
         status=record.status.to_proto(),
@@ -146,14 +148,12 @@ def _replay(
     )
 
 
-def _check_continuable(record: SessionRecord, *, fresh: bool) -> None:
+def _check_continuable(record: SessionRecord, session_id: str, *, fresh: bool) -> None:
     if record.status is SessionStatus.RUNNING:
-        raise SessionStateConflict(
-            record.session_id, "still running; continue it once its turn has ended"
-        )
+        raise SessionStateConflict(session_id, "still running; continue it once its turn has ended")
     if record.status is not SessionStatus.COMPLETED and not fresh:
         raise SessionStateConflict(
-            record.session_id,
+            session_id,
             f"{record.status.value}; only a completed session keeps its memory "
             "(continue it with fresh=true)",
         )

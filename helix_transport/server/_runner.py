@@ -18,6 +18,7 @@ from helix_transport._status import SessionStatus
 from helix_transport.agent.definition import Agent
 from helix_transport.agent.loop import MAX_RESULT_BYTES, RunLoop
 from helix_transport.cascade import CASCADE_TIMEOUT_S, Cascade
+from helix_transport.server._ownership import caller_id
 from helix_transport.store import SessionRecord, SessionUpdate, Store, SubSessionRef
 from helix_transport.store._base import InterruptLookup
 from helix_transport.tracing.hooks import NO_HOOKS, HooksFactory, RunHooks
@@ -202,6 +203,7 @@ class SessionRunner:
             session_id=record.session_id,
             agent_type=self.agent.name,
             last_sequence=record.last_sequence,
+            event_session_id=caller_id(record.session_id),  # never the namespaced key
         )
         signal = asyncio.Event()
         loop = RunLoop(

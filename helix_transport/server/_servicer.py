@@ -26,7 +26,7 @@ from helix_transport.server._continue import continue_session
 from helix_transport.server._encoding import MAX_RESPONSE_BYTES, encode_responses
 from helix_transport.server._heartbeat import heartbeat
 from helix_transport.server._identity import current_principal
-from helix_transport.server._ownership import visible
+from helix_transport.server._ownership import parent_id, storage_id, visible
 from helix_transport.server._runner import SessionRunner
 from helix_transport.server._shield import outlive_caller
 from helix_transport.server.interceptors import ServerUnavailable
@@ -73,14 +73,14 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
     async def Start(self, request: pb.StartRequest, context: Context) -> pb.StartResponse:
         session_id = check.session_id(request.session_id, generate=True)
         if request.parent_session_id:
-            check.session_id(request.parent_session_id, field="parent_session_id")
+            parent_id(request.parent_session_id)
         check.agent_input(self.agent.input_model, request.input_json, limits=self.limits)
         metadata = check.start_metadata(request, session_id, agent=self.agent, limits=self.limits)
         input_json = request.input_json or "{}"  # as the proto says: the same call as {}
         caller = current_principal()  # the new session's owner
         # Compare existing sessions on the raw input: an equal JSON value is the same call.
         record = SessionRecord(
-            session_id=session_id,
+            session_id=storage_id(caller, session_id),
             agent_type=self.agent.name,
             input_json=input_json,
             input_hash=input_fingerprint(input_json),
@@ -89,7 +89,7 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
             principal=caller.name,
             tenant=caller.tenant,
         )
-        existing, created = await self._create(record)
+        existing, created = await self._create(record, session_id)
         return pb.StartResponse(
             session_id=session_id,
             created=created,
@@ -97,14 +97,14 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
             agent_type=existing.agent_type,
         )
 
-    async def _create(self, record: SessionRecord) -> tuple[SessionRecord, bool]:
-        """Create and start ``record``'s session, or get the existing one back.
+    async def _create(self, record: SessionRecord, session_id: str) -> tuple[SessionRecord, bool]:
+        """Create and start ``record``'s session (the caller's ``session_id``), or get
+        the existing one back.
 
         Refused while draining or at capacity, except as the replay of an existing
         session. Once the store has the session its run starts, even when the
         caller's deadline passes meanwhile: a created session never waits unrun.
         """
-        session_id = record.session_id
         refusal: Exception | None = None
         if not self.accepting:
             refusal = ServerUnavailable("server is shutting down; not starting new sessions")
@@ -114,7 +114,7 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
             except ResourceExhausted as exc:
                 refusal = exc
         if refusal is not None:
-            found = await self.store.get_session(session_id)
+            found = await self.store.get_session(record.session_id)
             if found is None:
                 raise refusal
             existing, created = found, False
@@ -123,7 +123,7 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
             existing, created = await outlive_caller(
                 self._create_and_run(record), what=f"starting session {session_id}"
             )
-        # Another principal's session: the same answer as a different input (see _ownership).
+        # A pre-namespace session of another principal under a bare id (see _ownership).
         if (
             not visible(existing)
             or existing.input_hash != record.input_hash
@@ -145,17 +145,17 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
         """Events as pre-encoded ``StreamResponse`` bytes; heartbeats as messages."""
         session_id = check.session_id(request.session_id)
         from_sequence = check.from_sequence(request.from_sequence)
-        await self._record(session_id)
+        key = (await self._record(session_id)).session_id
         async for batch in follow(
             self.store,
             self.hub,
-            session_id,
+            key,
             from_sequence=from_sequence,
             poll_interval_s=self.poll_interval_s,
             idle_s=self.heartbeat_interval_s,
         ):
             if not batch.encoded:  # quiet for a while: a sign of life, not an event
-                yield pb.StreamResponse(heartbeat=await heartbeat(self.store, session_id))
+                yield pb.StreamResponse(heartbeat=await heartbeat(self.store, key))
                 continue
             for response in encode_responses(batch.encoded, self._response_bytes):
                 yield response
@@ -167,9 +167,9 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
         wait_s = check.wait(request.wait) if request.HasField("wait") else 0.0
         record = await self._record(session_id)
         if wait_s > 0 and not record.status.is_terminal:
-            record = await self._until_end(record, wait_s)
+            record = await self._until_end(record, session_id, wait_s)
         response = pb.GetStatusResponse(
-            session_id=record.session_id,
+            session_id=session_id,
             agent_type=record.agent_type,
             status=record.status.to_proto(),
             output_json=record.output_json,
@@ -201,11 +201,11 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
         # own (a run in another process sees it at its next step); then wake a local
         # run so it stops mid-step, then ask the children (each child's service
         # cascades to its own), so the whole tree stops.
+        key = record.session_id
         cascade = self.runner.cascade
-        refs = await self.store.list_subsession_refs(session_id)
-        commands = await cascade.record(refs, reason=reason)
-        await self.store.set_interrupt(session_id, reason)
-        self.runner.signal_interrupt(session_id)
+        commands = await cascade.record(await self.store.list_subsession_refs(key), reason=reason)
+        await self.store.set_interrupt(key, reason)
+        self.runner.signal_interrupt(key)
         # Within the caller's deadline: every interrupt is already durable, and children
         # not reached by then are asked again by the outbox until they are.
         remaining = context.time_remaining()
@@ -295,7 +295,9 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
                     total = total + await self._total_usage(child, seen=seen)
         return total
 
-    async def _until_end(self, record: SessionRecord, wait_s: float) -> SessionRecord:
+    async def _until_end(
+        self, record: SessionRecord, session_id: str, wait_s: float
+    ) -> SessionRecord:
         """The session once its terminal event is in the log, or as it is after ``wait_s``.
 
         Follows the log as ``Stream`` does (this process's writer, else the store), so
@@ -311,13 +313,18 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
                     poll_interval_s=self.poll_interval_s,
                 ):
                     pass  # follow ends after the terminal event
-        return await self._record(record.session_id)
+        return await self._record(session_id)
 
     async def _record(self, session_id: str) -> SessionRecord:
-        record = await self.store.get_session(session_id)
-        # Another principal's session, or another agent type's on a shared store: as if
-        # it did not exist, as for Continue. A session is its own type's service's to
-        # serve, whether or not the deployment happens to share a store between types.
+        """The caller's session ``session_id``; its ``session_id`` is the store's key.
+
+        Another owner's session is under another key: not found, by the same lookup
+        as an unknown id (see _ownership).
+        """
+        record = await self.store.get_session(storage_id(current_principal(), session_id))
+        # Another agent type's on a shared store: as if it did not exist, as for
+        # Continue. A session is its own type's service's to serve, whether or not the
+        # deployment happens to share a store between types.
         if record is None or record.agent_type != self.agent.name or not visible(record):
             raise SessionNotFound(session_id)
         return record
