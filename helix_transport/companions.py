@@ -97,6 +97,7 @@ from helix_transport.registry import resolve_address
 from helix_transport.remote import (
     child_metadata,
     save_child_ref,
+    start_logged,
     subagent_ended,
     subagent_started,
 )
@@ -683,7 +684,9 @@ class Companions:
             await self._save_ref(ctx, child)  # not running: nothing to cascade to
             _Children(ctx.state).raw["children"].pop(name, None)  # free a reserved name
             raise ToolError(f"could not spawn {name!r}: {exc.message}") from exc
-        await self._began(ctx, child, ref_saved=True)
+        # A spawn re-run by a resumed parent: its subagent_start may be in the log.
+        logged = previous is not None and await start_logged(ctx, child.session_id)
+        await self._began(ctx, child, ref_saved=True, logged=logged)
         return child
 
     async def _continue(
@@ -750,18 +753,22 @@ class Companions:
         if replaced is not None:
             await ctx.store.put_subsession_ref(replaced)
 
-    async def _began(self, ctx: ToolContext, child: _Child, *, ref_saved: bool = False) -> None:
+    async def _began(
+        self, ctx: ToolContext, child: _Child, *, ref_saved: bool = False, logged: bool = False
+    ) -> None:
+        """Record the turn begun; ``logged``: its ``subagent_start`` is in the log already."""
         _Children(ctx.state).put(child)
-        ctx.emit(
-            subagent_started(
-                # The call that started the turn; a queue's turn keeps the spawn's (the
-                # step hook that hands a queue over is no tool call).
-                tool_call_id=child.tool_call_id,
-                child_id=child.session_id,
-                agent_type=child.agent_type,
-                address=child.address,
+        if not logged:
+            ctx.emit(
+                subagent_started(
+                    # The call that started the turn; a queue's turn keeps the spawn's (the
+                    # step hook that hands a queue over is no tool call).
+                    tool_call_id=child.tool_call_id,
+                    child_id=child.session_id,
+                    agent_type=child.agent_type,
+                    address=child.address,
+                )
             )
-        )
         if not ref_saved:
             await self._save_ref(ctx, child)
 

@@ -65,6 +65,7 @@ from helix_transport.registry import resolve_address
 from helix_transport.remote import (
     child_metadata,
     save_child_ref,
+    start_logged,
     subagent_ended,
     subagent_started,
 )
@@ -243,8 +244,12 @@ class Dispatcher:
             ctx, child_session_id=task.session_id, agent_type=task.agent_type
         )
         metadata = child_metadata(ctx, trace_context)
+        logged = False
         try:
             client = await ctx.clients.get(task.address)
+            # A task re-run by a resumed parent: its subagent_start may be in the log.
+            rejoined = await ctx.store.get_subsession_ref(ctx.session_id, task.session_id)
+            logged = rejoined is not None and await start_logged(ctx, task.session_id)
             # The ref before the Start, so that an interrupt cascading while the Start
             # is in flight finds the child (see cascade.Cascade).
             await _save_ref(ctx, task)
@@ -264,6 +269,8 @@ class Dispatcher:
             end_delegation(
                 ctx, child_session_id=task.session_id, status=SessionStatus.FAILED, error=task.error
             )
+        if logged:
+            return
         ctx.emit(
             subagent_started(
                 tool_call_id=ctx.tool_call_id,

@@ -220,7 +220,7 @@ class _ChildCall:
             # flight finds the child (see Cascade), and a parent resumed after its
             # subagent_start reached the log rejoins (the log is read only then).
             await self._save(last_sequence=0)
-        if not logged.started:
+        if self.child_id not in logged.started:
             ctx.emit(
                 subagent_started(
                     tool_call_id=ctx.tool_call_id,
@@ -468,8 +468,8 @@ async def save_child_ref(
 class _Logged:
     """What a parent's log holds of one tool call's child."""
 
-    started: bool = False
-    """A ``subagent_start`` is in the log."""
+    started: set[str] = dataclasses.field(default_factory=set)
+    """The children whose ``subagent_start`` is in the log."""
     last_sequence: int = 0
     """The last child sequence forwarded (0: none)."""
     end: pb.SubagentEnd | None = None
@@ -522,11 +522,20 @@ class ForwardedSoFar:
                     logged = calls.setdefault(call, _Logged())
                     logged.last_sequence = max(logged.last_sequence, child.sequence)
                 elif kind == "subagent_start":
-                    calls.setdefault(event.subagent_start.tool_call_id, _Logged()).started = True
+                    start = event.subagent_start
+                    logged = calls.setdefault(start.tool_call_id, _Logged())
+                    logged.started.add(start.child_session_id)
                 elif kind == "subagent_end":
                     end = event.subagent_end
                     calls.setdefault(end.tool_call_id, _Logged()).end = end
             self._read_to = events[-1].sequence
+
+
+async def start_logged(ctx: ToolContext, child_id: str) -> bool:
+    """True when the parent's log holds the ``subagent_start`` of ``child_id`` for the
+    current tool call: a call re-run by a resumed parent must not write it again. Ask only
+    when the child's ref existed before the call (refs are saved before the event)."""
+    return child_id in (await forwarded_so_far(ctx).logged(ctx.tool_call_id)).started
 
 
 def forwarded_so_far(ctx: ToolContext) -> ForwardedSoFar:
