@@ -1,4 +1,8 @@
-"""The README's runnable example runs and prints what it claims."""
+"""The README's runnable example runs and prints what it claims, and the docs stay whole.
+
+README.md is the front door (at most 3,000 words); docs/*.md holds every topic. Together they
+name every setting the code reads, and every relative link in them leads somewhere.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 from tests.helpers import ROOT
 
@@ -25,8 +30,12 @@ def test_readme_example_serves_and_calls_an_agent() -> None:
     }
 
 
-def test_every_setting_read_from_the_environment_is_named_in_the_readme() -> None:
-    readme = (ROOT / "README.md").read_text()
+def _documents() -> list[Path]:
+    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def test_every_setting_read_from_the_environment_is_named_in_the_docs() -> None:
+    readme = "\n".join(path.read_text() for path in _documents())
     names: set[str] = set()
     for package in ("helix_transport", "services"):
         for path in (ROOT / package).rglob("*.py"):
@@ -35,4 +44,37 @@ def test_every_setting_read_from_the_environment_is_named_in_the_readme() -> Non
     names = {n for n in names if not n.startswith("HELIX_AGENT_ADDRESS_")}
     assert len(names) > 20  # the scan found the settings at all
     missing = sorted(n for n in names if not re.search(rf"\b{n}\b", readme))
-    assert not missing, f"settings the README does not name: {missing}"
+    assert not missing, f"settings neither README.md nor docs/ name: {missing}"
+
+
+def test_the_readme_stays_under_3000_words() -> None:
+    words = len((ROOT / "README.md").read_text().split())
+    assert 0 < words <= 3000, f"README.md has {words} words; move detail into docs/"
+
+
+def _anchors(path: Path) -> set[str]:
+    """GitHub's heading anchors: lower case, punctuation dropped, spaces as hyphens."""
+    anchors = set()
+    for heading in re.findall(r"^#+ (.+)$", path.read_text(), flags=re.M):
+        anchors.add(re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-"))
+    return anchors
+
+
+def test_every_relative_link_in_the_docs_leads_somewhere() -> None:
+    checked = 0
+    broken = []
+    for document in _documents():
+        # Fenced code is not markdown: a `[x](y)` there is code, not a link.
+        text = re.sub(r"```.*?```", "", document.read_text(), flags=re.S)
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue  # https:, mailto: and the like
+            file_part, _, anchor = target.partition("#")
+            linked = (document.parent / file_part).resolve() if file_part else document
+            checked += 1
+            if not linked.exists():
+                broken.append(f"{document.relative_to(ROOT)}: {target}")
+            elif anchor and linked.suffix == ".md" and anchor not in _anchors(linked):
+                broken.append(f"{document.relative_to(ROOT)}: {target} (no such heading)")
+    assert checked > 20  # the scan found the links at all
+    assert not broken, broken
