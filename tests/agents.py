@@ -15,7 +15,7 @@ from helix_transport.agent.scripted import (
     tool_results,
     user_input,
 )
-from helix_transport.remote import remote_agent_tool
+from helix_transport.delegation.remote import remote_agent_tool
 
 
 class CountInput(BaseModel):

@@ -25,8 +25,8 @@ from helix_transport.agent.scripted import (
     steps_taken,
     user_input,
 )
-from helix_transport.companions import PersistentChild, with_companions
-from helix_transport.dispatch import SubagentType, with_dispatch
+from helix_transport.delegation.companions import PersistentChild, with_companions
+from helix_transport.delegation.dispatch import SubagentType, with_dispatch
 
 NOTICE = "[sub-agent notifications]"
 

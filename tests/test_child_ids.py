@@ -27,9 +27,9 @@ from helix_transport.agent.tools import (
     child_scope,
     derived_session_id,
 )
-from helix_transport.companions import child_session_id as companion_id
+from helix_transport.delegation.companions import child_session_id as companion_id
+from helix_transport.delegation.remote import child_session_id as remote_id
 from helix_transport.registry import address_env_var
-from helix_transport.remote import child_session_id as remote_id
 from helix_transport.server import _validation as check
 from helix_transport.store import MemoryStore
 from tests.helpers import ROOT

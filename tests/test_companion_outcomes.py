@@ -24,7 +24,7 @@ import pytest
 from helix_transport import AgentClient, ConnectError, SessionStateConflict, create_server
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.agent.tools import ToolContext, ToolError, child_scope
-from helix_transport.companions import (
+from helix_transport.delegation.companions import (
     MAX_INBOX,
     STATE_KEY,
     Companions,
@@ -295,7 +295,7 @@ async def test_parallel_calls_on_one_child_do_not_undo_each_others_state(
     # again (found by review).
     import asyncio
 
-    from helix_transport.companions import NoArgs
+    from helix_transport.delegation.companions import NoArgs
 
     tools, client = child
     await tools._spawn(parent.ctx(), SpawnArgs(agent="critic", message="v1"))
@@ -405,7 +405,7 @@ async def test_an_outcome_shown_by_a_call_that_then_fails_is_in_its_error(
     # A message to a child whose finished turn the model has not seen marks that
     # outcome delivered, to show it in the result; when the new turn is then refused,
     # the error is the only result, so it carries the outcome.
-    from helix_transport.companions import NoArgs
+    from helix_transport.delegation.companions import NoArgs
 
     tools, client = child
     await tools._spawn(parent.ctx(), SpawnArgs(agent="critic", message="v1"))
@@ -424,7 +424,7 @@ async def test_a_blocking_spawn_whose_result_cannot_be_read_shows_the_previous_o
 ) -> None:
     # The same for a blocking spawn whose new turn began but whose service then went
     # out of reach for longer than the retry deadline (waiting raises).
-    from helix_transport.companions import NoArgs
+    from helix_transport.delegation.companions import NoArgs
 
     async with (
         await create_server(critic, MemoryStore(), allow_unauthenticated=True) as server,

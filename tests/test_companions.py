@@ -20,7 +20,7 @@ import pytest
 from helix_transport import AgentClient, create_server
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.agent.tools import child_scope
-from helix_transport.companions import child_session_id
+from helix_transport.delegation.companions import child_session_id
 from helix_transport.registry import address_env_var
 from helix_transport.store import MemoryStore, SubSessionRef
 from services.critic import agent as critic

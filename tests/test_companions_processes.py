@@ -24,7 +24,7 @@ from pathlib import Path
 from helix_transport import AgentClient, ConnectError, SessionNotFound
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.agent.tools import child_scope
-from helix_transport.companions import child_session_id
+from helix_transport.delegation.companions import child_session_id
 from helix_transport.registry import address_env_var
 from tests.helpers import ROOT, ServiceProcess, assert_eventually, free_port
 

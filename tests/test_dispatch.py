@@ -249,8 +249,8 @@ async def test_a_continued_turn_gets_a_fresh_deadline_and_pass() -> None:
 
     from helix_transport._turns import TURN_KEY
     from helix_transport.agent.tools import ToolContext
-    from helix_transport.dispatch import STATE_KEY, Dispatcher, RunDeadlineExceeded
-    from helix_transport.dispatch import SubagentType as Type
+    from helix_transport.delegation.dispatch import STATE_KEY, Dispatcher, RunDeadlineExceeded
+    from helix_transport.delegation.dispatch import SubagentType as Type
     from helix_transport.transport._pool import ClientPool
 
     async def flush() -> None:
@@ -285,8 +285,8 @@ async def test_a_fresh_turn_is_not_handed_the_results_of_tasks_it_never_dispatch
     # sent, and would have parked for a task still running.
     from helix_transport._turns import TURN_FRESH_KEY, TURN_KEY
     from helix_transport.agent.tools import ToolContext
-    from helix_transport.dispatch import STATE_KEY, Dispatcher
-    from helix_transport.dispatch import SubagentType as Type
+    from helix_transport.delegation.dispatch import STATE_KEY, Dispatcher
+    from helix_transport.delegation.dispatch import SubagentType as Type
     from helix_transport.transport._pool import ClientPool
 
     async def flush() -> None:

@@ -37,12 +37,9 @@ from helix_transport.agent.scripted import (
     steps_taken,
 )
 from helix_transport.agent.tools import ToolContext, child_scope
+from helix_transport.delegation.forwarded import forwarded_so_far
+from helix_transport.delegation.remote import child_session_id, remote_agent_tool_from_service
 from helix_transport.registry import address_env_var
-from helix_transport.remote import (
-    child_session_id,
-    forwarded_so_far,
-    remote_agent_tool_from_service,
-)
 from helix_transport.server.limits import Limits
 from helix_transport.store import MemoryStore, SessionRecord, Store, SubSessionRef
 from helix_transport.transport._pool import ClientPool
@@ -481,7 +478,7 @@ async def test_a_child_inherits_the_root_not_its_grandparents_trace_context() ->
     # traceparent the parent itself inherited: their spans nested under the
     # grandparent's delegation span (found by review).
     from helix_transport.agent.tools import ToolContext
-    from helix_transport.remote import child_metadata
+    from helix_transport.delegation.children import child_metadata
     from helix_transport.store import MemoryStore
     from helix_transport.transport._pool import ClientPool
 
@@ -605,7 +602,9 @@ async def test_a_child_that_ended_is_not_reported_timed_out_by_a_slow_cursor_sav
 ) -> None:
     # Its `completed` was already in the parent's log: a timeout expiring while the
     # cursor was saved after it gave the call a second, contradictory end.
-    monkeypatch.setattr("helix_transport.remote.REF_SAVE_SECONDS", 0.0)  # save every batch
+    monkeypatch.setattr(
+        "helix_transport.delegation.remote.REF_SAVE_SECONDS", 0.0
+    )  # save every batch
     child_store = MemoryStore()
     parent_store = _SlowToSaveTheEnd(child_store)
     async with await create_server(counter, child_store, allow_unauthenticated=True) as child:

@@ -18,7 +18,7 @@ import pytest
 from helix_transport import AgentClient
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.agent.tools import child_scope
-from helix_transport.remote import child_session_id
+from helix_transport.delegation.remote import child_session_id
 from tests.helpers import ROOT, ServiceProcess, TcpProxy, free_port
 
 STEPS = 6

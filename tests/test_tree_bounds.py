@@ -30,8 +30,8 @@ from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._proto.helix.agent.v1 import agent_pb2_grpc as pb_grpc
 from helix_transport._status import SessionStatus
 from helix_transport.agent.tools import DELEGATION_PATH_KEY, Tool, ToolContext, child_scope
+from helix_transport.delegation.remote import child_session_id
 from helix_transport.registry import address_env_var
-from helix_transport.remote import child_session_id
 from helix_transport.server.limits import Limits
 from helix_transport.store import MemoryStore
 from tests.helpers import ROOT, ServiceProcess, free_port

@@ -20,9 +20,9 @@ from helix_transport.agent.scripted import (
     steps_taken,
     user_input,
 )
-from helix_transport.companions import PersistentChild, with_companions
-from helix_transport.dispatch import SubagentType, with_dispatch
-from helix_transport.remote import remote_agent_tool
+from helix_transport.delegation.companions import PersistentChild, with_companions
+from helix_transport.delegation.dispatch import SubagentType, with_dispatch
+from helix_transport.delegation.remote import remote_agent_tool
 
 ODD_CALL_ID = "call/+=1"
 """A provider tool call id outside the session-id alphabet."""

@@ -65,7 +65,7 @@ class Agent:
     """Called at the start of each fresh step, before the model call (not when a
     resumed step re-runs checkpointed tool calls); the messages they return join the
     conversation and are checkpointed with it. The companion tools deliver the
-    outcomes of finished children this way (``helix_transport.companions``)."""
+    outcomes of finished children this way (``helix_transport.delegation.companions``)."""
     recursive: bool = False
     """Whether a session of this type may be started below another of its type (a
     delegation path that holds it already: ``a > b > a``). Off, such a ``Start`` is

@@ -37,7 +37,7 @@ from helix_transport.agent.scripted import (
     user_input,
 )
 from helix_transport.agent.tools import FINISH_TOOL, ToolError, dump_result
-from helix_transport.remote import remote_agent_tool
+from helix_transport.delegation.remote import remote_agent_tool
 
 # ---------------------------------------------------------------- the child
 

@@ -46,8 +46,8 @@ from helix_transport.bench._report import (
     value_at_most,
 )
 from helix_transport.bench.agents import leaf, leaf_input, parent, parent_input, root, root_input
+from helix_transport.delegation.remote import child_session_id
 from helix_transport.registry import address_env_var
-from helix_transport.remote import child_session_id
 from helix_transport.testing.processes import ServiceProcess, free_port
 from helix_transport.transport.grpc import AgentClient
 

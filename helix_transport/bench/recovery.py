@@ -27,8 +27,8 @@ from helix_transport.bench._measure import Ids, kind
 from helix_transport.bench._report import Report, percentile, summary, value_at_most
 from helix_transport.bench.agents import leaf, parent, parent_input
 from helix_transport.bench.delegation import SETUP, Services
+from helix_transport.delegation.remote import child_session_id
 from helix_transport.registry import address_env_var
-from helix_transport.remote import child_session_id
 from helix_transport.store import Store, open_store
 from helix_transport.testing.processes import ServiceProcess
 from helix_transport.transport.grpc import AgentClient

@@ -20,7 +20,7 @@ from helix_transport._exceptions import (
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._proto.helix.agent.v1 import agent_pb2_grpc as pb_grpc
 from helix_transport.agent.definition import Agent
-from helix_transport.cascade import CASCADE_TIMEOUT_S
+from helix_transport.delegation.cascade import CASCADE_TIMEOUT_S
 from helix_transport.server import _validation as check
 from helix_transport.server._continue import continue_session
 from helix_transport.server._encoding import MAX_RESPONSE_BYTES, encode_responses

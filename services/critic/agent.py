@@ -1,6 +1,6 @@
 """The critic agent: reviews an artifact and returns a verdict, remembering earlier rounds.
 
-Meant as a persistent companion (``helix_transport.companions``): a maker spawns it
+Meant as a persistent companion (``helix_transport.delegation.companions``): a maker spawns it
 once and re-consults the same session after each fix, so every round is a new
 turn of one session (``Continue``) and the critic sees what it said before.
 

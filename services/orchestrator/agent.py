@@ -24,7 +24,7 @@ from helix_transport.agent.scripted import (
     user_input,
 )
 from helix_transport.agent.tools import ToolContext, tool
-from helix_transport.remote import remote_agent_tool
+from helix_transport.delegation.remote import remote_agent_tool
 
 
 class Question(BaseModel):

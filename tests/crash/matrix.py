@@ -50,7 +50,7 @@ from helix_transport import AgentClient
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.agent.tools import child_scope
 from helix_transport.bench.streams import drop_store_data, store_url
-from helix_transport.remote import child_session_id
+from helix_transport.delegation.remote import child_session_id
 from helix_transport.testing.processes import ServiceProcess, free_port
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -21,8 +21,8 @@ import pytest
 from helix_transport import AgentClient, create_server
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.agent.tools import child_scope
+from helix_transport.delegation.remote import child_session_id
 from helix_transport.registry import address_env_var
-from helix_transport.remote import child_session_id
 from helix_transport.server import app as server_app
 from helix_transport.server._servicer import AgentServicer
 from helix_transport.store import MemoryStore

@@ -23,8 +23,8 @@ from helix_transport._exceptions import InvalidArgument
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._proto.helix.agent.v1 import agent_pb2_grpc as pb_grpc
 from helix_transport.agent.tools import child_scope
+from helix_transport.delegation.remote import child_session_id
 from helix_transport.registry import address_env_var
-from helix_transport.remote import child_session_id
 from helix_transport.server._identity import Principal
 from helix_transport.server._ownership import storage_id
 from helix_transport.server.auth import AuthConfig

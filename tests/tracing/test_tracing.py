@@ -447,18 +447,18 @@ async def test_a_companion_s_turns_run_under_its_one_delegation_span(
 
 
 async def test_a_span_a_stopped_run_left_open_is_opened_again_and_exported_once() -> None:
-    # The resume rules of helix_transport._delegations, run by run, with real spans: a
+    # The resume rules of helix_transport.delegation.spans, run by run, with real spans: a
     # span left open goes to the resumed run; one ended by a run that then stopped before
     # its checkpoint is not opened again (its ref says how the child ended); one of an
     # earlier turn neither (that turn's run cut it off).
     import copy
 
-    from helix_transport._delegations import (
+    from helix_transport.agent.tools import ToolContext
+    from helix_transport.delegation.spans import (
         end_delegation,
         open_delegation,
         reopen_delegations,
     )
-    from helix_transport.agent.tools import ToolContext
     from helix_transport.store import SubSessionRef
     from helix_transport.tracing.otel import SpanHooks
     from helix_transport.transport._pool import ClientPool

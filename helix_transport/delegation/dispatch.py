@@ -25,7 +25,7 @@ to give a partial answer; a run still going after that pass fails with
 
 **Exactly once.** Which batches were delivered is in the parent run's state
 (``ToolContext.state``), checkpointed with the conversation that holds them,
-as for the companion tools (``helix_transport.companions``).
+as for the companion tools (``helix_transport.delegation.companions``).
 
 A parent that finishes (``__finish__``) while tasks are out completes; those
 children keep running, and a next turn (``Continue``) can still get their results
@@ -47,7 +47,6 @@ from typing import Any
 
 from pydantic import BaseModel, Field, field_validator
 
-from helix_transport._delegations import end_delegation, open_delegation, reopen_delegations
 from helix_transport._exceptions import AgentRunError, HelixError, SessionNotFound
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._status import SessionStatus
@@ -61,14 +60,15 @@ from helix_transport.agent.tools import (
     derived_session_id,
     reserve_children,
 )
-from helix_transport.registry import resolve_address
-from helix_transport.remote import (
+from helix_transport.delegation.children import (
     child_metadata,
     save_child_ref,
-    start_logged,
     subagent_ended,
     subagent_started,
 )
+from helix_transport.delegation.forwarded import start_logged
+from helix_transport.delegation.spans import end_delegation, open_delegation, reopen_delegations
+from helix_transport.registry import resolve_address
 
 STATE_KEY = "helix.dispatch"
 UNREACHABLE_PAUSE_S = 0.25
@@ -428,7 +428,7 @@ def _state(ctx: ToolContext) -> dict[str, Any]:
 
 def _end_span(ctx: ToolContext, task: dict[str, Any]) -> None:
     # After the ref's write: a resumed run opens the span again only while the ref says
-    # running (see helix_transport._delegations), so it is never exported twice.
+    # running (see helix_transport.delegation.spans), so it is never exported twice.
     end_delegation(
         ctx,
         child_session_id=task["session_id"],

@@ -23,7 +23,6 @@ import dataclasses
 import json
 import logging
 import time
-from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel
@@ -41,54 +40,27 @@ from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._status import SessionStatus
 from helix_transport._wire import child_event_payloads, child_event_prefix
 from helix_transport.agent.tools import (
-    DELEGATION_PATH_KEY,
     Tool,
     ToolContext,
     ToolError,
     derived_session_id,
     reserve_children,
 )
-from helix_transport.cascade import Cascade
+from helix_transport.delegation.cascade import Cascade
+from helix_transport.delegation.children import child_metadata, subagent_ended, subagent_started
+from helix_transport.delegation.forwarded import Logged, forwarded_so_far
 from helix_transport.registry import resolve_address
-from helix_transport.store import RemoteCursor, Store, SubSessionRef, pages
+from helix_transport.store import RemoteCursor, SubSessionRef
 from helix_transport.transport import AgentClient
 from helix_transport.transport._auth import ClientAuth
 
 logger = logging.getLogger(__name__)
-
-ROOT_SESSION_KEY = "helix.root_session_id"
-"""Metadata key carrying the root session id down a delegation tree."""
-
-_FORWARDED_KEY = "helix.remote.forwarded"  # ToolContext.cache key of the run's ForwardedSoFar
 
 REF_SAVE_SECONDS = 0.25
 """The sub-session ref's ``last_sequence`` is written at most this often, not per event.
 
 Time-based only: a count trigger made the forwarder wait for the parent's log on
 every batch, which halved two-hop throughput (`helix-mesh bench`, scenario 4)."""
-
-
-_TRACE_KEYS = frozenset({"traceparent", "tracestate"})
-# The path travels as StartRequest.delegation_path; the parent's own is not the child's.
-_NOT_INHERITED = _TRACE_KEYS | {DELEGATION_PATH_KEY}
-
-
-def child_metadata(
-    ctx: ToolContext, trace_context: Mapping[str, str] | None = None
-) -> dict[str, str]:
-    """A child's ``StartRequest.metadata``: the parent's, with the tree's root session id.
-
-    The trace context the parent inherited from its own parent is not passed on: it
-    would nest the child's spans under the grandparent's delegation. ``trace_context``
-    (this delegation's span) takes its place; without one the child's run is a top
-    span of the same trace, which the root session id names.
-    """
-    inherited = {k: v for k, v in ctx.metadata.items() if k not in _NOT_INHERITED}
-    return {
-        **inherited,
-        ROOT_SESSION_KEY: ctx.metadata.get(ROOT_SESSION_KEY, ctx.session_id),
-        **(trace_context or {}),
-    }
 
 
 def child_session_id(parent_session_id: str, tool_call_id: str, scope: str) -> str:
@@ -207,7 +179,7 @@ class _ChildCall:
         ctx = self.ctx
         await reserve_children(ctx, [self.child_id])
         existing = await ctx.store.get_subsession_ref(ctx.session_id, self.child_id)
-        last, logged = 0, _Logged()
+        last, logged = 0, Logged()
         if existing is not None:  # a resumed parent rejoining its child
             self.ref = dataclasses.replace(existing, address=self.address)
             logged = await forwarded_so_far(ctx).logged(ctx.tool_call_id)
@@ -396,151 +368,3 @@ class _ChildCall:
         await self._stop(reason)
         with contextlib.suppress(ToolError):
             await self._end(SessionStatus.FAILED, error=f"{self.agent_type} {reason}")
-
-
-def subagent_started(
-    *, tool_call_id: str, child_id: str, agent_type: str, address: str
-) -> pb.StreamEvent:
-    """The parent's log entry for a child it starts (or rejoins)."""
-    return pb.StreamEvent(
-        subagent_start=pb.SubagentStart(
-            tool_call_id=tool_call_id,
-            child_session_id=child_id,
-            child_agent_type=agent_type,
-            address=address,
-        )
-    )
-
-
-def subagent_ended(
-    *,
-    tool_call_id: str,
-    child_id: str,
-    agent_type: str,
-    status: SessionStatus,
-    output_json: str = "",
-    error: str = "",
-) -> pb.StreamEvent:
-    """The parent's log entry for a child's outcome."""
-    return pb.StreamEvent(
-        subagent_end=pb.SubagentEnd(
-            tool_call_id=tool_call_id,
-            child_session_id=child_id,
-            child_agent_type=agent_type,
-            status=status.to_proto(),
-            output_json=output_json,
-            error=error,
-        )
-    )
-
-
-async def save_child_ref(
-    ctx: ToolContext,
-    *,
-    child_id: str,
-    agent_type: str,
-    tool_call_id: str,
-    status: SessionStatus,
-    address: str,
-    output_json: str = "",
-    error: str = "",
-) -> None:
-    """Record a child without a stream cursor (companions, dispatched tasks).
-
-    A running child's ref is what makes the parent's ``Interrupt`` cascade to it.
-    """
-    await ctx.store.put_subsession_ref(
-        SubSessionRef(
-            parent_session_id=ctx.session_id,
-            child_session_id=child_id,
-            agent_type=agent_type,
-            tool_call_id=tool_call_id,
-            status=status,
-            address=address,
-            completed_at=None if status is SessionStatus.RUNNING else time.time(),
-            output_json=output_json,
-            error=error,
-        )
-    )
-
-
-@dataclasses.dataclass
-class _Logged:
-    """What a parent's log holds of one tool call's child."""
-
-    started: set[str] = dataclasses.field(default_factory=set)
-    """The children whose ``subagent_start`` is in the log."""
-    last_sequence: int = 0
-    """The last child sequence forwarded (0: none)."""
-    end: pb.SubagentEnd | None = None
-    """The ``subagent_end`` in the log, if the call ended."""
-
-
-class ForwardedSoFar:
-    """What the parent's own log holds of each tool call's child.
-
-    The log, not the (batched) ref, is the truth after a crash: events forwarded
-    after the ref's last write are in the log and must not be forwarded again, and a
-    ``subagent_start`` or ``subagent_end`` in it must not be written again. A
-    resumed parent rejoins all its running children at once, so they share one pass
-    over its log (``forwarded_so_far``), not one each: a thousand children would
-    otherwise read a log of their thousands of events a thousand times. Each lookup
-    reads what the log gained since the last pass (it only grows) unless a pass began
-    after the lookup did; a rejoining call has forwarded nothing yet in this run, so
-    its figure is exact.
-    """
-
-    def __init__(self, store: Store, session_id: str) -> None:
-        self._store = store
-        self._session_id = session_id
-        self._read_to = 0
-        self._calls: dict[str, _Logged] = {}
-        self._lock = asyncio.Lock()  # concurrent rejoins wait for one reader
-        self._passes = 0
-
-    async def last(self, tool_call_id: str) -> int:
-        """The last sequence of ``tool_call_id``'s child in the log (0: none)."""
-        return (await self.logged(tool_call_id)).last_sequence
-
-    async def logged(self, tool_call_id: str) -> _Logged:
-        """What the log holds of ``tool_call_id``'s child."""
-        entered = self._passes
-        async with self._lock:
-            # A pass begun since this lookup was asked for read all it needs.
-            if self._passes == entered:
-                self._passes += 1
-                await self._read_on()
-            return self._calls.get(tool_call_id) or _Logged()
-
-    async def _read_on(self) -> None:
-        calls = self._calls
-        async for events in pages(self._store, self._session_id, after=self._read_to):
-            for event in events:
-                kind = event.WhichOneof("payload")
-                if kind == "child_event":
-                    call, child = event.child_event.tool_call_id, event.child_event.event
-                    logged = calls.setdefault(call, _Logged())
-                    logged.last_sequence = max(logged.last_sequence, child.sequence)
-                elif kind == "subagent_start":
-                    start = event.subagent_start
-                    logged = calls.setdefault(start.tool_call_id, _Logged())
-                    logged.started.add(start.child_session_id)
-                elif kind == "subagent_end":
-                    end = event.subagent_end
-                    calls.setdefault(end.tool_call_id, _Logged()).end = end
-            self._read_to = events[-1].sequence
-
-
-async def start_logged(ctx: ToolContext, child_id: str) -> bool:
-    """True when the parent's log holds the ``subagent_start`` of ``child_id`` for the
-    current tool call: a call re-run by a resumed parent must not write it again. Ask only
-    when the child's ref existed before the call (refs are saved before the event)."""
-    return child_id in (await forwarded_so_far(ctx).logged(ctx.tool_call_id)).started
-
-
-def forwarded_so_far(ctx: ToolContext) -> ForwardedSoFar:
-    """The run's ``ForwardedSoFar`` (one per run, kept in ``ctx.cache``)."""
-    index = ctx.cache.get(_FORWARDED_KEY)
-    if not isinstance(index, ForwardedSoFar):
-        index = ctx.cache[_FORWARDED_KEY] = ForwardedSoFar(ctx.store, ctx.session_id)
-    return index

@@ -1,0 +1,103 @@
+"""A parent's children, whatever their kind: the metadata a child starts with, the
+events that bracket it in the parent's log, and its ref in the parent's store."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+
+from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
+from helix_transport._status import SessionStatus
+from helix_transport.agent.tools import DELEGATION_PATH_KEY, ToolContext
+from helix_transport.store import SubSessionRef
+
+ROOT_SESSION_KEY = "helix.root_session_id"
+"""Metadata key carrying the root session id down a delegation tree."""
+
+_TRACE_KEYS = frozenset({"traceparent", "tracestate"})
+# The path travels as StartRequest.delegation_path; the parent's own is not the child's.
+_NOT_INHERITED = _TRACE_KEYS | {DELEGATION_PATH_KEY}
+
+
+def child_metadata(
+    ctx: ToolContext, trace_context: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """A child's ``StartRequest.metadata``: the parent's, with the tree's root session id.
+
+    The trace context the parent inherited from its own parent is not passed on: it
+    would nest the child's spans under the grandparent's delegation. ``trace_context``
+    (this delegation's span) takes its place; without one the child's run is a top
+    span of the same trace, which the root session id names.
+    """
+    inherited = {k: v for k, v in ctx.metadata.items() if k not in _NOT_INHERITED}
+    return {
+        **inherited,
+        ROOT_SESSION_KEY: ctx.metadata.get(ROOT_SESSION_KEY, ctx.session_id),
+        **(trace_context or {}),
+    }
+
+
+def subagent_started(
+    *, tool_call_id: str, child_id: str, agent_type: str, address: str
+) -> pb.StreamEvent:
+    """The parent's log entry for a child it starts (or rejoins)."""
+    return pb.StreamEvent(
+        subagent_start=pb.SubagentStart(
+            tool_call_id=tool_call_id,
+            child_session_id=child_id,
+            child_agent_type=agent_type,
+            address=address,
+        )
+    )
+
+
+def subagent_ended(
+    *,
+    tool_call_id: str,
+    child_id: str,
+    agent_type: str,
+    status: SessionStatus,
+    output_json: str = "",
+    error: str = "",
+) -> pb.StreamEvent:
+    """The parent's log entry for a child's outcome."""
+    return pb.StreamEvent(
+        subagent_end=pb.SubagentEnd(
+            tool_call_id=tool_call_id,
+            child_session_id=child_id,
+            child_agent_type=agent_type,
+            status=status.to_proto(),
+            output_json=output_json,
+            error=error,
+        )
+    )
+
+
+async def save_child_ref(
+    ctx: ToolContext,
+    *,
+    child_id: str,
+    agent_type: str,
+    tool_call_id: str,
+    status: SessionStatus,
+    address: str,
+    output_json: str = "",
+    error: str = "",
+) -> None:
+    """Record a child without a stream cursor (companions, dispatched tasks).
+
+    A running child's ref is what makes the parent's ``Interrupt`` cascade to it.
+    """
+    await ctx.store.put_subsession_ref(
+        SubSessionRef(
+            parent_session_id=ctx.session_id,
+            child_session_id=child_id,
+            agent_type=agent_type,
+            tool_call_id=tool_call_id,
+            status=status,
+            address=address,
+            completed_at=None if status is SessionStatus.RUNNING else time.time(),
+            output_json=output_json,
+            error=error,
+        )
+    )

@@ -1,0 +1,94 @@
+"""What a parent's own log holds of its children: the truth a resumed parent reads."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
+from helix_transport.agent.tools import ToolContext
+from helix_transport.store import Store, pages
+
+_FORWARDED_KEY = "helix.remote.forwarded"  # ToolContext.cache key of the run's ForwardedSoFar
+
+
+@dataclasses.dataclass
+class Logged:
+    """What a parent's log holds of one tool call's child."""
+
+    started: set[str] = dataclasses.field(default_factory=set)
+    """The children whose ``subagent_start`` is in the log."""
+    last_sequence: int = 0
+    """The last child sequence forwarded (0: none)."""
+    end: pb.SubagentEnd | None = None
+    """The ``subagent_end`` in the log, if the call ended."""
+
+
+class ForwardedSoFar:
+    """What the parent's own log holds of each tool call's child.
+
+    The log, not the (batched) ref, is the truth after a crash: events forwarded
+    after the ref's last write are in the log and must not be forwarded again, and a
+    ``subagent_start`` or ``subagent_end`` in it must not be written again. A
+    resumed parent rejoins all its running children at once, so they share one pass
+    over its log (``forwarded_so_far``), not one each: a thousand children would
+    otherwise read a log of their thousands of events a thousand times. Each lookup
+    reads what the log gained since the last pass (it only grows) unless a pass began
+    after the lookup did; a rejoining call has forwarded nothing yet in this run, so
+    its figure is exact.
+    """
+
+    def __init__(self, store: Store, session_id: str) -> None:
+        self._store = store
+        self._session_id = session_id
+        self._read_to = 0
+        self._calls: dict[str, Logged] = {}
+        self._lock = asyncio.Lock()  # concurrent rejoins wait for one reader
+        self._passes = 0
+
+    async def last(self, tool_call_id: str) -> int:
+        """The last sequence of ``tool_call_id``'s child in the log (0: none)."""
+        return (await self.logged(tool_call_id)).last_sequence
+
+    async def logged(self, tool_call_id: str) -> Logged:
+        """What the log holds of ``tool_call_id``'s child."""
+        entered = self._passes
+        async with self._lock:
+            # A pass begun since this lookup was asked for read all it needs.
+            if self._passes == entered:
+                self._passes += 1
+                await self._read_on()
+            return self._calls.get(tool_call_id) or Logged()
+
+    async def _read_on(self) -> None:
+        calls = self._calls
+        async for events in pages(self._store, self._session_id, after=self._read_to):
+            for event in events:
+                kind = event.WhichOneof("payload")
+                if kind == "child_event":
+                    call, child = event.child_event.tool_call_id, event.child_event.event
+                    logged = calls.setdefault(call, Logged())
+                    logged.last_sequence = max(logged.last_sequence, child.sequence)
+                elif kind == "subagent_start":
+                    start = event.subagent_start
+                    logged = calls.setdefault(start.tool_call_id, Logged())
+                    logged.started.add(start.child_session_id)
+                elif kind == "subagent_end":
+                    end = event.subagent_end
+                    calls.setdefault(end.tool_call_id, Logged()).end = end
+            self._read_to = events[-1].sequence
+
+
+async def start_logged(ctx: ToolContext, child_id: str) -> bool:
+    """True when the parent's log holds the ``subagent_start`` of ``child_id`` for the
+    current tool call: a call re-run by a resumed parent must not write it again. Ask only
+    when the child's ref existed before the call (refs are saved before the event)."""
+    return child_id in (await forwarded_so_far(ctx).logged(ctx.tool_call_id)).started
+
+
+def forwarded_so_far(ctx: ToolContext) -> ForwardedSoFar:
+    """The run's ``ForwardedSoFar`` (one per run, kept in ``ctx.cache``)."""
+    index = ctx.cache.get(_FORWARDED_KEY)
+    if not isinstance(index, ForwardedSoFar):
+        index = ctx.cache[_FORWARDED_KEY] = ForwardedSoFar(ctx.store, ctx.session_id)
+    return index
