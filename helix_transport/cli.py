@@ -280,7 +280,7 @@ async def _describe(args: argparse.Namespace) -> int:
 
 
 async def _conformance(args: argparse.Namespace) -> int:
-    from helix_transport.conformance import format_results, run_conformance
+    from helix_transport.testing.conformance import format_results, run_conformance
 
     try:
         results = await run_conformance(

@@ -18,14 +18,14 @@ from typing import Any
 import grpc
 import pytest
 
-from helix_transport import Agent, conformance, create_server
+from helix_transport import Agent, create_server
 from helix_transport._exceptions import InvalidArgument
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
-from helix_transport.conformance import CheckResult, format_results, run_conformance
 from helix_transport.registry import address_env_var
 from helix_transport.server import app as server_app
 from helix_transport.server._servicer import AgentServicer
 from helix_transport.store import MemoryStore
+from helix_transport.testing.conformance import CheckResult, format_results, run_conformance, timing
 from services.orchestrator.agent import agent as orchestrator
 from services.researcher.agent import agent as researcher
 from services.summarizer.agent import agent as summarizer
@@ -392,9 +392,9 @@ async def test_kit_fails_a_broken_server(
     monkeypatch: pytest.MonkeyPatch, servicer: type[AgentServicer], failing: set[str]
 ) -> None:
     monkeypatch.setattr(server_app, "AgentServicer", servicer)
-    monkeypatch.setattr(conformance, "END_GRACE_S", 0.5)  # KeepsStreamsOpen: fail fast
-    monkeypatch.setattr(conformance, "WAIT_PROMPT_S", 1.0)  # SitsOutTheWait too
-    monkeypatch.setattr(conformance, "WAIT_RUNNING_S", 1.0)
+    monkeypatch.setattr(timing, "END_GRACE_S", 0.5)  # KeepsStreamsOpen: fail fast
+    monkeypatch.setattr(timing, "WAIT_PROMPT_S", 1.0)  # SitsOutTheWait too
+    monkeypatch.setattr(timing, "WAIT_RUNNING_S", 1.0)
     async with await create_server(summarizer, MemoryStore(), allow_unauthenticated=True) as server:
         results = await run_conformance(server.address, input_json=SUMMARY, timeout_s=20)
     failed = {r.name for r in results if not r.passed}
@@ -432,9 +432,9 @@ async def test_kit_judges_the_long_poll_of_a_running_session(
     """Runs slow enough (about 1.5 s) for the kit to poll the main session running."""
     monkeypatch.setenv("HELIX_SCRIPTED_DELAY_MS", "40")
     monkeypatch.setattr(server_app, "AgentServicer", servicer)
-    monkeypatch.setattr(conformance, "WAIT_RUNNING_S", wait_s)
-    monkeypatch.setattr(conformance, "WAIT_PROMPT_S", 1.0)
-    monkeypatch.setattr(conformance, "END_GRACE_S", 1.0)
+    monkeypatch.setattr(timing, "WAIT_RUNNING_S", wait_s)
+    monkeypatch.setattr(timing, "WAIT_PROMPT_S", 1.0)
+    monkeypatch.setattr(timing, "END_GRACE_S", 1.0)
     async with await create_server(summarizer, MemoryStore(), allow_unauthenticated=True) as server:
         results = await run_conformance(server.address, input_json=SUMMARY, timeout_s=30)
     by_name = {r.name: r for r in results}

@@ -33,8 +33,8 @@ from hypothesis import strategies as st
 
 from helix_transport import AgentServer, ServerConfig, create_server
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
-from helix_transport.conformance import run_conformance
 from helix_transport.store import Store, open_store
+from helix_transport.testing.conformance import run_conformance
 from helix_transport.transport._auth import ClientAuth
 from tests.helpers import ROOT, ServiceProcess, free_port
 from tests.security.agents import echo

@@ -1,0 +1,62 @@
+"""The conformance kit: the ``AgentService`` contract checked against any running service.
+
+``helix-mesh conformance ADDRESS --input JSON [--bad-input JSON]`` runs it from the
+command line; ``await run_conformance(address, input_json=...)`` from Python (this
+package, ``helix_transport.testing.conformance``). The service may be written in any
+language: the kit speaks only the wire, through the raw generated stub (never
+``AgentClient``, whose reconnects and duplicate filtering would hide a server's
+mistakes), and checks what ``proto/helix/agent/v1/agent.proto`` promises:
+
+- ``Start`` generates an id when none is given, is idempotent (the same id with an
+  equal JSON input is ``created=false`` and never runs twice), and answers a
+  different input under an existing id with ``ALREADY_EXISTS``;
+- the log is gapless from 1, begins with ``run_started`` and ends with exactly one
+  terminal event, after which the stream ends; two readers at once, a reader that
+  leaves mid-run and comes back from its last sequence, and replays from the start,
+  the middle and the end all see the same events;
+- ``GetStatus`` agrees with the log; ``Interrupt`` of a finished session changes
+  nothing and says so, and of a running one is reported truthfully;
+- ``NOT_FOUND`` for unknown sessions and ``INVALID_ARGUMENT`` (``field: problem``)
+  for bad requests, with no session created by a rejected ``Start``.
+- ``Continue`` (optional: ``UNIMPLEMENTED`` makes it a skip) starts a fresh second
+  turn on the finished main session once, even when retried; the turn's stream
+  begins with ``turn_started`` right after the old terminal event and ends at its
+  own, and a replay from 0 still ends at the first turn's terminal event; another
+  message for that turn is ``ALREADY_EXISTS``, a turn out of order
+  ``FAILED_PRECONDITION``. It runs last, since it adds to the main session.
+- ``GetStatus`` with ``wait`` (the optional long poll): of a finished session it
+  answers at once (within ``timing.WAIT_PROMPT_S`` of a ``timing.WAIT_FINISHED_S``
+  wait) with the log's end, whether the service implements ``wait`` or not. Of the
+  main session while it runs, it answers the log's terminal status and sequence when the session ends,
+  RUNNING once the wait has passed, or RUNNING at once (within half the wait: ``wait``
+  not implemented); never a terminal reply the log disagrees with, RUNNING after the
+  log's end reached a reader, or a reply later than the end or the wait by more than
+  ``timing.END_GRACE_S`` (a skip when the session had ended before the kit could poll
+  it).
+  A wait below 0 or over 60 s is ``INVALID_ARGUMENT`` (``field: wait``); rejecting
+  one but not the other fails. A service that ignores ``wait`` accepts both, so
+  accepting both is a skip when the kit saw the service answer the running session
+  at once, or could not tell (the session ended first; a slower run tells), and a
+  failure when it saw the service hold that reply for half the wait or more (the
+  line ``dispatch`` draws too): a service that implements ``wait`` must check it.
+
+The caller gives a valid input; an input the schema rejects is derived from
+``Describe`` when not given. Each session the kit starts uses that input, so a
+service whose runs are slow makes the kit slow, not wrong; a run slowed down (e.g.
+``HELIX_SCRIPTED_DELAY_MS``) exercises the live tail more.
+
+Its modules, one area each: ``runner`` (``run_conformance``, the order of the checks),
+``report`` (``CheckResult``, ``format_results``), ``timing`` (the time limits, read when
+a check runs, so tests can shorten them), and private ones for the plumbing (``_kit``),
+what the contract fixes (``_contract``), derived inputs (``_inputs``) and the checks of
+Describe and health, Start, Stream, the finished session, Interrupt, Continue and bad
+requests (``_describe``, ``_start``, ``_stream``, ``_finished``, ``_interrupt``,
+``_continue``, ``_errors``).
+"""
+
+from __future__ import annotations
+
+from helix_transport.testing.conformance.report import CheckResult, format_results
+from helix_transport.testing.conformance.runner import run_conformance
+
+__all__ = ["CheckResult", "format_results", "run_conformance"]

@@ -1,0 +1,80 @@
+"""``run_conformance``: every check, in the order the kit's sessions allow."""
+
+from __future__ import annotations
+
+import json
+
+from helix_transport._proto.helix.agent.v1 import agent_pb2_grpc as pb_grpc
+from helix_transport.testing.conformance._continue import check_continue
+from helix_transport.testing.conformance._contract import SESSION_CHECKS
+from helix_transport.testing.conformance._describe import check_describe, check_health
+from helix_transport.testing.conformance._errors import check_errors
+from helix_transport.testing.conformance._finished import check_finished
+from helix_transport.testing.conformance._interrupt import check_interrupt_running
+from helix_transport.testing.conformance._kit import Kit
+from helix_transport.testing.conformance._start import check_start
+from helix_transport.testing.conformance._stream import check_streams, observe
+from helix_transport.testing.conformance.report import CheckResult
+from helix_transport.transport._auth import ClientAuth, open_channel
+
+
+async def run_conformance(
+    address: str,
+    *,
+    input_json: str,
+    bad_input_json: str | None = None,
+    timeout_s: float = 60,
+    auth: ClientAuth | None = None,
+) -> list[CheckResult]:
+    """Run every contract check against the agent service at ``address``.
+
+    Args:
+        address: ``host:port`` (plaintext gRPC unless ``auth`` configures TLS).
+        input_json: a valid input for the agent; every session the kit starts uses it.
+        bad_input_json: an input the agent's schema rejects; derived from ``Describe``
+            when ``None`` (``{}`` when the schema has required fields).
+        timeout_s: how long the whole run may take; sessions still running then fail.
+        auth: the credentials to present (a bearer token, TLS, a client certificate).
+
+    Returns one ``CheckResult`` per check, in the order they ran. The kit leaves the
+    sessions it started in the service (ids start with ``conformance-`` or are generated).
+
+    Raises:
+        ValueError: ``input_json`` is not JSON.
+    """
+    try:
+        json.loads(input_json)
+    except ValueError as exc:
+        raise ValueError(f"input_json is not valid JSON: {exc}") from None
+    async with open_channel(address, auth) as channel:
+        kit = Kit(
+            pb_grpc.AgentServiceStub(channel),
+            channel,
+            input_json=input_json,
+            bad_input_json=bad_input_json,
+            timeout_s=timeout_s,
+        )
+        return await _run(kit)
+
+
+async def _run(kit: Kit) -> list[CheckResult]:
+    await kit.check("health", lambda: check_health(kit))
+    described = await kit.check("describe", lambda: check_describe(kit))
+    if not described and kit.results[-1].detail.startswith("unexpected UNAVAILABLE"):
+        return kit.results  # nothing listens there: every other check would say so
+    sessions = await check_start(kit)
+    if sessions is not None:
+        main, other = sessions
+        kit.main_session_id = main.session_id
+        run = await observe(kit, main.session_id)
+        if await check_streams(kit, run):
+            await check_finished(kit, run)
+        await kit.check("interrupt.running", lambda: check_interrupt_running(kit, other))
+    else:
+        kit.not_run(SESSION_CHECKS, "Start failed")
+    await check_errors(kit)
+    if sessions is not None:  # last: it adds a turn to the main session
+        await kit.check("continue.new_turn", lambda: check_continue(kit))
+    else:
+        kit.not_run(("continue.new_turn",), "Start failed")
+    return kit.results
