@@ -51,7 +51,7 @@ def test_example_services_import_what_the_facade_has_from_it() -> None:
 
 def test_unknown_name_is_an_attribute_error() -> None:
     try:
-        helix_transport.NoSuchThing  # type: ignore[attr-defined]  # noqa: B018
+        helix_transport.NoSuchThing  # noqa: B018
     except AttributeError as exc:
         assert "NoSuchThing" in str(exc)
     else:
