@@ -6,7 +6,10 @@ The public API::
 
 Define an ``Agent`` (pydantic input/output models, tools, a litellm model), serve
 it with ``create_server`` or ``helix-mesh serve module:agent``, and call it with
-``AgentClient``. See README.md.
+``AgentClient``. An agent delegates to other agent services with
+``remote_agent_tool`` (one call, one child), ``with_companions`` (children it keeps,
+``PersistentChild``) or ``with_dispatch`` (tasks to ``SubagentType`` children).
+See README.md.
 
 Importing the package is cheap: names load on first use, so a client-only
 program (``helix-mesh status``) never imports litellm.
@@ -49,6 +52,9 @@ if TYPE_CHECKING:
     from helix_transport._status import SessionStatus
     from helix_transport.agent.definition import Agent
     from helix_transport.agent.tools import Tool, ToolContext, tool
+    from helix_transport.delegation.companions import PersistentChild, with_companions
+    from helix_transport.delegation.dispatch import SubagentType, with_dispatch
+    from helix_transport.delegation.remote import remote_agent_tool, remote_agent_tool_from_service
     from helix_transport.server.app import AgentServer, ServerConfig, create_server
     from helix_transport.server.auth import AuthConfig
     from helix_transport.server.limits import Limits
@@ -73,6 +79,7 @@ _LAZY = {
     "Limits": "helix_transport.server.limits",
     "MaxStepsExceeded": "helix_transport._exceptions",
     "ModelAPIError": "helix_transport._exceptions",
+    "PersistentChild": "helix_transport.delegation.companions",
     "RemoteError": "helix_transport._exceptions",
     "ResourceExhausted": "helix_transport._exceptions",
     "RetryConfig": "helix_transport._config",
@@ -89,6 +96,7 @@ _LAZY = {
     "StoreUnavailable": "helix_transport._exceptions",
     "StreamEvent": "helix_transport._proto.helix.agent.v1.agent_pb2",
     "StreamInterrupted": "helix_transport._exceptions",
+    "SubagentType": "helix_transport.delegation.dispatch",
     "Tool": "helix_transport.agent.tools",
     "ToolContext": "helix_transport.agent.tools",
     "ToolTimeoutError": "helix_transport._exceptions",
@@ -98,7 +106,11 @@ _LAZY = {
     "create_server": "helix_transport.server.app",
     "is_terminal": "helix_transport._eventlog",
     "open_store": "helix_transport.store",
+    "remote_agent_tool": "helix_transport.delegation.remote",
+    "remote_agent_tool_from_service": "helix_transport.delegation.remote",
     "tool": "helix_transport.agent.tools",
+    "with_companions": "helix_transport.delegation.companions",
+    "with_dispatch": "helix_transport.delegation.dispatch",
 }
 
 __all__ = [
@@ -118,6 +130,7 @@ __all__ = [
     "Limits",
     "MaxStepsExceeded",
     "ModelAPIError",
+    "PersistentChild",
     "RemoteError",
     "ResourceExhausted",
     "RetryConfig",
@@ -134,6 +147,7 @@ __all__ = [
     "StoreUnavailable",
     "StreamEvent",
     "StreamInterrupted",
+    "SubagentType",
     "Tool",
     "ToolContext",
     "ToolTimeoutError",
@@ -143,7 +157,11 @@ __all__ = [
     "create_server",
     "is_terminal",
     "open_store",
+    "remote_agent_tool",
+    "remote_agent_tool_from_service",
     "tool",
+    "with_companions",
+    "with_dispatch",
 ]
 
 

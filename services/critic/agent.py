@@ -18,9 +18,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from helix_transport.agent.definition import Agent
+from helix_transport import Agent, ToolContext, tool
 from helix_transport.agent.scripted import ScriptedTurn, call, finish, register_script
-from helix_transport.agent.tools import ToolContext, tool
 
 
 class ReviewRequest(BaseModel):

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from helix_transport.agent.definition import Agent
+from helix_transport import Agent, ToolContext, remote_agent_tool, tool
 from helix_transport.agent.scripted import (
     ScriptedTurn,
     call,
@@ -23,8 +23,6 @@ from helix_transport.agent.scripted import (
     step_results,
     user_input,
 )
-from helix_transport.agent.tools import ToolContext, tool
-from helix_transport.delegation.remote import remote_agent_tool
 
 
 class Question(BaseModel):

@@ -15,9 +15,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from helix_transport.agent.definition import Agent
+from helix_transport import Agent, ToolContext, tool
 from helix_transport.agent.scripted import ScriptedTurn, call, register_script, user_input
-from helix_transport.agent.tools import FINISH_TOOL, ToolContext, tool
+from helix_transport.agent.tools import FINISH_TOOL
 
 
 class ResearchInput(BaseModel):

@@ -1,0 +1,44 @@
+"""``helix-mesh conformance``: check an agent service, in any language, against the contract."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from helix_transport.cli.flags import client_auth, client_options, positive_seconds
+
+
+def add_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``conformance`` to the subcommands ``sub`` (an ``add_subparsers`` result)."""
+    conformance = sub.add_parser(
+        "conformance", help="check an agent service (any language) against the contract"
+    )
+    conformance.add_argument("address")
+    conformance.add_argument("--input", required=True, help="a valid input for the agent, as JSON")
+    conformance.add_argument(
+        "--bad-input", default=None, help="an input its schema rejects (default: from Describe)"
+    )
+    conformance.add_argument(
+        "--timeout", type=positive_seconds, default=60.0, help="seconds for the run"
+    )
+    client_options(conformance)
+
+
+async def conformance(args: argparse.Namespace) -> int:
+    """Run the kit against ``args.address``: 0 if every check passed, 1 if not, 2 on bad input."""
+    from helix_transport.testing.conformance import format_results, run_conformance
+
+    try:
+        results = await run_conformance(
+            args.address,
+            input_json=args.input,
+            bad_input_json=args.bad_input,
+            timeout_s=args.timeout,
+            auth=client_auth(args),
+        )
+    except ValueError as exc:
+        print(f"helix-mesh: --input: {exc}", file=sys.stderr)
+        return 2
+    print(f"conformance of the agent service at {args.address}")
+    print(format_results(results))
+    return 0 if all(r.passed for r in results) else 1

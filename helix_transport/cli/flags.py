@@ -1,0 +1,54 @@
+"""Flags more than one command shares: durations and a client's credentials."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+
+from helix_transport.transport._auth import ClientAuth
+
+
+def seconds(text: str) -> float:
+    """A duration flag: a finite number of seconds, zero or more."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number of seconds, 0 or more")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    """A duration flag that cannot be zero (a timeout, a lease, an interval)."""
+    value = seconds(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number of seconds above 0")
+    return value
+
+
+def client_options(parser: argparse.ArgumentParser) -> None:
+    """The credentials a client command presents (``client_auth`` reads them)."""
+    group = parser.add_argument_group("credentials (see README, Security)")
+    group.add_argument(
+        "--token", default="", help="bearer token (prefer $HELIX_TOKEN: flags show in ps)"
+    )
+    group.add_argument("--token-file", default="", help="file holding the bearer token")
+    group.add_argument("--tls-ca", default="", help="CA to verify the server by (enables TLS)")
+    group.add_argument("--tls-cert", default="", help="client certificate (mutual TLS)")
+    group.add_argument("--tls-key", default="", help="client private key (mutual TLS)")
+    group.add_argument("--tls-server-name", default="", help="expected server name")
+
+
+def client_auth(args: argparse.Namespace) -> ClientAuth | None:
+    """The credentials of a client command: flags, else the environment."""
+    env = os.environ
+    return ClientAuth.from_files(
+        token=args.token or env.get("HELIX_TOKEN", ""),
+        token_file=args.token_file or env.get("HELIX_TOKEN_FILE", ""),
+        tls_ca_file=args.tls_ca or env.get("HELIX_CLIENT_TLS_CA", ""),
+        tls_cert_file=args.tls_cert or env.get("HELIX_CLIENT_TLS_CERT", ""),
+        tls_key_file=args.tls_key or env.get("HELIX_CLIENT_TLS_KEY", ""),
+        tls_server_name=args.tls_server_name or env.get("HELIX_CLIENT_TLS_SERVER_NAME", ""),
+    )

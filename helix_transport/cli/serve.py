@@ -1,0 +1,240 @@
+"""``helix-mesh serve MODULE:ATTR`` and ``python -m services.NAME``: serve an agent.
+
+The reference is imported from the working directory too (``load_agent``), so
+``helix-mesh serve services.researcher:agent`` works from a checkout of the
+repository, where ``services/`` is; the wheel does not install it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import os
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from helix_transport._exceptions import HelixError
+from helix_transport.cli.flags import positive_seconds, seconds
+from helix_transport.store import STORE_URL_ENV
+from helix_transport.transport._auth import SUBSTITUTE, ClientAuth
+
+if TYPE_CHECKING:
+    from helix_transport.server.app import ServerConfig
+    from helix_transport.server.auth import AuthConfig
+
+_OFF = ("0", "off", "false", "no")
+
+
+def add_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``serve`` to the subcommands ``sub`` (an ``add_subparsers`` result)."""
+    serve = sub.add_parser("serve", help="serve an agent (MODULE:ATTR) as a gRPC service")
+    serve.add_argument(
+        "agent", help="the agent, as module:attribute (e.g. services.researcher:agent)"
+    )
+    serve_options(serve)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve ``args.agent`` until SIGTERM or SIGINT."""
+    # Imported here: the client commands never load the server (or litellm).
+    from helix_transport.server.app import configure_logging, load_agent, serve
+
+    configure_logging()
+    agent = load_agent(args.agent)
+    store_url = args.store or os.environ.get(STORE_URL_ENV) or f"sqlite:///.helix/{agent.name}.db"
+    config = _server_config(args)
+    auth = _auth_config(args)
+    auth.check()  # fail closed before importing or opening anything else
+    env = os.environ
+    client_auth = ClientAuth.from_files(
+        token_file=args.client_token_file or env.get("HELIX_CLIENT_TOKEN_FILE", ""),
+        tls_ca_file=env.get("HELIX_CLIENT_TLS_CA", ""),
+        tls_cert_file=env.get("HELIX_CLIENT_TLS_CERT", ""),
+        tls_key_file=env.get("HELIX_CLIENT_TLS_KEY", ""),
+        tls_server_name=env.get("HELIX_CLIENT_TLS_SERVER_NAME", ""),
+        identity=args.client_identity or env.get("HELIX_CLIENT_IDENTITY", "") or SUBSTITUTE,
+    )
+    asyncio.run(
+        serve(agent, store_url=store_url, config=config, auth=auth, client_auth=client_auth)
+    )
+    return 0
+
+
+def _server_config(args: argparse.Namespace) -> ServerConfig:
+    from helix_transport.server.app import ServerConfig
+    from helix_transport.server.limits import Limits
+
+    reflection = (
+        not args.no_reflection and os.environ.get("HELIX_REFLECTION", "on").lower() not in _OFF
+    )
+    return ServerConfig(
+        host=args.host,
+        port=args.port,
+        replica_id=args.replica_id or os.environ.get("HELIX_REPLICA_ID", ""),
+        lease_ttl_s=args.lease_ttl,
+        graceful_shutdown_timeout_s=args.drain_timeout,
+        heartbeat_interval_s=args.heartbeat_interval,
+        reflection=reflection,
+        health_port=args.health_port,
+        # Unset (None) leaves it to HELIX_ALLOW_VOLATILE_STORE.
+        allow_volatile_store=True if args.allow_volatile_store else None,
+        limits=Limits.from_env(
+            max_message_bytes=args.max_message_bytes,
+            max_input_bytes=args.max_input_bytes,
+            max_json_depth=args.max_json_depth,
+            max_running_sessions=args.max_running_sessions,
+            max_delegation_depth=args.max_delegation_depth,
+            rate_per_s=args.rate_limit,
+            rate_burst=args.rate_burst,
+        ),
+    )
+
+
+def _auth_config(args: argparse.Namespace) -> AuthConfig:
+    from helix_transport.server.auth import AuthConfig
+
+    auth = AuthConfig.from_env(
+        tokens_file=args.auth_tokens,
+        jwt_key_file=args.jwt_key,
+        jwt_audience=args.jwt_audience,
+        jwt_issuer=args.jwt_issuer,
+        tls_cert_file=args.tls_cert,
+        tls_key_file=args.tls_key,
+        tls_client_ca_file=args.tls_client_ca,
+        allow_unauthenticated=args.allow_unauthenticated,
+    )
+    if args.auth_reload_interval is not None:  # 0 (off) is no override for from_env
+        auth = dataclasses.replace(auth, reload_interval_s=args.auth_reload_interval)
+    return auth
+
+
+def serve_options(parser: argparse.ArgumentParser) -> None:
+    """Every option of ``serve`` but the agent: listening, store, auth and limits."""
+    _listen_options(parser)
+    _auth_options(parser)
+    _limit_options(parser)
+
+
+def _listen_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--host", default=os.environ.get("HELIX_HOST", "127.0.0.1"), help="(default $HELIX_HOST)"
+    )
+    # A string default: argparse converts it, so a bad HELIX_PORT is a usage error of
+    # `serve` alone, not a traceback of every command.
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=os.environ.get("HELIX_PORT", "50051"),
+        help="(default $HELIX_PORT)",
+    )
+    parser.add_argument(
+        "--store", default="", help=f"store URL (default ${STORE_URL_ENV} or sqlite)"
+    )
+    parser.add_argument("--replica-id", default="", help="lease owner id (default hostname:port)")
+    parser.add_argument(
+        "--lease-ttl",
+        type=positive_seconds,
+        default=5.0,
+        help="session lease seconds (default %(default)s)",
+    )
+    parser.add_argument(
+        "--drain-timeout",
+        type=seconds,
+        default=10.0,
+        help="seconds to drain on SIGTERM (default %(default)s)",
+    )
+    parser.add_argument(
+        "--heartbeat-interval",
+        type=positive_seconds,
+        default=5.0,
+        help="seconds before a quiet stream beats (default %(default)s)",
+    )
+    parser.add_argument(
+        "--no-reflection",
+        action="store_true",
+        help="disable server reflection (HELIX_REFLECTION=off)",
+    )
+    parser.add_argument(
+        "--health-port",
+        type=int,
+        default=os.environ.get("HELIX_HEALTH_PORT") or None,  # converted as --port's
+        help="plaintext health-only port, 0 to pick one (HELIX_HEALTH_PORT)",
+    )
+    parser.add_argument(
+        "--allow-volatile-store",
+        action="store_true",
+        help="accept a Redis store that keeps nothing on disk, which a Redis restart "
+        "empties (HELIX_ALLOW_VOLATILE_STORE=1; throwaway data only)",
+    )
+
+
+def _auth_options(parser: argparse.ArgumentParser) -> None:
+    auth = parser.add_argument_group("authentication (see README, Security)")
+    auth.add_argument("--auth-tokens", default="", help="token file (HELIX_AUTH_TOKENS_FILE)")
+    auth.add_argument(
+        "--jwt-key", default="", help="JWT verification key file (HELIX_JWT_KEY_FILE)"
+    )
+    auth.add_argument("--jwt-audience", default="", help="required JWT aud (HELIX_JWT_AUDIENCE)")
+    auth.add_argument("--jwt-issuer", default="", help="required JWT iss (HELIX_JWT_ISSUER)")
+    auth.add_argument("--tls-cert", default="", help="server certificate (HELIX_TLS_CERT_FILE)")
+    auth.add_argument("--tls-key", default="", help="server private key (HELIX_TLS_KEY_FILE)")
+    auth.add_argument(
+        "--tls-client-ca", default="", help="require client certificates from this CA (mTLS)"
+    )
+    auth.add_argument(
+        "--auth-reload-interval",
+        type=seconds,
+        default=None,
+        metavar="SECONDS",
+        help="check the credential files for changes this often, 0 for never "
+        "(HELIX_AUTH_RELOAD_INTERVAL_S, default 10)",
+    )
+    auth.add_argument(
+        "--allow-unauthenticated",
+        action="store_true",
+        help="serve without authentication (loopback demos and tests only)",
+    )
+    auth.add_argument(
+        "--client-token-file", default="", help="this service's token for its children"
+    )
+    auth.add_argument(
+        "--client-identity",
+        choices=("substitute", "forward"),
+        default=None,
+        help="present this service's own identity to children, or forward the caller's",
+    )
+
+
+def _limit_options(parser: argparse.ArgumentParser) -> None:
+    # Defaults live in Limits (imported only by `serve`: the client commands stay light).
+    limits = parser.add_argument_group("limits (unset: $HELIX_* or the default; 0 turns one off)")
+    for flag, kind, env, what in (
+        ("--max-message-bytes", int, "HELIX_MAX_MESSAGE_BYTES", "largest gRPC message (4 MiB)"),
+        ("--max-input-bytes", int, "HELIX_MAX_INPUT_BYTES", "largest input_json (1 MiB)"),
+        ("--max-json-depth", int, "HELIX_MAX_JSON_DEPTH", "deepest input_json nesting (64)"),
+        ("--max-running-sessions", int, "HELIX_MAX_RUNNING_SESSIONS", "per replica (1000)"),
+        ("--rate-limit", float, "HELIX_RATE_LIMIT", "calls/s per principal (500)"),
+        ("--rate-burst", int, "HELIX_RATE_BURST", "calls at once per principal (1000)"),
+    ):
+        limits.add_argument(flag, type=kind, help=f"{what}; ${env}")
+    limits.add_argument(
+        "--max-delegation-depth",
+        type=int,
+        help="levels a delegation tree may have, its root included (8)",
+    )
+
+
+def serve_main(reference: str, argv: Sequence[str] | None = None) -> None:
+    """``python -m services.NAME [options]``: serve that package's agent."""
+    parser = argparse.ArgumentParser(prog=f"python -m {reference.split(':')[0]}")
+    serve_options(parser)
+    args = parser.parse_args(argv)
+    args.agent = reference
+    args.command = "serve"
+    try:
+        raise SystemExit(run(args))
+    except HelixError as exc:
+        print(f"helix-mesh: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
