@@ -81,9 +81,9 @@ from pydantic import BaseModel, Field, field_validator
 
 from helix_transport._config import RetryConfig
 from helix_transport._delegations import end_delegation, open_delegation, reopen_delegations
+from helix_transport._events import SessionStatus
 from helix_transport._exceptions import HelixError, SessionExists, SessionStateConflict
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
-from helix_transport._status import SessionStatus
 from helix_transport.agent.definition import Agent
 from helix_transport.agent.tools import (
     Tool,

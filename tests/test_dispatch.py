@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from helix_transport import Agent, AgentClient, ServerConfig, create_server
+from helix_transport._events import SessionStatus
 from helix_transport._exceptions import StoreUnavailable
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
-from helix_transport._status import SessionStatus
 from helix_transport.agent.tools import child_scope
 from helix_transport.registry import address_env_var
 from helix_transport.store import MemoryStore, SessionRecord, SubSessionRef

@@ -10,7 +10,6 @@ from typing import Any
 
 import grpc
 
-from helix_transport._eventlog import EventHub, follow
 from helix_transport._exceptions import (
     HelixError,
     ResourceExhausted,
@@ -21,6 +20,7 @@ from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._proto.helix.agent.v1 import agent_pb2_grpc as pb_grpc
 from helix_transport.agent.definition import Agent
 from helix_transport.cascade import CASCADE_TIMEOUT_S
+from helix_transport.log import EventHub, follow
 from helix_transport.server import _validation as check
 from helix_transport.server._continue import continue_session
 from helix_transport.server._encoding import MAX_RESPONSE_BYTES, encode_responses

@@ -17,7 +17,7 @@ import grpc
 from google.protobuf.message import DecodeError, Message
 
 from helix_transport._config import ClientConfig, RetryConfig
-from helix_transport._eventlog import is_terminal, through_terminal
+from helix_transport._events import is_terminal, through_terminal
 from helix_transport._exceptions import (
     InvalidArgument,
     RemoteError,
