@@ -21,8 +21,8 @@ from helix_transport._exceptions import (
     Unauthenticated,
     UsageError,
 )
+from helix_transport._wire import undecodable
 from helix_transport.server._handlers import wrap_handler
-from helix_transport.server._wire import undecodable
 
 logger = logging.getLogger("helix.server")
 
