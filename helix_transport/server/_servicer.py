@@ -13,6 +13,7 @@ import grpc
 from helix_transport._exceptions import (
     HelixError,
     ResourceExhausted,
+    ServerUnavailable,
     SessionExists,
     SessionNotFound,
 )
@@ -29,7 +30,6 @@ from helix_transport.server._identity import current_principal
 from helix_transport.server._ownership import parent_id, storage_id, visible
 from helix_transport.server._runner import SessionRunner
 from helix_transport.server._shield import outlive_caller
-from helix_transport.server.interceptors import ServerUnavailable
 from helix_transport.server.limits import Limits, check_capacity
 from helix_transport.store import SessionRecord, Store, Usage
 from helix_transport.store._records import input_fingerprint

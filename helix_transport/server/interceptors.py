@@ -14,6 +14,7 @@ from helix_transport._exceptions import (
     HelixError,
     InvalidArgument,
     ResourceExhausted,
+    ServerUnavailable,
     SessionExists,
     SessionNotFound,
     SessionStateConflict,
@@ -25,12 +26,6 @@ from helix_transport._wire import undecodable
 from helix_transport.server._handlers import wrap_handler
 
 logger = logging.getLogger("helix.server")
-
-
-class ServerUnavailable(HelixError):
-    """The server is draining or not ready; retry elsewhere."""
-
-    retryable = True
 
 
 _CODES: list[tuple[type[HelixError], grpc.StatusCode]] = [
