@@ -839,7 +839,7 @@ class Companions:
         """
         client = await ctx.clients.get(child.address)
         status = await client.wait(
-            child.session_id, after_sequence=child.from_sequence, retry=_until_answered(client)
+            child.session_id, from_sequence=child.from_sequence, retry=_until_answered(client)
         )
         await self._record(ctx, child, status)
 

@@ -214,7 +214,7 @@ async def test_a_child_service_without_the_long_poll_is_asked_at_a_pace(
     # then asks every PACE_S, without the wait after a refusal, and does not spin.
     from helix_transport import InvalidArgument
     from helix_transport.server._servicer import AgentServicer
-    from helix_transport.transport.grpc import PACE_S
+    from helix_transport.transport.client import PACE_S
 
     answer = AgentServicer.GetStatus
     calls: list[float] = []
