@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from helix_transport._config import ClientConfig, RetryConfig
-    from helix_transport._eventlog import is_terminal
+    from helix_transport._events import SessionStatus, is_terminal
     from helix_transport._exceptions import (
         AgentRunError,
         ConnectError,
@@ -49,7 +49,6 @@ if TYPE_CHECKING:
         UsageError,
     )
     from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
-    from helix_transport._status import SessionStatus
     from helix_transport.agent.definition import Agent
     from helix_transport.agent.tools import Tool, ToolContext, tool
     from helix_transport.delegation.companions import PersistentChild, with_companions
@@ -90,7 +89,7 @@ _LAZY = {
     "SessionExists": "helix_transport._exceptions",
     "SessionNotFound": "helix_transport._exceptions",
     "SessionStateConflict": "helix_transport._exceptions",
-    "SessionStatus": "helix_transport._status",
+    "SessionStatus": "helix_transport._events",
     "Store": "helix_transport.store",
     "StoreError": "helix_transport._exceptions",
     "StoreUnavailable": "helix_transport._exceptions",
@@ -104,7 +103,7 @@ _LAZY = {
     "Unauthenticated": "helix_transport._exceptions",
     "UsageError": "helix_transport._exceptions",
     "create_server": "helix_transport.server.app",
-    "is_terminal": "helix_transport._eventlog",
+    "is_terminal": "helix_transport._events",
     "open_store": "helix_transport.store",
     "remote_agent_tool": "helix_transport.delegation.remote",
     "remote_agent_tool_from_service": "helix_transport.delegation.remote",

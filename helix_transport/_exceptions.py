@@ -7,6 +7,7 @@ Every error the library raises on purpose is a ``HelixError``::
     ├── InvalidArgument            a request field is malformed   -> INVALID_ARGUMENT
     ├── Unauthenticated            no credential, or a bad one     -> UNAUTHENTICATED
     ├── ResourceExhausted          a limit was hit (rate, capacity, size) -> RESOURCE_EXHAUSTED
+    ├── ServerUnavailable          the server is draining or not ready -> UNAVAILABLE
     ├── StoreError                 the state store failed or refused
     │   ├── SessionNotFound        no such session                -> NOT_FOUND
     │   ├── SessionExists          same id, different input       -> ALREADY_EXISTS
@@ -180,6 +181,12 @@ class LeaseLost(StoreError):
 
 class StoreUnavailable(StoreError):
     """The store backend cannot be reached; retrying later may help."""
+
+    retryable = True
+
+
+class ServerUnavailable(HelixError):
+    """The server is draining or not ready; retry elsewhere."""
 
     retryable = True
 

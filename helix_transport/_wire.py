@@ -7,11 +7,23 @@ instead of parsing, copying and serializing the event again. Everything here
 follows the protobuf encoding: a field is a varint key (``number << 3 | wire
 type``) then, for length-delimited fields, a varint length and the bytes;
 concatenated encodings of one message merge into one.
+
+Reading goes the other way for a request grpc could not parse: ``undecodable``
+walks its raw bytes to name the field at fault, so the caller gets
+``INVALID_ARGUMENT`` naming it instead of grpc's ``UNKNOWN`` with a Python class name
+(a ``string`` field holding invalid UTF-8 fails before any handler runs).
+
+All hand-written protobuf framing is in this module, over one varint reader.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
+
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
+
+from helix_transport._exceptions import InvalidArgument
 
 _ONE_BYTE = [bytes((n,)) for n in range(0x80)]
 
@@ -103,27 +115,37 @@ def repeated_field(message: bytes, number: int) -> list[bytes] | None:
                 parts.append(message[index : index + size])
                 index += size
                 continue
-            key, index = _read_varint(message, index)
+            key, index = read_varint(message, index)
             wire = key & 7
             if wire == 2:
-                size, index = _read_varint(message, index)
+                size, index = read_varint(message, index)
                 if key >> 3 == number:
                     parts.append(message[index : index + size])
                 index += size
             elif wire == 0:
-                _, index = _read_varint(message, index)
+                _, index = read_varint(message, index)
             elif wire == 1:
                 index += 8
             elif wire == 5:
                 index += 4
             else:
                 return None
-    except IndexError:
+    except (IndexError, _Malformed):
         return None
     return parts if index == end else None
 
 
-def _read_varint(data: bytes, index: int) -> tuple[int, int]:
+class _Malformed(ValueError):
+    """The bytes are not a well-formed protobuf message."""
+
+
+def read_varint(data: bytes, index: int) -> tuple[int, int]:
+    """The varint at ``data[index]`` and the index after it.
+
+    Raises:
+        IndexError: the data ends inside it.
+        _Malformed: it runs past 64 bits (10 bytes), which no encoder writes.
+    """
     byte = data[index]
     if byte < 0x80:
         return byte, index + 1
@@ -135,3 +157,65 @@ def _read_varint(data: bytes, index: int) -> tuple[int, int]:
         if byte < 0x80:
             return value, index + 1
         shift += 7
+        if shift > 63:
+            raise _Malformed
+
+
+_MAX_NESTING = 32
+
+
+def undecodable(message_type: Any, raw: bytes) -> InvalidArgument:
+    """The ``InvalidArgument`` for ``raw``, which failed to parse as ``message_type``."""
+    descriptor: Descriptor | None = getattr(message_type, "DESCRIPTOR", None)
+    name = descriptor.full_name if descriptor is not None else "message"
+    try:
+        found = _bad_string(descriptor, raw, "", 0)
+    except (_Malformed, IndexError):
+        found = None
+    if found is not None:
+        return InvalidArgument(found, "not valid UTF-8")
+    return InvalidArgument("request", f"cannot be parsed as a {name} (malformed protobuf)")
+
+
+def _bad_string(descriptor: Descriptor | None, data: bytes, prefix: str, depth: int) -> str | None:
+    """The path of the first string field in ``data`` that is not UTF-8, if any."""
+    if depth > _MAX_NESTING:
+        raise _Malformed
+    at = 0
+    while at < len(data):
+        tag, at = read_varint(data, at)
+        number, wire_type = tag >> 3, tag & 7
+        if wire_type == 0:
+            _, at = read_varint(data, at)
+            continue
+        if wire_type in (1, 5):
+            at += 8 if wire_type == 1 else 4
+            continue
+        if wire_type != 2:
+            raise _Malformed  # groups are not used by these messages
+        length, at = read_varint(data, at)
+        payload = data[at : at + length]
+        if len(payload) != length:
+            raise _Malformed
+        at += length
+        field = descriptor.fields_by_number.get(number) if descriptor is not None else None
+        if field is None:
+            continue
+        path = prefix + field.name
+        if field.type == FieldDescriptor.TYPE_STRING:
+            try:
+                payload.decode("utf-8")
+            except UnicodeDecodeError:
+                return path
+        elif field.type == FieldDescriptor.TYPE_MESSAGE:
+            inner = field.message_type
+            if (
+                inner is not None and inner.GetOptions().map_entry
+            ):  # metadata: a key or a value, say the map
+                if _bad_string(inner, payload, "", depth + 1) is not None:
+                    return path
+            else:
+                found = _bad_string(inner, payload, path + ".", depth + 1)
+                if found is not None:
+                    return found
+    return None

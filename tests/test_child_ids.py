@@ -20,7 +20,7 @@ from contextlib import asynccontextmanager
 import pytest
 
 from helix_transport import Agent, AgentClient, create_server
-from helix_transport._status import SessionStatus
+from helix_transport._events import SessionStatus
 from helix_transport.agent.tools import (
     DELEGATION_PATH_KEY,
     MAX_SESSION_ID,

@@ -67,7 +67,7 @@ async def test_wait_after_a_sequence_waits_for_the_next_turn(
         await client.start(INPUT, session_id="w2")
         first = await client.wait("w2")
         # Waiting past the first turn's end: that end does not count.
-        waiting = asyncio.create_task(client.wait("w2", after_sequence=first.last_sequence))
+        waiting = asyncio.create_task(client.wait("w2", from_sequence=first.last_sequence))
         await asyncio.sleep(0.6)
         assert not waiting.done()
         reply = await client.continue_session("w2", "once more", turn=2)

@@ -125,7 +125,7 @@ async def test_a_message_after_an_unseen_turn_shows_that_turns_outcome_once(
         args = SpawnArgs(agent="critic", message="v2 tests", name="critic-1")
         sent = await tools._spawn(parent.ctx(), args)
     pushed_early = await tools.deliver_finished(parent.ctx(), [])  # turn 2 may still run
-    await client.wait(CHILD, after_sequence=first.last_sequence)
+    await client.wait(CHILD, from_sequence=first.last_sequence)
     pushed = await tools.deliver_finished(parent.ctx(), []) or pushed_early
 
     assert first.status == pb.SESSION_STATUS_COMPLETED
@@ -160,7 +160,7 @@ async def test_messages_to_a_running_child_become_its_next_turn(
     early = await tools.deliver_finished(parent.ctx(), [])  # the turn runs: nothing yet
     first = await client.wait(CHILD)
     notice = await tools.deliver_finished(parent.ctx(), [])
-    second = await client.wait(CHILD, after_sequence=first.last_sequence)
+    second = await client.wait(CHILD, from_sequence=first.last_sequence)
     after = await tools.deliver_finished(parent.ctx(), [])
     turn = [e async for e in client.stream(CHILD, from_sequence=first.last_sequence)]
 
@@ -196,7 +196,7 @@ async def test_a_hand_over_asked_again_after_a_parent_crash_starts_one_turn(
     first = await client.wait(CHILD)
     checkpoint = copy.deepcopy(parent.state)
     await tools.deliver_finished(parent.ctx(), [])
-    second = await client.wait(CHILD, after_sequence=first.last_sequence)  # turn 2 done too
+    second = await client.wait(CHILD, from_sequence=first.last_sequence)  # turn 2 done too
     parent.restart(checkpoint)
     again = await tools.deliver_finished(parent.ctx(), [])
     after = await tools.deliver_finished(parent.ctx(), [])
@@ -326,7 +326,7 @@ async def test_a_re_consult_re_run_after_a_parent_crash_rejoins_the_turn_it_star
     tried = await tools._spawn(parent.ctx("call_re"), again)
     parent.restart(checkpoint)
     rerun = await tools._spawn(parent.ctx("call_re"), again)
-    second = await client.wait(CHILD, after_sequence=first.last_sequence)
+    second = await client.wait(CHILD, from_sequence=first.last_sequence)
     pushed = await tools.deliver_finished(parent.ctx(), [])
     third = await tools._spawn(
         parent.ctx(), SpawnArgs(agent="critic", message="v3", name="critic-1")
@@ -446,6 +446,6 @@ async def test_a_blocking_spawn_whose_result_cannot_be_read_shows_the_previous_o
             again = SpawnArgs(agent="critic", message="v2", name="critic-1")
             await tools._spawn(parent.ctx(), again)
         monkeypatch.setattr(AgentClient, "wait", real_wait)
-        await client.wait(CHILD, after_sequence=1)  # turn 2 began, and ends
+        await client.wait(CHILD, from_sequence=1)  # turn 2 began, and ends
     assert "began its turn, but its result could not be read" in lost.value.message
     assert '"round": 1' in lost.value.message

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from helix_transport import Agent, AgentClient, ServerConfig, create_server
+from helix_transport._events import SessionStatus
 from helix_transport._exceptions import StoreUnavailable
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
-from helix_transport._status import SessionStatus
 from helix_transport.agent.tools import child_scope
 from helix_transport.registry import address_env_var
 from helix_transport.store import MemoryStore, SessionRecord, SubSessionRef
@@ -214,7 +214,7 @@ async def test_a_child_service_without_the_long_poll_is_asked_at_a_pace(
     # then asks every PACE_S, without the wait after a refusal, and does not spin.
     from helix_transport import InvalidArgument
     from helix_transport.server._servicer import AgentServicer
-    from helix_transport.transport.grpc import PACE_S
+    from helix_transport.transport.client import PACE_S
 
     answer = AgentServicer.GetStatus
     calls: list[float] = []

@@ -7,10 +7,10 @@ import dataclasses
 import gc
 from typing import Any
 
-from helix_transport._eventlog import Batch, EventHub, SessionWriter, follow
+from helix_transport._events import SessionStatus
 from helix_transport._exceptions import StoreUnavailable
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
-from helix_transport._status import SessionStatus
+from helix_transport.log import Batch, EventHub, SessionWriter, follow
 from helix_transport.store import READ_LIMIT, Checkpoint, SessionRecord, SessionUpdate
 from helix_transport.store.memory import MemoryStore
 
@@ -160,7 +160,7 @@ async def test_events_a_local_reader_still_needs_outlive_the_tail_bound() -> Non
         hub.publish("s", _events(1, 500, text=""))  # a burst the reader has not seen
         cached = hub.since("s", 0, limit=1_000)
         assert cached is not None and len(cached.decode()) == 500
-        reader.after = 400  # what follow() records as it hands out events
+        reader.last_sequence = 400  # what follow() records as it hands out events
         hub.publish("s", _events(501, 10, text=""))
         assert hub.since("s", 399, limit=1_000) is None  # what every reader has goes
         cached = hub.since("s", 400, limit=1_000)
@@ -378,7 +378,7 @@ def _trim_one_by_one(
 async def test_the_tail_drops_what_the_one_by_one_rule_drops() -> None:
     import random
 
-    from helix_transport._eventlog import ReaderCursor, _Tail
+    from helix_transport.log.hub import Reader, _Tail
 
     rng = random.Random(9)
     for _ in range(3_000):
@@ -393,9 +393,9 @@ async def test_the_tail_drops_what_the_one_by_one_rule_drops() -> None:
         sizes = [rng.choice((1, 10, 100, 1_000)) for _ in range(rng.randint(1, 120))]
         first = rng.randint(1, 50)
         owed_after = rng.choice((None, rng.randint(first - 5, first + len(sizes) + 5)))
-        readers = None if owed_after is None else [ReaderCursor(after=owed_after + 3)] * 2
+        readers = None if owed_after is None else [Reader(last_sequence=owed_after + 3)] * 2
         if readers:
-            readers.append(ReaderCursor(after=owed_after))  # the slowest one counts
+            readers.append(Reader(last_sequence=owed_after))  # the slowest one counts
         tail = _Tail(
             waiter=asyncio.get_running_loop().create_future(),
             encoded=[b"x" * n for n in sizes],
@@ -409,17 +409,17 @@ async def test_the_tail_drops_what_the_one_by_one_rule_drops() -> None:
         assert tail.nbytes == sum(sizes[expected:])
 
 
-async def test_a_reader_leaving_removes_its_own_cursor_not_an_equal_one() -> None:
+async def test_a_reader_leaving_removes_itself_not_an_equal_one() -> None:
     # Two readers at one sequence are still two readers: the one that leaves must not
-    # take the other's cursor with it (that reader's own exit then failed, and the
-    # leaver's stale cursor held the tail for nobody).
+    # take the other's entry with it (that reader's own exit then failed, and the
+    # leaver's stale entry held the tail for nobody).
     hub = EventHub()
     hub.publish("s", _events(1, 10))
-    with hub.reading("s", after=5) as staying:
-        with hub.reading("s", after=0) as leaving:
-            leaving.after = 5
+    with hub.reading("s", from_sequence=5) as staying:
+        with hub.reading("s", from_sequence=0) as leaving:
+            leaving.last_sequence = 5
         assert hub._readers["s"] == [staying] and hub._readers["s"][0] is staying
-        staying.after = 9
+        staying.last_sequence = 9
     assert "s" not in hub._readers
 
 

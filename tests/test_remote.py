@@ -25,10 +25,10 @@ from helix_transport import (
     ServerConfig,
     create_server,
 )
+from helix_transport._events import SessionStatus
 from helix_transport._exceptions import UsageError
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._proto.helix.agent.v1 import agent_pb2_grpc as pb_grpc
-from helix_transport._status import SessionStatus
 from helix_transport.agent.scripted import (
     ScriptedToolCall,
     ScriptedTurn,

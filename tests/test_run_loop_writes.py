@@ -10,15 +10,15 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from helix_transport._eventlog import EventHub, SessionWriter
+from helix_transport._events import SessionStatus
 from helix_transport._exceptions import SequenceConflict
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
-from helix_transport._status import SessionStatus
 from helix_transport.agent.definition import Agent
 from helix_transport.agent.loop import RunLoop
 from helix_transport.agent.scripted import ScriptedTurn, finish, register_script, steps_taken
 from helix_transport.agent.scripted import call as scripted_call
 from helix_transport.agent.tools import Tool, ToolContext, tool
+from helix_transport.log import EventHub, SessionWriter
 from helix_transport.store import Checkpoint, SessionRecord
 from helix_transport.store.memory import MemoryStore
 from helix_transport.transport._pool import ClientPool

@@ -67,7 +67,7 @@ async def test_a_channel_that_stays_connected_waits_the_whole_backoff() -> None:
     ):
         await client.describe()  # connected
         started = time.monotonic()
-        await client._reconnected(within_s=0.3)
+        await client.reconnected(within_s=0.3)
         assert time.monotonic() - started >= 0.29
 
 
@@ -79,5 +79,5 @@ async def test_a_reconnect_never_retries_sooner_than_the_floor() -> None:
         await AgentClient.connect(server.address) as client,
     ):
         started = time.monotonic()
-        await client._reconnected(within_s=5)
+        await client.reconnected(within_s=5)
         assert 0.045 <= time.monotonic() - started < 2

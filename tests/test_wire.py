@@ -9,8 +9,10 @@ from helix_transport._wire import (
     child_event_payload,
     child_event_payloads,
     child_event_prefix,
+    read_varint,
     repeated_field,
     sequenced_all,
+    undecodable,
     varint,
 )
 
@@ -89,3 +91,26 @@ def test_repeated_field_splits_a_response_into_its_events() -> None:
 @pytest.mark.parametrize("broken", [b"\x0a\x05abc", b"\x0a", b"\x0b\x00", b"\x0a\xff"])
 def test_repeated_field_refuses_bytes_that_are_not_a_message(broken: bytes) -> None:
     assert repeated_field(broken, 1) is None
+
+
+@pytest.mark.parametrize("value", [0, 1, 127, 128, 300, 16_383, 16_384, 2**31, 2**64 - 1])
+def test_the_one_varint_reader_reads_what_varint_writes(value: int) -> None:
+    data = b"\xff" + varint(value) + b"\x01"
+    assert read_varint(data, 1) == (value, len(data) - 1)
+
+
+def test_a_varint_past_ten_bytes_is_malformed_for_every_reader() -> None:
+    overlong = b"\x80" * 10 + b"\x01"  # 11 bytes: no encoder writes one
+    with pytest.raises(ValueError):
+        read_varint(overlong, 0)
+    with pytest.raises(IndexError):
+        read_varint(b"\x80\x80", 0)  # ends inside the varint
+    assert repeated_field(overlong, 1) is None
+    assert undecodable(pb.StreamRequest, overlong).field == "request"
+
+
+def test_undecodable_names_the_string_field_that_is_not_utf8() -> None:
+    raw = pb.StartRequest(session_id="s", input_json="{}").SerializeToString()
+    bad = raw.replace(b"{}", b"\xff\xfe")
+    error = undecodable(pb.StartRequest, bad)
+    assert (error.field, error.problem) == ("input_json", "not valid UTF-8")

@@ -26,10 +26,9 @@ from typing import Any, Final, TypeVar
 
 from pydantic import ValidationError
 
-from helix_transport._eventlog import SessionWriter
+from helix_transport._events import SessionStatus
 from helix_transport._exceptions import AgentRunError, HelixError, ModelAPIError
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
-from helix_transport._status import SessionStatus
 from helix_transport._turns import (
     TURN_BASE_KEY,
     TURN_FRESH_KEY,
@@ -55,6 +54,7 @@ from helix_transport.agent.tools import (
     describe_validation_error,
     dump_result,
 )
+from helix_transport.log import SessionWriter
 from helix_transport.store import Checkpoint, SessionRecord, SessionUpdate, Store, Usage
 from helix_transport.store._records import storable_text
 from helix_transport.tracing.hooks import NO_HOOKS, RunHooks, guarded

@@ -14,7 +14,7 @@ from types import TracebackType
 from typing import Any
 
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
-from helix_transport.transport.grpc import AgentClient
+from helix_transport.transport import AgentClient
 
 
 def kind(event: pb.StreamEvent) -> str:

@@ -49,7 +49,7 @@ from helix_transport.bench.agents import leaf, leaf_input, parent, parent_input,
 from helix_transport.delegation.remote import child_session_id
 from helix_transport.registry import address_env_var
 from helix_transport.testing.processes import ServiceProcess, free_port
-from helix_transport.transport.grpc import AgentClient
+from helix_transport.transport import AgentClient
 
 SETUP = "sqlite, processes"
 SERVICE_ENV = {

@@ -31,7 +31,7 @@ from helix_transport.delegation.remote import child_session_id
 from helix_transport.registry import address_env_var
 from helix_transport.store import Store, open_store
 from helix_transport.testing.processes import ServiceProcess
-from helix_transport.transport.grpc import AgentClient
+from helix_transport.transport import AgentClient
 
 
 class _Follower:

@@ -47,7 +47,7 @@ from helix_transport.bench.delegation import SERVICE_ENV
 from helix_transport.server.app import create_server
 from helix_transport.store import Store, open_store
 from helix_transport.testing.processes import ServiceProcess, free_port
-from helix_transport.transport.grpc import AgentClient
+from helix_transport.transport import AgentClient
 
 STORES = ("memory", "sqlite", "redis", "postgres")
 

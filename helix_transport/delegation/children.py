@@ -6,8 +6,8 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 
+from helix_transport._events import SessionStatus
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
-from helix_transport._status import SessionStatus
 from helix_transport.agent.tools import DELEGATION_PATH_KEY, ToolContext
 from helix_transport.store import SubSessionRef
 

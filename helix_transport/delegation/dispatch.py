@@ -47,9 +47,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field, field_validator
 
+from helix_transport._events import SessionStatus
 from helix_transport._exceptions import AgentRunError, HelixError, SessionNotFound
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
-from helix_transport._status import SessionStatus
 from helix_transport._turns import TURN_FRESH_KEY, TURN_KEY
 from helix_transport.agent.definition import Agent
 from helix_transport.agent.loop import NUDGE

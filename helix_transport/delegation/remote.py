@@ -28,7 +28,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from helix_transport._config import RetryConfig
-from helix_transport._eventlog import is_terminal
+from helix_transport._events import SessionStatus, is_terminal
 from helix_transport._exceptions import (
     HelixError,
     LeaseLost,
@@ -37,7 +37,6 @@ from helix_transport._exceptions import (
     StoreUnavailable,
 )
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
-from helix_transport._status import SessionStatus
 from helix_transport._wire import child_event_payloads, child_event_prefix
 from helix_transport.agent.tools import (
     Tool,

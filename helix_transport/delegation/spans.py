@@ -24,8 +24,8 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from helix_transport._events import SessionStatus
 from helix_transport._exceptions import HelixError
-from helix_transport._status import SessionStatus
 from helix_transport._turns import TURN_KEY
 from helix_transport.agent.tools import ToolContext
 from helix_transport.tracing.hooks import NO_HOOKS

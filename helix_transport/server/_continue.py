@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 
+from helix_transport._events import SessionStatus
 from helix_transport._exceptions import (
     InvalidArgument,
     SequenceConflict,
@@ -22,7 +23,6 @@ from helix_transport._exceptions import (
     SessionStateConflict,
 )
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
-from helix_transport._status import SessionStatus
 from helix_transport._turns import StartedTurn, count_turns, find_turn
 from helix_transport.server import _validation as check
 from helix_transport.server._identity import current_principal

@@ -12,8 +12,8 @@ busy stream pays nothing for it.
 
 from __future__ import annotations
 
+from helix_transport._events import SessionStatus
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
-from helix_transport._status import SessionStatus
 from helix_transport.store import Store
 
 

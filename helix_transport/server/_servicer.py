@@ -10,10 +10,10 @@ from typing import Any
 
 import grpc
 
-from helix_transport._eventlog import EventHub, follow
 from helix_transport._exceptions import (
     HelixError,
     ResourceExhausted,
+    ServerUnavailable,
     SessionExists,
     SessionNotFound,
 )
@@ -21,6 +21,7 @@ from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._proto.helix.agent.v1 import agent_pb2_grpc as pb_grpc
 from helix_transport.agent.definition import Agent
 from helix_transport.delegation.cascade import CASCADE_TIMEOUT_S
+from helix_transport.log import EventHub, follow
 from helix_transport.server import _validation as check
 from helix_transport.server._continue import continue_session
 from helix_transport.server._encoding import MAX_RESPONSE_BYTES, encode_responses
@@ -29,7 +30,6 @@ from helix_transport.server._identity import current_principal
 from helix_transport.server._ownership import parent_id, storage_id, visible
 from helix_transport.server._runner import SessionRunner
 from helix_transport.server._shield import outlive_caller
-from helix_transport.server.interceptors import ServerUnavailable
 from helix_transport.server.limits import Limits, check_capacity
 from helix_transport.store import SessionRecord, Store, Usage
 from helix_transport.store._records import input_fingerprint

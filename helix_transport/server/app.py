@@ -20,12 +20,12 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from helix_transport._config import ClientConfig
-from helix_transport._eventlog import EventHub
 from helix_transport._exceptions import UsageError
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.agent.definition import Agent
 from helix_transport.agent.loop import MAX_RESULT_BYTES
 from helix_transport.agent.model import warm_up
+from helix_transport.log import EventHub
 from helix_transport.server._encoding import add_agent_service
 from helix_transport.server._reload import ClientTokenReload
 from helix_transport.server._runner import SessionRunner

@@ -14,6 +14,7 @@ from helix_transport._exceptions import (
     HelixError,
     InvalidArgument,
     ResourceExhausted,
+    ServerUnavailable,
     SessionExists,
     SessionNotFound,
     SessionStateConflict,
@@ -21,16 +22,10 @@ from helix_transport._exceptions import (
     Unauthenticated,
     UsageError,
 )
+from helix_transport._wire import undecodable
 from helix_transport.server._handlers import wrap_handler
-from helix_transport.server._wire import undecodable
 
 logger = logging.getLogger("helix.server")
-
-
-class ServerUnavailable(HelixError):
-    """The server is draining or not ready; retry elsewhere."""
-
-    retryable = True
 
 
 _CODES: list[tuple[type[HelixError], grpc.StatusCode]] = [

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from typing import Protocol, runtime_checkable
 
+from helix_transport._events import SessionStatus
 from helix_transport._exceptions import UsageError
 from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
-from helix_transport._status import SessionStatus
 from helix_transport.store._records import (
     Checkpoint,
     ChildCommand,

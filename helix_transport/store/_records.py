@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from helix_transport._events import SessionStatus
 from helix_transport._exceptions import UsageError
-from helix_transport._status import SessionStatus
 
 
 def input_fingerprint(input_json: str) -> str:

@@ -10,9 +10,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from helix_transport._events import SessionStatus
 from helix_transport._exceptions import SequenceConflict, SessionNotFound, UsageError
 from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
-from helix_transport._status import SessionStatus
 from helix_transport.store._base import (
     READ_LIMIT,
     appended_count,

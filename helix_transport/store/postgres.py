@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 
 import asyncpg  # type: ignore[import-untyped]
 
+from helix_transport._events import SessionStatus
 from helix_transport._exceptions import (
     SequenceConflict,
     SessionNotFound,
@@ -35,7 +36,6 @@ from helix_transport._exceptions import (
     UsageError,
 )
 from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
-from helix_transport._status import SessionStatus
 from helix_transport.store import _postgres_outbox as outbox
 from helix_transport.store._base import (
     READ_LIMIT,

@@ -27,6 +27,7 @@ from typing import Any
 
 import pytest
 
+from helix_transport._events import SessionStatus
 from helix_transport._exceptions import (
     SequenceConflict,
     SessionNotFound,
@@ -34,7 +35,6 @@ from helix_transport._exceptions import (
     UsageError,
 )
 from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
-from helix_transport._status import SessionStatus
 from helix_transport.store._base import READ_LIMIT, InterruptLookup, Store
 from helix_transport.store._records import (
     Checkpoint,

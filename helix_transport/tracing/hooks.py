@@ -16,7 +16,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
-from helix_transport._status import SessionStatus
+from helix_transport._events import SessionStatus
 from helix_transport.store import Usage
 
 if TYPE_CHECKING:

@@ -45,7 +45,7 @@ from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from helix_transport._status import SessionStatus
+from helix_transport._events import SessionStatus
 from helix_transport.store import Usage
 from helix_transport.tracing.hooks import RunHooks
 

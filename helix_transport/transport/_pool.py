@@ -9,7 +9,7 @@ import grpc
 from helix_transport._config import ClientConfig
 from helix_transport._exceptions import UsageError
 from helix_transport.transport._auth import ClientAuth
-from helix_transport.transport.grpc import AgentClient
+from helix_transport.transport.client import AgentClient
 
 
 class ClientPool:

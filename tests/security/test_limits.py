@@ -117,7 +117,7 @@ async def test_a_full_replica_answers_a_retried_continue_but_starts_no_new_turn(
         await client.start('{"steps": 1}', session_id="done")
         await client.wait("done")
         turn2 = await client.continue_session("done", "again", turn=2)
-        await client.wait("done", after_sequence=turn2.from_sequence)
+        await client.wait("done", from_sequence=turn2.from_sequence)
         monkeypatch.setenv("HELIX_SCRIPTED_DELAY_MS", "2000")  # holds the only slot
         await client.start('{"steps": 1}', session_id="busy")
         assert server.runner.running == 1

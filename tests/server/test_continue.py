@@ -272,7 +272,7 @@ async def test_a_turn_in_the_log_runs_even_when_its_caller_gave_up() -> None:
         call.cancel()  # the caller leaves while the turn's write is in flight
         await asyncio.sleep(0.2)  # the server's handler is cancelled meanwhile
         store.release.set()
-        ended = await asyncio.wait_for(client.wait("s", after_sequence=first.last_sequence), 5)
+        ended = await asyncio.wait_for(client.wait("s", from_sequence=first.last_sequence), 5)
     assert ended.status == pb.SESSION_STATUS_COMPLETED
     assert ended.last_sequence > first.last_sequence + 1  # turn_started and the turn's run
 
@@ -342,7 +342,7 @@ async def test_continue_reads_the_log_from_the_last_checkpoint(old_checkpoints: 
             store.reads.clear()
             replies[turn] = await client.continue_session("long", f"v{turn}", turn=turn)
             assert store.reads and min(store.reads) >= checkpoint.last_sequence, turn
-            await client.wait("long", after_sequence=replies[turn].from_sequence)
+            await client.wait("long", from_sequence=replies[turn].from_sequence)
         store.reads.clear()
         latest = await client.continue_session("long", "v5", turn=5)  # a retry, after it ended
         reads_for_latest = list(store.reads)

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from helix_transport import AgentClient, Limits, ServerConfig, SessionStatus, create_server
-from helix_transport._eventlog import EventHub, SessionWriter
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
+from helix_transport.log import EventHub, SessionWriter
 from helix_transport.server._encoding import MAX_RESPONSE_BYTES, encode_responses
 from helix_transport.store import MemoryStore, SessionRecord, SessionUpdate
 from tests.agents import counter

@@ -28,10 +28,9 @@ from pathlib import Path
 
 import grpc
 
-from helix_transport._eventlog import is_terminal
+from helix_transport._events import SessionStatus, is_terminal
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._proto.helix.agent.v1 import agent_pb2_grpc as pb_grpc
-from helix_transport._status import SessionStatus
 from helix_transport.store import open_store
 from helix_transport.testing.processes import ServiceProcess, free_port
 

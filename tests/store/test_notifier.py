@@ -69,7 +69,7 @@ async def test_an_idle_follower_on_redis_keeps_its_connection(redis_url: str) ->
     # from the store opened a new connection every poll interval.
     import redis.asyncio as aioredis
 
-    from helix_transport._eventlog import EventHub, follow
+    from helix_transport.log import EventHub, follow
 
     store = await open_store(f"{redis_url}?prefix=helix_test_{uuid.uuid4().hex[:16]}")
     admin = aioredis.Redis.from_url(redis_url)

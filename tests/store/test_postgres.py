@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
+from helix_transport._events import SessionStatus
 from helix_transport._exceptions import (
     SequenceConflict,
     SessionNotFound,
@@ -26,7 +27,6 @@ from helix_transport._exceptions import (
     StoreUnavailable,
     UsageError,
 )
-from helix_transport._status import SessionStatus
 from helix_transport.store import (
     Checkpoint,
     SessionUpdate,

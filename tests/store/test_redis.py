@@ -21,9 +21,9 @@ import redis.exceptions
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
+from helix_transport._events import SessionStatus
 from helix_transport._exceptions import StoreError, StoreUnavailable, UsageError
 from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
-from helix_transport._status import SessionStatus
 from helix_transport.store import (
     Checkpoint,
     SessionUpdate,

@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 
 from helix_transport import AgentClient, ServerConfig, create_server
+from helix_transport._events import SessionStatus
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
-from helix_transport._status import SessionStatus
 from helix_transport.agent.definition import Agent
 from helix_transport.agent.model import ModelResponse
 from helix_transport.agent.tools import child_scope

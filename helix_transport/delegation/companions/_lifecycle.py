@@ -8,9 +8,9 @@ import json
 from typing import Any
 
 from helix_transport._config import RetryConfig
+from helix_transport._events import SessionStatus
 from helix_transport._exceptions import HelixError, SessionExists, SessionStateConflict
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
-from helix_transport._status import SessionStatus
 from helix_transport.agent.tools import (
     ToolContext,
     ToolError,
@@ -254,7 +254,7 @@ class Lifecycle:
         """
         client = await ctx.clients.get(child.address)
         status = await client.wait(
-            child.session_id, after_sequence=child.from_sequence, retry=_until_answered(client)
+            child.session_id, from_sequence=child.from_sequence, retry=_until_answered(client)
         )
         await self._record(ctx, child, status)
 

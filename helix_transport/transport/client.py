@@ -1,36 +1,27 @@
-"""The gRPC client for one agent service, with a stream that survives breaks."""
+"""The gRPC client for one agent service (its resumable stream is in ``stream.py``)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import enum
-import operator
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import timedelta
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
 import grpc
-from google.protobuf.message import DecodeError, Message
+from google.protobuf.message import Message
 
 from helix_transport._config import ClientConfig, RetryConfig
-from helix_transport._eventlog import is_terminal, through_terminal
-from helix_transport._exceptions import (
-    InvalidArgument,
-    RemoteError,
-    ResourceExhausted,
-    SequenceGap,
-    StreamInterrupted,
-    UsageError,
-)
+from helix_transport._exceptions import InvalidArgument, ResourceExhausted, UsageError
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._proto.helix.agent.v1 import agent_pb2_grpc as pb_grpc
-from helix_transport._wire import repeated_field
 from helix_transport.transport._auth import ClientAuth
 from helix_transport.transport._errors import RESUMABLE, map_grpc_errors, to_helix_error
+from helix_transport.transport.stream import EventStream
 
 
 class _State(enum.Enum):
@@ -47,6 +38,10 @@ class AgentClient:
     Build it with ``await AgentClient.connect("127.0.0.1:50051")`` (or
     ``dns:///name:port`` to balance over every resolved address) and close it with
     ``aclose()`` or ``async with``.
+
+    ``EventStream`` uses three lower-level methods (its ``StreamSource``):
+    ``stream_call``, ``status_call`` and ``reconnected``. They raise grpc's errors as
+    they are, for a caller with its own retry loop; the methods above map them.
     """
 
     def __init__(
@@ -60,7 +55,7 @@ class AgentClient:
         self._channel = channel
         self._auth = auth
         self._stub = pb_grpc.AgentServiceStub(channel)
-        # Stream with the responses left as bytes (EventStream.encoded_batches).
+        # Stream with the responses left as bytes (see stream_call).
         self._stream_bytes: grpc.aio.UnaryStreamMultiCallable[pb.StreamRequest, bytes]
         self._stream_bytes = channel.unary_stream(
             "/helix.agent.v1.AgentService/Stream",
@@ -105,7 +100,7 @@ class AgentClient:
             channel = grpc.aio.secure_channel(address, credentials, options=options)
         return cls(channel, address=address, config=config, auth=auth)
 
-    async def _reconnected(self, *, within_s: float) -> None:
+    async def reconnected(self, *, within_s: float) -> None:
         """Wait ``within_s``, or only until the channel is connected again if it drops.
 
         A stream broken by its server going away resumes as soon as grpc reaches the
@@ -128,6 +123,17 @@ class AgentClient:
                 # a client spin either.
                 floor = min(within_s, _RECONNECT_FLOOR_S)
                 await asyncio.sleep(floor - (time.monotonic() - started))
+
+    def stream_call(
+        self, request: pb.StreamRequest, *, encoded: bool = False
+    ) -> grpc.aio.UnaryStreamCall[pb.StreamRequest, Any]:
+        """One ``Stream`` call with this client's credentials, not resumed: it yields
+        ``StreamResponse`` messages, or with ``encoded`` their bytes as the server sent
+        them. Cancel it when done."""
+        call: grpc.aio.UnaryStreamCall[pb.StreamRequest, Any] = (
+            self._stream_bytes if encoded else self._stub.Stream
+        )(request, metadata=self._metadata())
+        return call
 
     def _check_open(self) -> None:
         if self._state is _State.CLOSED:
@@ -225,7 +231,7 @@ class AgentClient:
                     raise to_helix_error(exc, address=self.address, session_id=session_id) from exc
                 unavailable = exc.code() == grpc.StatusCode.UNAVAILABLE
             if unavailable:
-                await self._reconnected(within_s=delay)
+                await self.reconnected(within_s=delay)
             else:
                 await asyncio.sleep(delay)  # as the server's retry hint says, or backing off
             attempt += 1
@@ -258,13 +264,13 @@ class AgentClient:
         """
         self._check_open()
         with map_grpc_errors(self.address, session_id):
-            return await self._get_status(session_id, include_children=include_children, wait=wait)
+            return await self.status_call(session_id, include_children=include_children, wait=wait)
 
-    async def _get_status(
+    async def status_call(
         self, session_id: str, *, include_children: bool = False, wait: timedelta | None = None
     ) -> pb.GetStatusResponse:
         """One ``GetStatus`` call, its deadline stretched by the wait; grpc's errors as
-        they are."""
+        they are (``get_status`` maps them)."""
         request = pb.GetStatusRequest(session_id=session_id, include_children=include_children)
         timeout = self._timeout
         if wait is not None:
@@ -273,11 +279,11 @@ class AgentClient:
         return await self._stub.GetStatus(request, timeout=timeout, metadata=self._metadata())
 
     async def wait(
-        self, session_id: str, *, after_sequence: int = 0, retry: RetryConfig | None = None
+        self, session_id: str, *, from_sequence: int = 0, retry: RetryConfig | None = None
     ) -> pb.GetStatusResponse:
         """The session's status once it has ended, like ``Popen.wait``.
 
-        Ended means a terminal status whose ``last_sequence`` is past ``after_sequence``
+        Ended means a terminal status whose ``last_sequence`` is past ``from_sequence``
         (give a continued session's turn start, ``ContinueResponse.from_sequence``, to
         wait for that turn, not the one before). Each ask is a long poll of
         ``LONG_POLL``, so the reply comes as the session ends and none of its events
@@ -296,7 +302,7 @@ class AgentClient:
         while True:
             asked = time.monotonic()
             try:
-                status = await self._get_status(session_id, wait=wait)
+                status = await self.status_call(session_id, wait=wait)
             except grpc.aio.AioRpcError as exc:
                 error = to_helix_error(exc, address=self.address, session_id=session_id)
                 if (
@@ -317,7 +323,7 @@ class AgentClient:
                 if delay is None or retry.expired(broken_since, now):
                     raise error from exc
                 if exc.code() == grpc.StatusCode.UNAVAILABLE:
-                    await self._reconnected(within_s=delay)
+                    await self.reconnected(within_s=delay)
                 else:
                     await asyncio.sleep(delay)
                 attempt += 1
@@ -325,7 +331,7 @@ class AgentClient:
             broken_since, attempt = None, 0
             if (
                 status.status not in (pb.SESSION_STATUS_UNSPECIFIED, pb.SESSION_STATUS_RUNNING)
-                and status.last_sequence > after_sequence
+                and status.last_sequence > from_sequence
             ):
                 return status
             if wait is None or time.monotonic() - asked < wait.total_seconds() / 2:
@@ -368,16 +374,6 @@ class AgentClient:
         await self.aclose()
 
 
-_SEQUENCE = operator.attrgetter("sequence")
-
-
-def _stream_response(message: bytes) -> pb.StreamResponse | None:
-    try:
-        return pb.StreamResponse.FromString(message)
-    except DecodeError:
-        return None
-
-
 LONG_POLL = timedelta(seconds=20)
 """How long each ``GetStatus`` of ``AgentClient.wait`` waits for the session's end."""
 PACE_S = 0.25
@@ -404,170 +400,3 @@ def _retry_delay(
         if isinstance(error, ResourceExhausted) and error.retry_after_s is not None:
             return max(error.retry_after_s, retry.backoff_s(attempt))
     return None
-
-
-class EventStream:
-    """A lazy, resumable iterator over a session's events.
-
-    Connects when iterated. Tracks ``last_sequence``; when the stream breaks
-    (server restart, network drop, a replica that went away) it reconnects with
-    ``from_sequence=last_sequence`` after a jittered backoff (cut short when the
-    channel, seen down, connects again), until the client's
-    reconnect deadline passes without progress, then raises ``StreamInterrupted``
-    (never, with a ``retry`` whose deadline is ``None``: only the reader's cancellation,
-    or a definitive answer such as ``NOT_FOUND``, ends an outage then).
-    Events at or below ``last_sequence`` (duplicates) are dropped; a skipped
-    sequence raises ``SequenceGap``. Iteration ends after the terminal event.
-    """
-
-    def __init__(
-        self,
-        client: AgentClient,
-        session_id: str,
-        *,
-        from_sequence: int = 0,
-        retry: RetryConfig | None = None,
-    ) -> None:
-        self._client = client
-        self._retry = retry or client.config.reconnect
-        self.session_id = session_id
-        self.last_sequence = from_sequence
-        self.reconnects = 0
-        """How many times the stream was resumed after a break."""
-        self.heartbeats = 0
-        """Heartbeats received (quiet-stream signs of life; not events)."""
-
-    def __aiter__(self) -> AsyncIterator[pb.StreamEvent]:
-        return self._events()
-
-    async def _events(self) -> AsyncIterator[pb.StreamEvent]:
-        async for batch in self.batches():
-            for event in batch:
-                self.last_sequence = event.sequence  # exact even if the reader stops here
-                yield event
-
-    async def batches(self) -> AsyncIterator[list[pb.StreamEvent]]:
-        """The same events as iterating the stream, a non-empty list at a time (as they
-        arrived: one list per server message, several events when the reader is behind).
-
-        For a consumer with per-batch work to share.
-        """
-        async for events, _ in self._batches(encoded=False):
-            yield events
-
-    async def encoded_batches(self) -> AsyncIterator[tuple[list[pb.StreamEvent], list[bytes]]]:
-        """``batches``, each event beside its bytes as the server sent them.
-
-        For a parent forwarding a child's events into its own log: it wraps those
-        bytes instead of copying and serializing each event again.
-        """
-        async for pair in self._batches(encoded=True):
-            yield pair
-
-    async def _batches(
-        self, *, encoded: bool
-    ) -> AsyncIterator[tuple[list[pb.StreamEvent], list[bytes]]]:
-        client = self._client
-        retry = self._retry
-        broken_since: float | None = None
-        attempt = 0
-        while True:
-            told_to_wait = 0.0
-            request = pb.StreamRequest(session_id=self.session_id, from_sequence=self.last_sequence)
-            call: Any = (client._stream_bytes if encoded else client._stub.Stream)(
-                request, metadata=client._metadata()
-            )
-            detail = "the stream ended before the session's terminal event"
-            try:
-                async for message in call:
-                    response = _stream_response(message) if encoded else message
-                    if response is None:  # grpc's deserializer, too, gives None for junk
-                        raise RemoteError(
-                            "DATA_LOSS",
-                            f"a Stream response of session {self.session_id!r} "
-                            "is not a StreamResponse",
-                        )
-                    if response.HasField("heartbeat"):
-                        self.heartbeats += 1
-                    # Any answer shows the resumed call works: the reconnect deadline is
-                    # for one outage, not for every break of a quiet session together.
-                    broken_since = None
-                    # Listed once: each access to a repeated message field makes a wrapper.
-                    events = list(response.events)
-                    fresh = self._fresh(events)
-                    batch = events if fresh is None else [events[i] for i in fresh]
-                    if not batch:
-                        continue
-                    data: list[bytes] = []
-                    if encoded:
-                        parts = repeated_field(message, 1)  # StreamResponse.events
-                        if parts is None or len(parts) != len(events):
-                            parts = [event.SerializeToString() for event in events]
-                        data = parts if fresh is None else [parts[i] for i in fresh]
-                    broken_since, attempt = None, 0
-                    self.last_sequence = batch[-1].sequence
-                    yield batch, data
-                    if is_terminal(batch[-1]):
-                        return
-                if await self._finished():
-                    return
-            except grpc.aio.AioRpcError as exc:
-                if exc.code() not in RESUMABLE:
-                    error = to_helix_error(exc, address=client.address, session_id=self.session_id)
-                    # Rate-limited or a full replica, with a hint: wait as told, then resume.
-                    if not (isinstance(error, ResourceExhausted) and error.retryable):
-                        raise error from exc
-                    told_to_wait = error.retry_after_s or 0.0
-                detail = f"{exc.code().name}: {exc.details()}"
-            finally:
-                call.cancel()
-            # The server ends a stream cleanly only after the terminal event, so any
-            # other end (a drained server, a reset) is a break to resume from.
-            now = time.monotonic()
-            broken_since = broken_since or now
-            if retry.expired(broken_since, now):
-                raise StreamInterrupted(self.session_id, self.last_sequence, detail)
-            if told_to_wait:
-                await asyncio.sleep(max(retry.backoff_s(attempt), told_to_wait))
-            else:
-                await client._reconnected(within_s=retry.backoff_s(attempt))
-            attempt += 1
-            self.reconnects += 1
-
-    def _fresh(self, events: list[pb.StreamEvent]) -> list[int] | None:
-        """Where in ``events`` those after ``last_sequence`` are, up to a terminal one,
-        checked for gaps; ``None`` for all of them."""
-        expected = self.last_sequence + 1
-        count = len(events)
-        if (
-            count
-            and list(map(_SEQUENCE, events)) == list(range(expected, expected + count))
-            and through_terminal(events) == count
-        ):
-            # The usual response: exactly the next ``count`` events, none ending the
-            # stream before the last: checked in C loops, not a Python one per event.
-            return None
-        fresh: list[int] = []
-        for index, event in enumerate(events):
-            sequence = event.sequence
-            if sequence < expected:
-                continue  # already delivered before a reconnect
-            if sequence != expected:
-                raise SequenceGap(self.session_id, expected, sequence)
-            fresh.append(index)
-            expected += 1
-            if is_terminal(event):
-                break
-        return fresh
-
-    async def _finished(self) -> bool:
-        """After a clean end: True when the reader already has the whole finished log."""
-        status = await self._client._stub.GetStatus(
-            pb.GetStatusRequest(session_id=self.session_id),
-            timeout=self._client._timeout,
-            metadata=self._client._metadata(),
-        )
-        return (
-            status.status not in (pb.SESSION_STATUS_UNSPECIFIED, pb.SESSION_STATUS_RUNNING)
-            and status.last_sequence <= self.last_sequence
-        )

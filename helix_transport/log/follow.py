@@ -1,0 +1,159 @@
+"""Following a session: replay from the store, then tail live events from the hub
+(no store round trip), falling back to the store for writers in other processes.
+Readers get batches of consecutive events and never see a gap or a repeat.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from helix_transport._events import is_terminal, through_terminal
+from helix_transport._exceptions import SessionNotFound
+from helix_transport.log.hub import Batch, EventHub, Reader
+from helix_transport.store import READ_LIMIT, Store
+from helix_transport.store._base import EventNotifier
+
+
+async def follow(
+    store: Store,
+    hub: EventHub,
+    session_id: str,
+    *,
+    from_sequence: int,
+    batch_limit: int = READ_LIMIT,
+    poll_interval_s: float = 0.5,
+    idle_s: float | None = None,
+) -> AsyncIterator[Batch]:
+    """Yield batches of events with ``sequence > from_sequence`` until the terminal event.
+
+    Replays from the store, then tails ``hub``; every ``poll_interval_s`` without a
+    wake-up it re-reads the store, which covers writers in other processes. With
+    ``idle_s``, an empty batch is yielded whenever ``idle_s`` passed without one
+    (checked at each wake-up or poll): the caller's cue for a heartbeat.
+
+    Raises:
+        SessionNotFound: the session does not exist.
+    """
+    with hub.reading(session_id, from_sequence=from_sequence) as reader:
+        async for batch in _follow(
+            store, hub, session_id, reader, batch_limit, poll_interval_s, idle_s
+        ):
+            yield batch
+
+
+async def _follow(
+    store: Store,
+    hub: EventHub,
+    session_id: str,
+    reader: Reader,
+    batch_limit: int,
+    poll_interval_s: float,
+    idle_s: float | None = None,
+) -> AsyncIterator[Batch]:
+    last_sequence = reader.last_sequence
+    force_store = False
+    quiet_since = time.monotonic()
+    # A heartbeat interval shorter than the poll interval shortens the waits too.
+    poll_interval_s = poll_interval_s if idle_s is None else min(poll_interval_s, idle_s)
+    while True:
+        if idle_s is not None and time.monotonic() - quiet_since >= idle_s:
+            yield Batch([])  # quiet for idle_s: a heartbeat is due
+            quiet_since = time.monotonic()
+        waiter = hub.waiter(session_id)
+        batch = None if force_store else hub.since(session_id, last_sequence, batch_limit)
+        if batch is not None and not batch.encoded:
+            # Caught up with this process's writer: wait for its next publish, and
+            # after a quiet poll interval check the store (another process may write).
+            force_store = not await _wait(waiter, poll_interval_s)
+            continue
+        if batch is None:
+            events = await store.read(session_id, from_sequence=last_sequence, limit=batch_limit)
+            if events and (through := through_terminal(events)) < len(events):
+                events = events[:through]
+            batch = Batch(
+                [event.SerializeToString() for event in events],
+                events[-1].sequence if events else 0,
+                bool(events) and is_terminal(events[-1]),
+            )
+        force_store = False
+        if batch.encoded:
+            last_sequence = reader.last_sequence = batch.last_sequence
+            yield batch
+            if batch.terminal:
+                return
+            if idle_s is not None:
+                quiet_since = time.monotonic()
+            continue
+        record = await store.get_session(session_id)
+        if record is None:
+            raise SessionNotFound(session_id)
+        if record.status.is_terminal and record.last_sequence <= last_sequence:
+            return  # finished, and the reader already has everything
+        if isinstance(store, EventNotifier):
+            await _wait_either(waiter, store, session_id, last_sequence, poll_interval_s)
+        else:
+            await _wait(waiter, poll_interval_s)
+
+
+_NOTICE_GRACE_S = 0.25
+
+
+async def _wait_either(
+    waiter: asyncio.Future[None],
+    store: EventNotifier,
+    session_id: str,
+    last_sequence: int,
+    timeout_s: float,
+) -> None:
+    """Wake on a local publish or on the store's notice of an append in any process."""
+    deadline = time.monotonic() + timeout_s
+    local = asyncio.ensure_future(asyncio.shield(waiter))
+    notice = asyncio.ensure_future(
+        store.wait_for_events(session_id, after_sequence=last_sequence, timeout_s=timeout_s)
+    )
+    waits: set[asyncio.Future[Any]] = {local, notice}
+    try:
+        # A notice that times out returns by itself; the grace lets it, since cancelling
+        # a blocked read costs its connection (redis-py drops it): one a poll a reader.
+        done, _ = await asyncio.wait(
+            waits, timeout=timeout_s + _NOTICE_GRACE_S, return_when=asyncio.FIRST_COMPLETED
+        )
+        if notice in done and notice.exception() is not None and local not in done:
+            # The store cannot wait now (its notices are down): poll, do not spin.
+            await asyncio.wait({local}, timeout=max(0.0, deadline - time.monotonic()))
+    finally:
+        for task in waits:
+            task.cancel()
+        await asyncio.wait(waits)
+        for task in waits:
+            if not task.cancelled():
+                task.exception()  # a store error here resurfaces at the next read
+
+
+async def _wait(waiter: asyncio.Future[None], timeout_s: float) -> bool:
+    """Wait for ``waiter``; False on timeout.
+
+    The reader awaits a future of its own, never the shared ``waiter`` (which its
+    cancellation would cancel for every reader). A done-callback and a timer cost
+    about half of ``asyncio.timeout`` around ``asyncio.shield``, and this runs once
+    per wake-up per reader.
+    """
+    if waiter.done():
+        return True
+    loop = asyncio.get_running_loop()
+    woken: asyncio.Future[bool] = loop.create_future()
+
+    def wake(_: object = None, value: bool = True) -> None:
+        if not woken.done():
+            woken.set_result(value)
+
+    waiter.add_done_callback(wake)
+    timer = loop.call_later(timeout_s, wake, None, False)
+    try:
+        return await woken
+    finally:
+        timer.cancel()
+        waiter.remove_done_callback(wake)

@@ -1,0 +1,206 @@
+"""The writer: the one writer of a session's log, appending with group commit.
+
+Events emitted while a store write is in flight are appended together by the next
+write, so a fast producer costs one store round trip per batch, not per event. Every
+append is fenced (``expected_sequence``). An event is published to the hub only after
+the store has assigned its sequence. The writer serializes each event once: the store,
+the hub and the ``Stream`` responses all use those bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Sequence
+
+from helix_transport._events import is_terminal, stamp
+from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
+from helix_transport._wire import sequenced_all
+from helix_transport.log.hub import EventHub
+from helix_transport.store import Checkpoint, SessionUpdate, Store
+
+
+class SessionWriter:
+    """Appends one session's events with group commit. One writer per session.
+
+    ``emit`` never blocks; ``flush`` waits until everything emitted is durable and
+    raises the store's error if a write failed (e.g. ``SequenceConflict`` when
+    another process took the session over).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        hub: EventHub,
+        *,
+        session_id: str,
+        agent_type: str,
+        last_sequence: int,
+        event_session_id: str = "",
+    ) -> None:
+        self._store = store
+        self._hub = hub
+        self.session_id = session_id
+        """The session's key in the store (and the hub)."""
+        self.event_session_id = event_session_id or session_id
+        """The id the events carry: their readers', when the store's key is another."""
+        self.agent_type = agent_type
+        self.last_sequence = last_sequence
+        """The sequence of the last event in the store."""
+        self.step = 0
+        self._next_sequence = last_sequence + 1
+        """The sequence the next emitted event gets: writes go in order, and a failed
+        one stops the writer, so an event's sequence is known when it is emitted."""
+        self._pending: list[bytes] = []
+        """Emitted events not yet written, serialized with their sequences."""
+        self._last: StreamEvent | None = None
+        """The last pending event, when emitted as a message: whether it ends the
+        session's stream is asked once per write, not of every event (forwarded bytes
+        never do)."""
+        self._update: SessionUpdate | None = None
+        """A record update to apply with the next batch (see ``flush``)."""
+        self._checkpoint: Checkpoint | None = None
+        """A checkpoint to save with the next batch, at its end (see ``flush``)."""
+        self._task: asyncio.Task[None] | None = None
+        self._error: BaseException | None = None
+        self._closed = False
+        hub.expect(session_id, self._next_sequence)
+
+    def emit(self, event: StreamEvent, *, defer: bool = False) -> None:
+        """Queue ``event`` for the log (stamps session, agent type, step, time and the
+        sequence it will have).
+
+        With ``defer`` no write starts for it: the next ``emit`` or ``flush`` carries
+        it. For an event the caller follows at once with more (a run's last events
+        before its end), so they go in one write, not two.
+        """
+        if self._error is not None:
+            raise self._error
+        stamp(
+            event, session_id=self.event_session_id, agent_type=self.agent_type, step=self.step
+        ).sequence = self._next_sequence
+        self._next_sequence += 1
+        # Serialized once, here: the store, the hub and every reader's response use these bytes.
+        self._pending.append(event.SerializeToString())
+        self._last = event
+        if self._task is None and not defer:
+            self._task = asyncio.create_task(self._drain())
+
+    def emit_encoded(self, payloads: Sequence[bytes]) -> None:
+        """Queue events given as their serialized payload: each one ``StreamEvent``
+        oneof field (a forwarded child event, say), stamped like ``emit``, one time
+        for all. Nothing parses or serializes them: the store and readers get these
+        bytes behind the stamp. None of them may end the stream.
+        """
+        if self._error is not None:
+            raise self._error
+        if not payloads:
+            return
+        head = stamp(
+            StreamEvent(),
+            session_id=self.event_session_id,
+            agent_type=self.agent_type,
+            step=self.step,
+        ).SerializeToString()
+        sequence = self._next_sequence
+        self._pending += sequenced_all(sequence, head, payloads)
+        self._next_sequence = sequence + len(payloads)
+        self._last = None
+        if self._task is None:
+            self._task = asyncio.create_task(self._drain())
+
+    async def _drain(self) -> None:
+        try:
+            while self._pending:
+                batch, self._pending = self._pending, []
+                update, self._update = self._update, None
+                checkpoint, self._checkpoint = self._checkpoint, None
+                if checkpoint is not None:  # taken where this batch leaves the log
+                    checkpoint = dataclasses.replace(
+                        checkpoint, last_sequence=self._next_sequence - 1
+                    )
+                terminal = self._last is not None and is_terminal(self._last)
+                await self._write(batch, terminal, update, checkpoint)
+        except BaseException as exc:
+            self._error = exc
+            if not isinstance(exc, Exception):
+                raise
+        finally:
+            self._task = None
+
+    async def _write(
+        self,
+        encoded: list[bytes],
+        terminal: bool,
+        update: SessionUpdate | None,
+        checkpoint: Checkpoint | None,
+    ) -> None:
+        # The fence fixed these events' sequences when they were emitted.
+        first = self.last_sequence + 1
+        self.last_sequence = await self._store.append(
+            self.session_id,
+            (),
+            expected_sequence=self.last_sequence,
+            update=update,
+            encoded=encoded,
+            checkpoint=checkpoint,
+        )
+        if not self._closed:
+            self._hub.publish_encoded(self.session_id, first, encoded, terminal=terminal)
+
+    def close(self) -> None:
+        """The run is over: a write still in flight lands in the store, but its events
+        are not published. Its hub tail is gone (``EventHub.forget``), and publishing
+        would make a new one that nothing drops, which readers would wait on."""
+        self._closed = True
+
+    async def flush(
+        self, update: SessionUpdate | None = None, *, checkpoint: Checkpoint | None = None
+    ) -> None:
+        """Wait until every emitted event is in the store.
+
+        With ``update``, also apply it to the session record, and with ``checkpoint``
+        save it (its ``last_sequence`` set to where the log then ends): in the same
+        atomic write as the pending events when there are any (one store round trip,
+        not two or three), else on their own.
+        """
+        if self._error is not None:
+            raise self._error
+        if update is not None:
+            self._update = update
+        if checkpoint is not None:
+            self._checkpoint = checkpoint
+        if self._task is None and self._pending:  # events emitted with defer
+            self._task = asyncio.create_task(self._drain())
+        while self._task is not None:
+            await asyncio.shield(self._task)
+        if self._error is not None:
+            raise self._error
+        if checkpoint is not None and self._checkpoint is not None:  # no batch carried it
+            # An append of no events: the update (if no batch carried it either) and
+            # the checkpoint in one fenced write.
+            self._checkpoint = None
+            update, self._update = self._update, None
+            await self._store.append(
+                self.session_id,
+                (),
+                expected_sequence=self.last_sequence,
+                update=update,
+                encoded=[],
+                checkpoint=dataclasses.replace(checkpoint, last_sequence=self.last_sequence),
+            )
+        elif update is not None and self._update is not None:  # no batch carried it
+            self._update = None
+            await self._store.update_session(self.session_id, update)
+
+    async def finish(
+        self, event: StreamEvent, update: SessionUpdate, *, checkpoint: Checkpoint | None = None
+    ) -> None:
+        """Append a terminal ``event`` together with the session ``update`` (and a
+        ``checkpoint``, see ``flush``), atomically.
+
+        Events still pending go in the same write (the run's last events, its output
+        and its end: usually one store round trip, not two).
+        """
+        self.emit(event)
+        await self.flush(update, checkpoint=checkpoint)
