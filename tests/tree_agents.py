@@ -41,8 +41,9 @@ echo = Agent(
     description="Answers with its input.",
     input_model=EchoInput,
     output_model=EchoOutput,
+    # Scripts are registered by name, process-wide: "echo" is tests/security/agents.py's.
     model=register_script(
-        "echo", lambda m: finish(echo=EchoInput.model_validate(user_input(m)).text)
+        "tree-echo", lambda m: finish(echo=EchoInput.model_validate(user_input(m)).text)
     ),
 )
 
