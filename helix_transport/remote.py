@@ -37,6 +37,7 @@ from helix_transport._exceptions import (
     SessionExists,
     StoreUnavailable,
 )
+from helix_transport._metadata import ROOT_SESSION_KEY
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._status import SessionStatus
 from helix_transport._wire import child_event_payloads, child_event_prefix
@@ -55,9 +56,6 @@ from helix_transport.transport import AgentClient
 from helix_transport.transport._auth import ClientAuth
 
 logger = logging.getLogger(__name__)
-
-ROOT_SESSION_KEY = "helix.root_session_id"
-"""Metadata key carrying the root session id down a delegation tree."""
 
 _FORWARDED_KEY = "helix.remote.forwarded"  # ToolContext.cache key of the run's ForwardedSoFar
 

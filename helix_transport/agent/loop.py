@@ -41,6 +41,7 @@ from helix_transport._turns import (
     turn_started_at,
 )
 from helix_transport.agent.definition import Agent
+from helix_transport.agent.hooks import NO_HOOKS, RunHooks, guarded
 from helix_transport.agent.model import (
     ModelResponse,
     ToolCall,
@@ -57,7 +58,6 @@ from helix_transport.agent.tools import (
 )
 from helix_transport.store import Checkpoint, SessionRecord, SessionUpdate, Store, Usage
 from helix_transport.store._records import storable_text
-from helix_transport.tracing.hooks import NO_HOOKS, RunHooks, guarded
 from helix_transport.transport._pool import ClientPool
 
 logger = logging.getLogger("helix.loop")
