@@ -42,12 +42,8 @@ from helix_transport._turns import (
 )
 from helix_transport.agent.definition import Agent
 from helix_transport.agent.hooks import NO_HOOKS, RunHooks, guarded
-from helix_transport.agent.model import (
-    ModelResponse,
-    ToolCall,
-    new_tool_call_id,
-    stream_completion,
-)
+from helix_transport.agent.litellm import stream_completion
+from helix_transport.agent.model import ModelResponse, ToolCall, new_tool_call_id
 from helix_transport.agent.tools import (
     FINISH_TOOL,
     ToolArgumentError,

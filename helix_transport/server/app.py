@@ -24,8 +24,8 @@ from helix_transport._eventlog import EventHub
 from helix_transport._exceptions import UsageError
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.agent.definition import Agent
+from helix_transport.agent.litellm import warm_up
 from helix_transport.agent.loop import MAX_RESULT_BYTES
-from helix_transport.agent.model import warm_up
 from helix_transport.server._encoding import add_agent_service
 from helix_transport.server._runner import SessionRunner
 from helix_transport.server._servicer import AgentServicer
