@@ -5,7 +5,7 @@ from __future__ import annotations
 import litellm
 
 from helix_transport.agent import scripted
-from helix_transport.agent.model import stream_completion
+from helix_transport.agent.litellm import stream_completion
 
 MODEL = scripted.register_script(
     "test-model",

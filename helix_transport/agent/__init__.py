@@ -1,4 +1,13 @@
-"""Agents: definitions, the model layer and the run loop."""
+"""Agents: definitions, the model layer and the run loop.
+
+- ``definition``: ``Agent``, and the hook types it is built with;
+- ``tools``: ``Tool``, ``ToolContext`` and the finish tool;
+- ``hooks``: ``RunHooks``, what tracing (or anything else) observes of a run;
+- ``model``: the ``Model`` seam (one method) and what it returns;
+- ``litellm``: ``Model`` over litellm (with ``scripted``, the only modules that import it);
+- ``loop``: ``RunLoop``, a step-driven ``match`` over ``_steps.NextStep``;
+  ``_start`` rebuilds where a run begins, ``_tool_runner`` runs one tool call.
+"""
 
 import os
 

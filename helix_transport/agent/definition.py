@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from helix_transport._exceptions import UsageError
+from helix_transport.agent.hooks import RunHooks
 from helix_transport.agent.tools import (
     FINISH_TOOL,
     MAX_LIVE_CHILDREN,
@@ -21,11 +22,15 @@ from helix_transport.agent.tools import (
     is_library_tool,
     reserved_tool_name,
 )
+from helix_transport.store import SessionRecord
 
 StepHook = Callable[[ToolContext, list[dict[str, Any]]], Awaitable[list[dict[str, Any]]]]
 """Runs before each model call of a fresh step with the conversation so far (read-only);
 returns messages to add first. It may wait (the run is parked; an interrupt still stops
 it) and may raise ``AgentRunError`` to fail the run."""
+
+HooksFactory = Callable[["Agent", SessionRecord], RunHooks]
+"""Makes the hooks of one run (a server calls it once per run it starts or resumes)."""
 
 _NAME = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 

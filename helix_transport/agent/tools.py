@@ -16,8 +16,8 @@ from pydantic import BaseModel, ValidationError
 from helix_transport._events import SessionStatus
 from helix_transport._exceptions import UsageError
 from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
+from helix_transport.agent.hooks import NO_HOOKS, RunHooks
 from helix_transport.store import Store
-from helix_transport.tracing.hooks import NO_HOOKS, RunHooks
 from helix_transport.transport._pool import ClientPool
 
 FINISH_TOOL = "__finish__"

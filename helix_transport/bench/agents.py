@@ -25,8 +25,8 @@ from pydantic import BaseModel, Field
 
 from helix_transport import Agent, ToolContext, tool
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
+from helix_transport.agent.litellm import stream_completion
 from helix_transport.agent.loop import FINISH_INSTRUCTIONS
-from helix_transport.agent.model import stream_completion
 from helix_transport.agent.scripted import (
     ScriptedTurn,
     call,

@@ -21,8 +21,8 @@ import grpc
 
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._proto.helix.agent.v1 import agent_pb2_grpc as pb_grpc
+from helix_transport.agent.litellm import stream_completion
 from helix_transport.agent.loop import FINISH_INSTRUCTIONS
-from helix_transport.agent.model import stream_completion
 from helix_transport.bench._measure import (
     CpuMeter,
     Ids,

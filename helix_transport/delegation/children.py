@@ -7,12 +7,10 @@ import time
 from collections.abc import Mapping
 
 from helix_transport._events import SessionStatus
+from helix_transport._metadata import ROOT_SESSION_KEY
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.agent.tools import DELEGATION_PATH_KEY, ToolContext
 from helix_transport.store import SubSessionRef
-
-ROOT_SESSION_KEY = "helix.root_session_id"
-"""Metadata key carrying the root session id down a delegation tree."""
 
 _TRACE_KEYS = frozenset({"traceparent", "tracestate"})
 # The path travels as StartRequest.delegation_path; the parent's own is not the child's.

@@ -27,8 +27,8 @@ from typing import Any
 from helix_transport._events import SessionStatus
 from helix_transport._exceptions import HelixError
 from helix_transport._turns import TURN_KEY
+from helix_transport.agent.hooks import NO_HOOKS
 from helix_transport.agent.tools import ToolContext
-from helix_transport.tracing.hooks import NO_HOOKS
 
 logger = logging.getLogger("helix.tracing")
 

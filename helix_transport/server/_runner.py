@@ -14,14 +14,14 @@ from dataclasses import dataclass, replace
 from helix_transport._events import SessionStatus
 from helix_transport._exceptions import LeaseLost, SequenceConflict, StoreUnavailable
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
-from helix_transport.agent.definition import Agent
+from helix_transport.agent.definition import Agent, HooksFactory
+from helix_transport.agent.hooks import NO_HOOKS, RunHooks
 from helix_transport.agent.loop import MAX_RESULT_BYTES, RunLoop
 from helix_transport.delegation.cascade import CASCADE_TIMEOUT_S, Cascade
 from helix_transport.log import EventHub, SessionWriter
 from helix_transport.server._ownership import caller_id
 from helix_transport.store import SessionRecord, SessionUpdate, Store, SubSessionRef
 from helix_transport.store._base import InterruptLookup
-from helix_transport.tracing.hooks import NO_HOOKS, HooksFactory, RunHooks
 from helix_transport.transport._pool import ClientPool
 
 logger = logging.getLogger("helix.runner")

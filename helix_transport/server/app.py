@@ -23,14 +23,13 @@ from helix_transport._config import ClientConfig
 from helix_transport._exceptions import UsageError
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.agent.definition import Agent
+from helix_transport.agent.litellm import warm_up
 from helix_transport.agent.loop import MAX_RESULT_BYTES
-from helix_transport.agent.model import warm_up
 from helix_transport.log import EventHub
 from helix_transport.server._encoding import add_agent_service
-from helix_transport.server._reload import ClientTokenReload
 from helix_transport.server._runner import SessionRunner
 from helix_transport.server._servicer import AgentServicer
-from helix_transport.server.auth import AuthConfig, AuthInterceptor, ServerAuth
+from helix_transport.server.auth import AuthConfig, AuthInterceptor, ClientTokenReload, ServerAuth
 from helix_transport.server.interceptors import ErrorMappingInterceptor
 from helix_transport.server.limits import Limits, LimitsInterceptor
 from helix_transport.store import Store, open_store

@@ -1,4 +1,6 @@
-"""Tracing: lifecycle hooks of the run loop, and OpenTelemetry/Langfuse spans on them.
+"""Tracing: OpenTelemetry/Langfuse spans on the run loop's lifecycle hooks.
+
+The hooks themselves are ``helix_transport.agent.hooks`` (re-exported here).
 
 ``setup_tracing`` loads the OpenTelemetry SDK (``helix_transport.tracing.otel``)
 only when ``LANGFUSE_PUBLIC_KEY``/``LANGFUSE_SECRET_KEY`` or an
@@ -12,7 +14,8 @@ import logging
 import os
 from typing import TYPE_CHECKING, Protocol
 
-from helix_transport.tracing.hooks import NO_HOOKS, FanOut, HooksFactory, NoHooks, RunHooks
+from helix_transport.agent.definition import HooksFactory
+from helix_transport.agent.hooks import NO_HOOKS, FanOut, NoHooks, RunHooks
 
 if TYPE_CHECKING:
     from helix_transport.agent.definition import Agent

@@ -46,8 +46,9 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from helix_transport._events import SessionStatus
+from helix_transport._metadata import ROOT_SESSION_KEY
+from helix_transport.agent.hooks import RunHooks
 from helix_transport.store import Usage
-from helix_transport.tracing.hooks import RunHooks
 
 if TYPE_CHECKING:
     from helix_transport.agent.definition import Agent
@@ -57,8 +58,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger("helix.tracing")
 
 TRACER_NAME = "helix_transport"
-ROOT_SESSION_KEY = "helix.root_session_id"
-"""Same key as ``helix_transport.remote.ROOT_SESSION_KEY`` (not imported: no cycle)."""
 MAX_ATTRIBUTE_CHARS = 16_000
 """Inputs and outputs are cut to this many characters in span attributes."""
 

@@ -26,12 +26,12 @@ from helix_transport import AgentClient, ServerConfig, create_server
 from helix_transport._events import SessionStatus
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.agent.definition import Agent
+from helix_transport.agent.hooks import guarded
 from helix_transport.agent.model import ModelResponse
 from helix_transport.agent.tools import child_scope
 from helix_transport.registry import address_env_var
 from helix_transport.store import MemoryStore, SessionRecord, Usage
 from helix_transport.tracing import NO_HOOKS, RunHooks, setup_tracing
-from helix_transport.tracing.hooks import guarded
 from helix_transport.tracing.otel import trace_id_for
 from tests.agents import counter
 from tests.helpers import ROOT, BlinkingStore, ServiceProcess, free_port

@@ -8,21 +8,24 @@ fires its own hooks in its own process.
 
 Hooks observe, they never steer: whatever a hook raises is logged and
 swallowed (``guarded``), so a broken exporter can never fail or stop a run.
+
+They live in ``agent/`` (not ``tracing/``) because the loop and the tools call them:
+``tracing`` implements them and imports them from here. ``HooksFactory`` is in
+``agent.definition``, beside ``Agent`` (here it would import ``definition``, which
+imports ``tools``, which imports this module).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from helix_transport._events import SessionStatus
 from helix_transport.store import Usage
 
 if TYPE_CHECKING:
-    from helix_transport.agent.definition import Agent
     from helix_transport.agent.model import ModelResponse
-    from helix_transport.store import SessionRecord
 
 logger = logging.getLogger("helix.hooks")
 
@@ -76,10 +79,6 @@ class RunHooks(Protocol):
         self, *, tool_call_id: str, child_session_id: str, status: SessionStatus, error: str
     ) -> None:
         """The delegation ended with the child's ``status``."""
-
-
-HooksFactory = Callable[["Agent", "SessionRecord"], RunHooks]
-"""Makes the hooks of one run (a server calls it once per run it starts or resumes)."""
 
 
 class NoHooks:

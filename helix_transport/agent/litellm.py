@@ -1,0 +1,153 @@
+"""Calling the model through litellm: the one module that imports litellm's completion API.
+
+``stream_completion`` drives ``litellm.acompletion(stream=True)`` and turns its
+chunks into text deltas as they arrive plus one final ``ModelResponse`` with the
+assembled tool calls and token usage. Provider errors become ``ModelAPIError``.
+``LitellmModel`` is the same call behind the ``Model`` seam (``agent.model``).
+(``agent.scripted`` imports litellm too: it registers the offline models as a litellm
+custom provider, so tests take this same path.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import litellm
+from openai import OpenAIError  # litellm's exception base
+
+from helix_transport._exceptions import ModelAPIError
+from helix_transport.agent import scripted
+from helix_transport.agent.model import ModelResponse, ToolCall, new_tool_call_id
+from helix_transport.store._records import Usage
+
+litellm.suppress_debug_info = True
+scripted.install()
+
+
+@dataclass(frozen=True)
+class LitellmModel:
+    """A ``Model`` that is the litellm model called ``name`` (``openai/gpt-4o-mini``,
+    ``scripted/researcher``...)."""
+
+    name: str
+
+    async def complete(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        tools: list[dict[str, Any]],
+        on_text: Callable[[str], None],
+        settings: dict[str, Any] | None = None,
+        metadata: dict[str, str] | None = None,
+    ) -> ModelResponse:
+        """One streamed completion (``stream_completion``)."""
+        return await stream_completion(
+            model=self.name,
+            messages=messages,
+            tools=tools,
+            on_text=on_text,
+            settings=settings,
+            metadata=metadata,
+        )
+
+
+@contextmanager
+def _map_litellm_errors(model: str) -> Iterator[None]:
+    try:
+        yield
+    except (OpenAIError, ValueError, KeyError, TypeError) as exc:
+        # litellm raises openai-style errors for every provider; keep the first line
+        # (later lines carry litellm's bug-report boilerplate, not the cause).
+        detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ModelAPIError(model, detail) from exc
+
+
+async def stream_completion(
+    *,
+    model: str,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]],
+    on_text: Callable[[str], None],
+    settings: dict[str, Any] | None = None,
+    metadata: dict[str, str] | None = None,
+) -> ModelResponse:
+    """Run one streamed completion, calling ``on_text`` for every text delta.
+
+    Raises:
+        ModelAPIError: the provider failed (network, auth, bad request, bad stream).
+    """
+    text: list[str] = []
+    calls: dict[int, dict[str, str]] = {}
+    usage = Usage()
+    with _map_litellm_errors(model):
+        stream = await litellm.acompletion(
+            model=model,
+            messages=messages,
+            tools=tools or None,
+            stream=True,
+            stream_options={"include_usage": True},
+            metadata=metadata or {},
+            # Our tools are plain functions, never litellm-proxy MCP tools: skip the
+            # MCP gateway check, which imports mcp/starlette/uvicorn (~20 MiB, 360
+            # modules) on the first tool-calling completion of every process.
+            _skip_mcp_handler=True,
+            **(settings or {}),
+        )
+        async for chunk in _aiter(stream):
+            if getattr(chunk, "usage", None):
+                usage = _usage(chunk.usage)
+            if not chunk.choices:
+                continue
+            delta = chunk.choices[0].delta
+            if delta.content:
+                text.append(delta.content)
+                on_text(delta.content)
+            for tc in delta.tool_calls or ():
+                slot = calls.setdefault(tc.index or 0, {"id": "", "name": "", "arguments": ""})
+                if tc.id:
+                    slot["id"] = tc.id
+                if tc.function and tc.function.name:
+                    slot["name"] += tc.function.name
+                if tc.function and tc.function.arguments:
+                    slot["arguments"] += tc.function.arguments
+    # A provider that sends no ids gets fresh ones: child sessions are named after
+    # their tool call, so `call_0` in two steps would make the second rejoin the first.
+    # Made once, kept in the conversation: a resumed run re-runs the same ids.
+    tool_calls = [
+        ToolCall(
+            id=c["id"] or new_tool_call_id(),
+            name=c["name"],
+            arguments_json=c["arguments"] or "{}",
+        )
+        for _, c in sorted(calls.items())
+    ]
+    return ModelResponse(text="".join(text), tool_calls=tool_calls, usage=usage)
+
+
+def _aiter(stream: Any) -> AsyncIterator[Any]:
+    return stream.__aiter__()  # type: ignore[no-any-return]
+
+
+def _usage(raw: Any) -> Usage:
+    prompt = int(getattr(raw, "prompt_tokens", 0) or 0)
+    completion = int(getattr(raw, "completion_tokens", 0) or 0)
+    total = int(getattr(raw, "total_tokens", 0) or 0) or prompt + completion
+    return Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=total)
+
+
+async def warm_up() -> None:
+    """Make one scripted completion so litellm's lazy imports happen now, not mid-request.
+
+    litellm imports about 300 modules on its first call (1-2 s); a service calls this
+    before it reports SERVING.
+    """
+    model = scripted.register_script("__warmup__", lambda messages: scripted.finish())
+    await stream_completion(
+        model=model,
+        messages=[{"role": "user", "content": "{}"}],
+        tools=[{"type": "function", "function": {"name": "__finish__", "parameters": {}}}],
+        on_text=lambda text: None,
+    )
