@@ -88,7 +88,7 @@ class Store(Protocol):
         session_id: str,
         events: Sequence[StreamEvent],
         *,
-        expected_sequence: int | None = None,
+        expected_sequence: int,
         update: SessionUpdate | None = None,
         encoded: Sequence[bytes] | None = None,
         checkpoint: Checkpoint | None = None,
@@ -103,13 +103,14 @@ class Store(Protocol):
         Args:
             expected_sequence: fail unless the log currently ends at this sequence;
                 a writer that owns the session passes its own last sequence, so a
-                second writer is detected instead of interleaving.
-            encoded: with ``expected_sequence``, each event already serialized with
+                second writer is detected instead of interleaving. Required: every
+                append is fenced.
+            encoded: each event already serialized with
                 the sequence it gets (``expected_sequence + 1`` onwards), as the
                 event log's writer has them: the store keeps these bytes rather
                 than serialize every event again. ``events`` may then be empty (the
                 bytes are the events); when given, it holds as many events.
-            checkpoint: with ``expected_sequence``, a checkpoint taken where this append
+            checkpoint: a checkpoint taken where this append
                 leaves the log (its ``last_sequence``), replacing the session's in the
                 same atomic write: one round trip for a step's events, its record
                 update and its checkpoint. Redis writes it right after, as
@@ -279,20 +280,15 @@ async def pages(
 
 
 def given_bytes(
-    events: Sequence[StreamEvent], expected_sequence: int | None, encoded: Sequence[bytes] | None
+    events: Sequence[StreamEvent], encoded: Sequence[bytes] | None
 ) -> Sequence[bytes] | None:
-    """What ``append`` stores as given: ``encoded`` when fenced, else None (the store
-    serializes ``events`` once it has numbered them).
+    """What ``append`` stores as given: ``encoded``, else None (the store serializes
+    ``events`` once it has numbered them).
 
     Raises:
-        UsageError: ``encoded`` alone without ``expected_sequence`` (its sequences are
-            only known with the fence), or not one entry per event.
+        UsageError: ``encoded`` is not one entry per event.
     """
     if encoded is None:
-        return None
-    if expected_sequence is None:
-        if not events and encoded:
-            raise UsageError("append: events given only as bytes need expected_sequence")
         return None
     if events and len(events) != len(encoded):
         raise UsageError(f"append: {len(events)} events but {len(encoded)} encoded")
@@ -305,13 +301,13 @@ def appended_count(events: Sequence[StreamEvent], given: Sequence[bytes] | None)
 
 
 def check_checkpoint(
-    session_id: str, checkpoint: Checkpoint | None, expected_sequence: int | None, count: int
+    session_id: str, checkpoint: Checkpoint | None, expected_sequence: int, count: int
 ) -> None:
     """Refuse, before anything is written, a checkpoint ``append`` cannot fence.
 
     Raises:
-        UsageError: the checkpoint is another session's, there is no
-            ``expected_sequence``, or the checkpoint is not where the append leaves the log.
+        UsageError: the checkpoint is another session's, or it is not where the
+            append leaves the log.
     """
     if checkpoint is None:
         return
@@ -320,8 +316,6 @@ def check_checkpoint(
         raise UsageError(
             f"append to {session_id!r}: the checkpoint is session {checkpoint.session_id!r}'s"
         )
-    if expected_sequence is None:
-        raise UsageError("append: a checkpoint needs expected_sequence")
     if checkpoint.last_sequence != expected_sequence + count:
         raise UsageError(
             f"append: the checkpoint is at {checkpoint.last_sequence}, the append ends the "

@@ -122,7 +122,7 @@ _UNAVAILABLE = (
 # Derived from the records so a new field without a migration fails loudly
 # ("column ... does not exist") instead of being dropped silently.
 _SESSION_COLUMNS = [f.name for f in dataclasses.fields(SessionRecord)]
-# What update_session/append may change; leases are written only by the lease methods.
+# What append may change; leases are written only by the lease methods.
 _STATE_COLUMNS = [f.name for f in dataclasses.fields(SessionUpdate)]
 _STATE_COLUMNS += ["last_sequence", "updated_at", "finished_at"]
 _REF_COLUMNS = [f.name for f in dataclasses.fields(SubSessionRef) if f.name != "remote"]
@@ -141,11 +141,6 @@ def _upsert(table: str, columns: list[str], keys: tuple[str, ...], *, replace: b
 
 
 _INSERT_SESSION = _upsert("sessions", _SESSION_COLUMNS, ("session_id",), replace=False)
-_WRITE_STATE = (
-    "UPDATE {s}.sessions SET "
-    + ", ".join(f"{c} = ${n}" for n, c in enumerate(_STATE_COLUMNS, start=2))
-    + " WHERE session_id = $1"
-)
 # A replaced ref keeps its position: the position column is not among those replaced.
 _PUT_REF = _upsert(
     "subsession_refs", _REF_COLUMNS, ("parent_session_id", "child_session_id"), replace=True
@@ -153,10 +148,6 @@ _PUT_REF = _upsert(
 _GET_SESSION = "SELECT * FROM {s}.sessions WHERE session_id = $1"
 _LAST_SEQUENCE = "SELECT last_sequence FROM {s}.sessions WHERE session_id = $1"
 _LIST_SESSIONS = "SELECT * FROM {s}.sessions WHERE status = $1 ORDER BY created_at, session_id"
-_INSERT_EVENTS = (
-    "INSERT INTO {s}.events (session_id, sequence, data) "
-    "SELECT $1, * FROM unnest($2::bigint[], $3::bytea[])"
-)
 _READ = (
     "SELECT data FROM {s}.events WHERE session_id = $1 AND sequence > $2 ORDER BY sequence LIMIT $3"
 )
@@ -485,62 +476,26 @@ class PostgresStore:
         session_id: str,
         events: Sequence[StreamEvent],
         *,
-        expected_sequence: int | None = None,
+        expected_sequence: int,
         update: SessionUpdate | None = None,
         encoded: Sequence[bytes] | None = None,
         checkpoint: Checkpoint | None = None,
     ) -> int:
         """Append ``events``, assigning their sequences in place (see ``Store.append``).
 
-        Fenced, one statement (``_fenced_append``); unfenced, one transaction that first
-        locks the session row, so concurrent appenders queue up. When the append fails,
-        the events keep their previous sequences.
+        One statement (``_fenced_append``). When the append fails, the events keep
+        their previous sequences.
         """
-        given = given_bytes(events, expected_sequence, encoded)
+        given = given_bytes(events, encoded)
         check_checkpoint(session_id, checkpoint, expected_sequence, appended_count(events, given))
         previous = [event.sequence for event in events]
-        if expected_sequence is not None:  # fenced (every append of a run): one statement
-            try:
-                for sequence, event in enumerate(events, expected_sequence + 1):
-                    event.sequence = sequence
-                data = given if given is not None else [e.SerializeToString() for e in events]
-                return await self._append_fenced(
-                    session_id, expected_sequence, data, update=update, checkpoint=checkpoint
-                )
-            except BaseException:
-                for event, sequence in zip(events, previous, strict=True):
-                    event.sequence = sequence
-                raise
         try:
-            async with self._transaction() as conn:
-                row = await conn.fetchrow(self._q(_GET_SESSION + " FOR UPDATE"), session_id)
-                if row is None:
-                    raise SessionNotFound(session_id)
-                record = _session_from_row(row)
-                last = record.last_sequence
-                if expected_sequence is not None and expected_sequence != last:
-                    raise SequenceConflict(session_id, expected_sequence, last)
-                sequences = list(range(last + 1, last + 1 + appended_count(events, given)))
-                for sequence, event in enumerate(events, last + 1):  # events may be () here
-                    event.sequence = sequence
-                if sequences:
-                    data = (
-                        list(given)
-                        if given is not None
-                        else [event.SerializeToString() for event in events]
-                    )
-                    await conn.execute(self._q(_INSERT_EVENTS), session_id, sequences, data)
-                    # Delivered on commit only, so listeners never hear of a rolled-back append.
-                    await conn.execute("SELECT pg_notify($1, $2)", self.channel, session_id)
-                    last = sequences[-1]
-                if update is not None:
-                    record = update.apply(record, now=time.time())
-                columns = _columns(dataclasses.replace(record, last_sequence=last))
-                state = [columns[c] for c in _STATE_COLUMNS]
-                await conn.execute(self._q(_WRITE_STATE), session_id, *state)
-                if checkpoint is not None:  # check_checkpoint made sure it is at ``last``
-                    await conn.execute(self._q(_SAVE_CHECKPOINT), *_columns(checkpoint).values())
-                return last
+            for sequence, event in enumerate(events, expected_sequence + 1):
+                event.sequence = sequence
+            data = given if given is not None else [e.SerializeToString() for e in events]
+            return await self._append_fenced(
+                session_id, expected_sequence, data, update=update, checkpoint=checkpoint
+            )
         except BaseException:
             # Nothing was stored, so the caller's events must not claim sequences either.
             for event, sequence in zip(events, previous, strict=True):

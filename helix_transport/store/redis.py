@@ -112,7 +112,7 @@ return {'ok', redis.call('HGETALL', KEYS[1])}
 )
 
 # KEYS: session hash, event stream, and the checkpoint key when the append carries
-# one. ARGV: expected sequence or '', append token, event count n, has-update flag,
+# one. ARGV: expected sequence, append token, event count n, has-update flag,
 # status set prefix, now, terminal flag, n payloads, the update's field/value pairs,
 # and last the checkpoint's JSON when it carries one: all in one atomic write.
 #
@@ -127,7 +127,7 @@ local last = redis.call('HGET', KEYS[1], 'last_sequence')
 if not last then return {'missing'} end
 last = tonumber(last)
 if redis.call('HGET', KEYS[1], 'append_token') == ARGV[2] then return {'ok', last} end
-if ARGV[1] ~= '' and tonumber(ARGV[1]) ~= last then return {'conflict', last} end
+if tonumber(ARGV[1]) ~= last then return {'conflict', last} end
 local n = tonumber(ARGV[3])
 for i = 1, n do
   redis.call('XADD', KEYS[2], string.format('0-%d', last + i), 'event', ARGV[7 + i])
@@ -388,7 +388,7 @@ class RedisStore:
         session_id: str,
         events: Sequence[StreamEvent],
         *,
-        expected_sequence: int | None = None,
+        expected_sequence: int,
         update: SessionUpdate | None = None,
         encoded: Sequence[bytes] | None = None,
         checkpoint: Checkpoint | None = None,
@@ -407,7 +407,7 @@ class RedisStore:
         # the entry id 0-<sequence> is the single source of truth, and ``read`` stamps
         # it back onto each event. So events are stored without one, or with the one
         # the writer's fence implies (``encoded``; a conflict stores nothing).
-        given = given_bytes(events, expected_sequence, encoded)
+        given = given_bytes(events, encoded)
         check_checkpoint(session_id, checkpoint, expected_sequence, appended_count(events, given))
         # Before anything is written: a checkpoint that is not JSON stores nothing.
         saved = None if checkpoint is None else _checkpoint_json(checkpoint)
@@ -418,7 +418,7 @@ class RedisStore:
         )
         head, pairs = self._update_args(update or SessionUpdate())
         args: list[str | bytes] = [
-            "" if expected_sequence is None else str(expected_sequence),
+            str(expected_sequence),
             uuid.uuid4().hex,
             str(len(payloads)),
             "0" if update is None else "1",
@@ -435,7 +435,7 @@ class RedisStore:
         if answer[0] == b"missing":
             raise SessionNotFound(session_id)
         last: int = answer[1]
-        if answer[0] == b"conflict" and expected_sequence is not None:
+        if answer[0] == b"conflict":
             raise SequenceConflict(session_id, expected_sequence, last)
         for offset, event in enumerate(events, start=last - len(events) + 1):
             event.sequence = offset

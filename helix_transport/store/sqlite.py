@@ -146,7 +146,6 @@ _WRITE_STATE = (
     "WHERE session_id = :session_id"
 )
 _LAST_SEQUENCE = "SELECT last_sequence FROM sessions WHERE session_id = ?"
-_SET_LAST_SEQUENCE = "UPDATE sessions SET last_sequence = ? WHERE session_id = ?"
 # The fence and the new end in one statement: no row changed means a conflict (or
 # no such session), found out before anything is written.
 _ADVANCE_LAST_SEQUENCE = (
@@ -355,7 +354,7 @@ class SqliteStore:
         session_id: str,
         events: Sequence[StreamEvent],
         *,
-        expected_sequence: int | None = None,
+        expected_sequence: int,
         update: SessionUpdate | None = None,
         encoded: Sequence[bytes] | None = None,
         checkpoint: Checkpoint | None = None,
@@ -373,7 +372,7 @@ class SqliteStore:
         # Group commit across sessions: appends queued while the worker runs a batch
         # go together into its next transaction (an append's conflict is found before
         # it writes, so it fails only that append).
-        encoded = given_bytes(events, expected_sequence, encoded)
+        encoded = given_bytes(events, encoded)
         check_checkpoint(session_id, checkpoint, expected_sequence, appended_count(events, encoded))
         done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._appends.append(
@@ -764,7 +763,7 @@ def _update_session(
 class _Append:
     session_id: str
     events: Sequence[StreamEvent]
-    expected_sequence: int | None
+    expected_sequence: int
     update: SessionUpdate | None
     encoded: Sequence[bytes] | None
     checkpoint: _CheckpointParams | None
@@ -832,7 +831,6 @@ def _append_items(
     params: list[object] = []
     for i in together:
         item = batch[i]
-        assert item.expected_sequence is not None
         results[i] = _event_rows(
             params, item.session_id, item.events, item.expected_sequence, item.encoded
         )
@@ -898,7 +896,6 @@ def _plain_appends(batch: list[_Append]) -> list[int]:
         for i, item in enumerate(batch)
         if item.update is None
         and item.checkpoint is None
-        and item.expected_sequence is not None
         and 0 < appended_count(item.events, item.encoded) <= _VIEW_MAX_EVENTS
         and per_session[item.session_id] == 1
     ]
@@ -920,13 +917,13 @@ def _append_rows(
     conn: sqlite3.Connection,
     session_id: str,
     events: Sequence[StreamEvent],
-    expected_sequence: int | None,
+    expected_sequence: int,
     update: SessionUpdate | None,
     encoded: Sequence[bytes] | None = None,
     checkpoint: _CheckpointParams | None = None,
 ) -> int:
     """One append inside the caller's transaction; raises before writing anything."""
-    if update is None and expected_sequence is not None:
+    if update is None:
         # The usual append (fenced, no record update): one UPDATE checks the fence and
         # moves the end; decoding the whole record would cost more than the insert.
         last = expected_sequence + appended_count(events, encoded)
@@ -940,13 +937,6 @@ def _append_rows(
         if row is None:
             raise SessionNotFound(session_id)
         raise SequenceConflict(session_id, expected_sequence, row[0])
-    if update is None:
-        row = conn.execute(_LAST_SEQUENCE, (session_id,)).fetchone()
-        if row is None:
-            raise SessionNotFound(session_id)
-        last = _insert_events(conn, session_id, events, expected_sequence, row[0])
-        conn.execute(_SET_LAST_SEQUENCE, (last, session_id))
-        return last
     record = _require_session(conn, session_id)
     last = _insert_events(
         conn, session_id, events, expected_sequence, record.last_sequence, encoded
@@ -961,12 +951,12 @@ def _insert_events(
     conn: sqlite3.Connection,
     session_id: str,
     events: Sequence[StreamEvent],
-    expected_sequence: int | None,
+    expected_sequence: int,
     last: int,
     encoded: Sequence[bytes] | None = None,
 ) -> int:
     """Insert ``events`` after ``last`` (the log's end); the new last sequence."""
-    if expected_sequence is not None and expected_sequence != last:
+    if expected_sequence != last:
         raise SequenceConflict(session_id, expected_sequence, last)
     params: list[object] = []
     last = _event_rows(params, session_id, events, last, encoded)

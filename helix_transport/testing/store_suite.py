@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import inspect
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -94,6 +95,17 @@ def make_command(
 
 def _texts(events: list[StreamEvent]) -> list[str]:
     return [e.text_delta.text for e in events]
+
+
+async def _append_racing(store: Store, session_id: str, event: StreamEvent, *, end: int) -> int:
+    """Append ``event`` at the log's end, guessed to be ``end``: a writer that loses the
+    race to another is told where the log ends now, and tries again there."""
+    while True:
+        try:
+            return await store.append(session_id, [event], expected_sequence=end)
+        except SequenceConflict as conflict:
+            assert event.sequence == 0  # a missed fence numbers nothing
+            end = conflict.actual
 
 
 def _sequences(events: list[StreamEvent]) -> list[int]:
@@ -181,7 +193,10 @@ class StoreConformance:
         assert created is False and (stored.principal, stored.tenant) == ("alice", "acme")
         await store.update_session("s-owned", SessionUpdate(status=SessionStatus.COMPLETED))
         await store.append(
-            "s-owned", [make_event("x", session_id="s-owned")], update=SessionUpdate(step_count=2)
+            "s-owned",
+            [make_event("x", session_id="s-owned")],
+            expected_sequence=0,
+            update=SessionUpdate(step_count=2),
         )
         assert await store.acquire_lease("s-owned", "replica-1", ttl_s=5)
         got = await store.get_session("s-owned")
@@ -213,7 +228,7 @@ class StoreConformance:
             await store.update_session("s-nope", SessionUpdate(step_count=1))
         assert update_error.value.session_id == "s-nope"
         with pytest.raises(SessionNotFound) as append_error:
-            await store.append("s-nope", [make_event("x")])
+            await store.append("s-nope", [make_event("x")], expected_sequence=0)
         assert append_error.value.session_id == "s-nope"
         assert await store.get_session("s-nope") is None
 
@@ -234,10 +249,10 @@ class StoreConformance:
     async def test_append_assigns_gapless_sequences(self, store: Store) -> None:
         await store.create_session(make_record())
         first = [make_event(t) for t in "abc"]
-        assert await store.append("s-1", first) == 3
+        assert await store.append("s-1", first, expected_sequence=0) == 3
         assert _sequences(first) == [1, 2, 3]
         second = [make_event(t) for t in "de"]
-        assert await store.append("s-1", second) == 5
+        assert await store.append("s-1", second, expected_sequence=3) == 5
         assert _sequences(second) == [4, 5]
         log = await store.read("s-1")
         assert _sequences(log) == [1, 2, 3, 4, 5]
@@ -245,15 +260,27 @@ class StoreConformance:
         record = await store.get_session("s-1")
         assert record is not None and record.last_sequence == 5
 
+    async def test_every_append_is_fenced(self, store: Store) -> None:
+        # No append without expected_sequence: a second writer is always detected.
+        await store.create_session(make_record())
+        fence = inspect.signature(store.append).parameters["expected_sequence"]
+        assert fence.default is inspect.Parameter.empty
+        with pytest.raises(TypeError, match="expected_sequence"):
+            await store.append("s-1", [make_event("a")])  # type: ignore[call-arg]
+        assert await store.read("s-1") == []
+
     async def test_concurrent_appenders_never_collide(self, store: Store) -> None:
+        # Every append is fenced: a writer that loses the race is told where the log
+        # ends and tries again there, so no two events ever share a sequence.
         await store.create_session(make_record())
         assigned: dict[int, str] = {}
 
         async def writer(w: int) -> None:
+            end = 0
             for i in range(20):
                 event = make_event(f"w{w}-{i}")
-                last = await store.append("s-1", [event])
-                assert last == event.sequence
+                end = await _append_racing(store, "s-1", event, end=end)
+                assert end == event.sequence
                 assigned[event.sequence] = event.text_delta.text
 
         await asyncio.gather(*(writer(w) for w in range(10)))
@@ -404,8 +431,6 @@ class StoreConformance:
         assert record is not None and record.last_sequence == 2
         with pytest.raises(SequenceConflict):  # the fence still holds
             await store.append("s-1", (), expected_sequence=1, encoded=data[:1])
-        with pytest.raises(UsageError, match="expected_sequence"):
-            await store.append("s-1", (), encoded=data)  # unfenced bytes have no sequences
         with pytest.raises(UsageError, match="1 events but 2 encoded"):
             await store.append("s-1", [make_event("c")], expected_sequence=2, encoded=data)
         assert _texts(await store.read("s-1")) == ["a", "b"]
@@ -432,11 +457,11 @@ class StoreConformance:
 
     async def test_append_with_update_is_atomic(self, store: Store) -> None:
         await store.create_session(make_record())
-        await store.append("s-1", [make_event("thinking")])
+        await store.append("s-1", [make_event("thinking")], expected_sequence=0)
         done = StreamEvent(session_id="s-1", agent_type="researcher", step=1)
         done.completed.output_json = '{"answer": 42}'
         update = SessionUpdate(status=SessionStatus.COMPLETED, output_json='{"answer": 42}')
-        assert await store.append("s-1", [done], update=update) == 2
+        assert await store.append("s-1", [done], expected_sequence=1, update=update) == 2
         record = await store.get_session("s-1")
         assert record is not None
         assert record.status is SessionStatus.COMPLETED
@@ -458,7 +483,7 @@ class StoreConformance:
         done = StreamEvent(session_id="s-1", agent_type="researcher", step=2)
         done.completed.output_json = "{}"
         update = SessionUpdate(status=SessionStatus.COMPLETED, output_json="{}")
-        await store.append("s-1", [done], update=update)
+        await store.append("s-1", [done], expected_sequence=0, update=update)
         second = await store.get_session("s-1")
         assert second is not None and second.finished_at is not None
         assert second.finished_at > first.finished_at
@@ -471,7 +496,7 @@ class StoreConformance:
     async def test_stored_events_are_copies(self, store: Store) -> None:
         await store.create_session(make_record())
         event = make_event("original")
-        await store.append("s-1", [event])
+        await store.append("s-1", [event], expected_sequence=0)
         event.text_delta.text = "mutated after append"
         first = await store.read("s-1")
         first[0].text_delta.text = "mutated after read"
@@ -479,7 +504,7 @@ class StoreConformance:
 
     async def test_read_ranges_and_limits(self, store: Store) -> None:
         await store.create_session(make_record())
-        await store.append("s-1", [make_event(f"e{n}") for n in range(1, 6)])
+        await store.append("s-1", [make_event(f"e{n}") for n in range(1, 6)], expected_sequence=0)
         everything = await store.read("s-1", from_sequence=0)
         assert _sequences(everything) == [1, 2, 3, 4, 5]
         assert _texts(everything) == ["e1", "e2", "e3", "e4", "e5"]
@@ -493,7 +518,9 @@ class StoreConformance:
 
     async def test_read_returns_at_most_read_limit(self, store: Store) -> None:
         await store.create_session(make_record())
-        await store.append("s-1", [make_event(str(n)) for n in range(READ_LIMIT + 5)])
+        await store.append(
+            "s-1", [make_event(str(n)) for n in range(READ_LIMIT + 5)], expected_sequence=0
+        )
         page = await store.read("s-1", limit=READ_LIMIT * 2)
         assert _sequences(page) == list(range(1, READ_LIMIT + 1))
         rest = await store.read("s-1", from_sequence=READ_LIMIT)
@@ -552,10 +579,8 @@ class StoreConformance:
         record = await store.get_session("s-1")
         assert record is not None and (record.last_sequence, record.step_count) == (3, 3)
         later = idle
-        # Refused before anything is written: unfenced, or not where the append ends.
+        # Refused before anything is written: not where the append ends.
         stray = Checkpoint(session_id="s-1", step=9, messages=[], last_sequence=5)
-        with pytest.raises(UsageError, match="expected_sequence"):
-            await store.append("s-1", [make_event("d")], checkpoint=stray)
         with pytest.raises(UsageError, match="the append ends the log at 4"):
             await store.append("s-1", [make_event("d")], expected_sequence=3, checkpoint=stray)
         # Another session's checkpoint, fenced by this log, would land beside or over it.
@@ -594,10 +619,12 @@ class StoreConformance:
 
     async def test_checkpoint_is_fenced_by_the_log(self, store: Store) -> None:
         await store.create_session(make_record("s-1"))
-        await store.append("s-1", [make_event("a"), make_event("b")])
+        await store.append("s-1", [make_event("a"), make_event("b")], expected_sequence=0)
         current = Checkpoint(session_id="s-1", step=1, messages=[], last_sequence=2)
         await store.save_checkpoint(current)
-        await store.append("s-1", [make_event("c")])  # a new owner moved the log on
+        await store.append(
+            "s-1", [make_event("c")], expected_sequence=2
+        )  # a new owner moved the log on
         stale = Checkpoint(session_id="s-1", step=9, messages=[], last_sequence=2)
         with pytest.raises(SequenceConflict) as info:
             await store.save_checkpoint(stale)
@@ -884,6 +911,7 @@ class DurableStoreConformance(StoreConformance):
         await store.append(
             "s-1",
             [make_event("a"), make_event("b")],
+            expected_sequence=0,
             update=SessionUpdate(status=SessionStatus.COMPLETED),
         )
         await store.save_checkpoint(checkpoint)
@@ -904,7 +932,7 @@ class DurableStoreConformance(StoreConformance):
             assert await second.list_subsession_refs("s-1") == [ref]
             assert await second.list_sessions(status=SessionStatus.COMPLETED) == [stored]
             assert await second.acquire_lease("s-1", "B", ttl_s=60) is False
-            assert await second.append("s-1", [make_event("c")]) == 3
+            assert await second.append("s-1", [make_event("c")], expected_sequence=2) == 3
         finally:
             await second.aclose()
 
@@ -915,8 +943,9 @@ class DurableStoreConformance(StoreConformance):
             await store.create_session(make_record())
 
             async def writer(target: Store, name: str) -> None:
+                end = 0
                 for i in range(25):
-                    await target.append("s-1", [make_event(f"{name}-{i}")])
+                    end = await _append_racing(target, "s-1", make_event(f"{name}-{i}"), end=end)
 
             await asyncio.gather(writer(store, "x"), writer(other, "y"))
             log = await other.read("s-1")

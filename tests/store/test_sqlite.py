@@ -327,7 +327,9 @@ async def test_appends_batched_together_fail_alone(
     store = await SqliteStore.open(str(tmp_path / "together.db"))
     for i in range(6):
         await store.create_session(make_record(f"s-{i}"))
-    await store.append("s-5", [pb.StreamEvent(text_delta=pb.TextDelta(text="first"))])
+    await store.append(
+        "s-5", [pb.StreamEvent(text_delta=pb.TextDelta(text="first"))], expected_sequence=0
+    )
 
     def event(text: str) -> pb.StreamEvent:
         return pb.StreamEvent(text_delta=pb.TextDelta(text=text))
