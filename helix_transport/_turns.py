@@ -57,7 +57,7 @@ def _started(event: pb.StreamEvent) -> StartedTurn:
 async def read_turns(store: Store, session_id: str, *, after: int = 0) -> list[StartedTurn]:
     """Every ``turn_started`` event with ``sequence > after``, in log order."""
     turns: list[StartedTurn] = []
-    async for events in pages(store, session_id, after=after):
+    async for events in pages(store, session_id, from_sequence=after):
         turns += [_started(e) for e in events if e.WhichOneof("payload") == "turn_started"]
     return turns
 
@@ -135,7 +135,7 @@ async def heal(
     if last.get("role") != "assistant" or not last.get("tool_calls"):
         return list(messages)
     results: dict[str, pb.ToolEnd] = {}
-    async for events in pages(store, session_id, after=after):
+    async for events in pages(store, session_id, from_sequence=after):
         for event in events:
             if event.sequence < until and event.WhichOneof("payload") == "tool_end":
                 results[event.tool_end.tool_call_id] = event.tool_end

@@ -437,7 +437,7 @@ class NoticesDown(MemoryStore):
         return await super().read(*args, **kwargs)
 
     async def wait_for_events(
-        self, session_id: str, *, after_sequence: int, timeout_s: float
+        self, session_id: str, *, from_sequence: int, timeout_s: float
     ) -> bool:
         raise StoreUnavailable("notices: down for the test")
 

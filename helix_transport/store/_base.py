@@ -243,9 +243,9 @@ class EventNotifier(Protocol):
     """
 
     async def wait_for_events(
-        self, session_id: str, *, after_sequence: int, timeout_s: float
+        self, session_id: str, *, from_sequence: int, timeout_s: float
     ) -> bool:
-        """Return True once the log may hold events after ``after_sequence``, or
+        """Return True once the log may hold events after ``from_sequence``, or
         False after ``timeout_s`` without any. Spurious True is allowed."""
         ...
 
@@ -267,16 +267,16 @@ class InterruptLookup(Protocol):
 
 
 async def pages(
-    store: Store, session_id: str, *, after: int = 0
+    store: Store, session_id: str, *, from_sequence: int = 0
 ) -> AsyncIterator[list[StreamEvent]]:
-    """Every event with ``sequence > after``, a page (``Store.read``) at a time.
+    """Every event with ``sequence > from_sequence``, a page (``Store.read``) at a time.
 
     Only an empty page ends the log: a store may cut a page short (SQLite at 4 MiB),
     so a page of fewer than ``READ_LIMIT`` events is not the end.
     """
-    while events := await store.read(session_id, from_sequence=after, limit=READ_LIMIT):
+    while events := await store.read(session_id, from_sequence=from_sequence, limit=READ_LIMIT):
         yield events
-        after = events[-1].sequence
+        from_sequence = events[-1].sequence
 
 
 def given_bytes(

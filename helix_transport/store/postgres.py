@@ -645,7 +645,7 @@ class PostgresStore:
         await self._call("execute", _RELEASE_LEASE, session_id, owner)
 
     async def wait_for_events(
-        self, session_id: str, *, after_sequence: int, timeout_s: float
+        self, session_id: str, *, from_sequence: int, timeout_s: float
     ) -> bool:
         """Wait for a ``NOTIFY`` about ``session_id`` (sent by every committed append)."""
         await self._ensure_listener()
@@ -659,7 +659,7 @@ class PostgresStore:
                     self._q("SELECT last_sequence FROM {s}.sessions WHERE session_id = $1"),
                     session_id,
                 )
-            if last is not None and last > after_sequence:
+            if last is not None and last > from_sequence:
                 return True
             try:
                 async with asyncio.timeout(timeout_s):

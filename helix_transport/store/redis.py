@@ -466,15 +466,15 @@ class RedisStore:
         return events
 
     async def wait_for_events(
-        self, session_id: str, *, after_sequence: int, timeout_s: float
+        self, session_id: str, *, from_sequence: int, timeout_s: float
     ) -> bool:
-        """Block on the session's stream (``XREAD BLOCK``) until it grows past ``after_sequence``."""
+        """Block on the session's stream (``XREAD BLOCK``) until it grows past ``from_sequence``."""
         self._check_open()
         # Stay under the client's reply timeout, or the blocked read itself times out.
         block_ms = max(1, int(min(timeout_s, self._block_cap_s) * 1000))
         with _map_redis_errors():
             found = await self._client.xread(
-                {self._key("events", session_id): f"0-{max(after_sequence, 0)}"},
+                {self._key("events", session_id): f"0-{max(from_sequence, 0)}"},
                 count=1,
                 block=block_ms,
             )

@@ -424,14 +424,12 @@ async def test_a_lost_listen_connection_is_replaced(
     # restarted, and each follower of another replica's session spun on the store.
     async with await PostgresStore.open(postgres_dsn, schema=schema) as store:
         await store.create_session(make_record())
-        assert not await store.wait_for_events("s-1", after_sequence=0, timeout_s=0.1)
+        assert not await store.wait_for_events("s-1", from_sequence=0, timeout_s=0.1)
         pid = await store._listener.fetchval("SELECT pg_backend_pid()")
         await admin.execute("SELECT pg_terminate_backend($1)", pid)
         await asyncio.sleep(0.3)
-        assert not await store.wait_for_events("s-1", after_sequence=0, timeout_s=0.1)
-        waiting = asyncio.ensure_future(
-            store.wait_for_events("s-1", after_sequence=0, timeout_s=10)
-        )
+        assert not await store.wait_for_events("s-1", from_sequence=0, timeout_s=0.1)
+        waiting = asyncio.ensure_future(store.wait_for_events("s-1", from_sequence=0, timeout_s=10))
         await asyncio.sleep(0.2)  # listening again
         started = time.monotonic()
         async with await PostgresStore.open(postgres_dsn, schema=schema) as other:
