@@ -21,24 +21,8 @@ READ_LIMIT = 1000
 
 
 @runtime_checkable
-class Store(Protocol):
-    """Durable state of sessions: records, event logs, checkpoints, flags, refs and the
-    outbox of commands for children.
-
-    Every method is atomic on its own. Backends raise ``StoreError`` subclasses and
-    translate their driver's exceptions at one boundary.
-
-    Conventions every backend follows (the conformance suite checks them):
-
-    - ``read`` of an unknown session returns ``[]``; ``update_session``, ``append``
-      and ``acquire_lease`` raise ``SessionNotFound``; ``release_lease`` is a no-op.
-    - Checkpoints, interrupt flags, refs and child commands are keyed by session id
-      and do not check that the session exists (a parent may record a ref before its
-      child).
-    - Records and events handed out are copies: mutating them changes nothing stored.
-    - Leases only say who *should* run a session; writers also pass
-      ``expected_sequence`` to ``append``, which is what actually stops a second writer.
-    """
+class SessionStore(Protocol):
+    """Session records: create once, read, update, list by status."""
 
     async def create_session(
         self, record: SessionRecord, *, lease_ttl_s: float | None = None
@@ -82,6 +66,11 @@ class Store(Protocol):
     async def list_sessions(self, *, status: SessionStatus) -> list[SessionRecord]:
         """Sessions in ``status`` (used on start to find runs to resume)."""
         ...
+
+
+@runtime_checkable
+class EventLogStore(Protocol):
+    """Each session's gapless, sequence-numbered event log."""
 
     async def append(
         self,
@@ -136,6 +125,11 @@ class Store(Protocol):
         """
         ...
 
+
+@runtime_checkable
+class CheckpointStore(Protocol):
+    """Each session's latest checkpoint, fenced by its log."""
+
     async def save_checkpoint(self, checkpoint: Checkpoint) -> None:
         """Replace the session's checkpoint, fenced by the log.
 
@@ -152,6 +146,11 @@ class Store(Protocol):
         """The session's latest checkpoint, or ``None``."""
         ...
 
+
+@runtime_checkable
+class InterruptStore(Protocol):
+    """Durable interrupt requests, one pending per session."""
+
     async def set_interrupt(self, session_id: str, reason: str) -> None:
         """Record a durable interrupt request for the session (replacing a pending one)."""
         ...
@@ -163,6 +162,11 @@ class Store(Protocol):
             The reason ("" allowed) if a request was pending, else ``None``.
         """
         ...
+
+
+@runtime_checkable
+class ChildRefStore(Protocol):
+    """A parent's refs to its children (sub-sessions, local or remote)."""
 
     async def put_subsession_ref(self, ref: SubSessionRef) -> None:
         """Insert or replace the ref keyed by (parent, child session id)."""
@@ -181,6 +185,11 @@ class Store(Protocol):
         without listing all N refs every time.
         """
         ...
+
+
+@runtime_checkable
+class OutboxStore(Protocol):
+    """The outbox of commands a parent owes its children (interrupts to deliver)."""
 
     async def put_commands(self, commands: Sequence[ChildCommand]) -> None:
         """Record ``commands`` in the outbox, atomically for the batch.
@@ -209,6 +218,11 @@ class Store(Protocol):
         """Drop the command with ``command``'s key (delivered); a no-op when it is gone."""
         ...
 
+
+@runtime_checkable
+class LeaseStore(Protocol):
+    """Leases: which process should run a session (the fence is ``append``'s)."""
+
     async def acquire_lease(self, session_id: str, owner: str, *, ttl_s: float) -> bool:
         """Take or renew the session's lease if it is free, lapsed or already ``owner``'s."""
         ...
@@ -227,6 +241,38 @@ class Store(Protocol):
     async def release_lease(self, session_id: str, owner: str) -> None:
         """Drop the lease if ``owner`` holds it."""
         ...
+
+
+@runtime_checkable
+class Store(
+    SessionStore,
+    EventLogStore,
+    CheckpointStore,
+    InterruptStore,
+    ChildRefStore,
+    OutboxStore,
+    LeaseStore,
+    Protocol,
+):
+    """Durable state of sessions: every role above, in one backend.
+
+    A part of the library that needs one role asks for that role's protocol; a
+    backend implements them all, and ``open_store`` returns a ``Store``.
+
+    Every method is atomic on its own. Backends raise ``StoreError`` subclasses and
+    translate their driver's exceptions at one boundary.
+
+    Conventions every backend follows (the conformance suite checks them):
+
+    - ``read`` of an unknown session returns ``[]``; ``update_session``, ``append``
+      and ``acquire_lease`` raise ``SessionNotFound``; ``release_lease`` is a no-op.
+    - Checkpoints, interrupt flags, refs and child commands are keyed by session id
+      and do not check that the session exists (a parent may record a ref before its
+      child).
+    - Records and events handed out are copies: mutating them changes nothing stored.
+    - Leases only say who *should* run a session; writers also pass
+      ``expected_sequence`` to ``append``, which is what actually stops a second writer.
+    """
 
     async def aclose(self) -> None:
         """Release connections the store owns. Idempotent."""
@@ -267,7 +313,7 @@ class InterruptLookup(Protocol):
 
 
 async def pages(
-    store: Store, session_id: str, *, from_sequence: int = 0
+    store: EventLogStore, session_id: str, *, from_sequence: int = 0
 ) -> AsyncIterator[list[StreamEvent]]:
     """Every event with ``sequence > from_sequence``, a page (``Store.read``) at a time.
 

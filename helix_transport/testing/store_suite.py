@@ -36,7 +36,18 @@ from helix_transport._exceptions import (
 )
 from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
 from helix_transport._status import SessionStatus
-from helix_transport.store._base import READ_LIMIT, InterruptLookup, Store
+from helix_transport.store._base import (
+    READ_LIMIT,
+    CheckpointStore,
+    ChildRefStore,
+    EventLogStore,
+    InterruptLookup,
+    InterruptStore,
+    LeaseStore,
+    OutboxStore,
+    SessionStore,
+    Store,
+)
 from helix_transport.store._records import (
     Checkpoint,
     ChildCommand,
@@ -259,6 +270,20 @@ class StoreConformance:
         assert _texts(log) == list("abcde")
         record = await store.get_session("s-1")
         assert record is not None and record.last_sequence == 5
+
+    async def test_the_store_plays_every_role(self, store: Store) -> None:
+        roles = (
+            SessionStore,
+            EventLogStore,
+            CheckpointStore,
+            InterruptStore,
+            ChildRefStore,
+            OutboxStore,
+            LeaseStore,
+        )
+        assert all(issubclass(Store, role) for role in roles)
+        assert [role.__name__ for role in roles if not isinstance(store, role)] == []
+        assert isinstance(store, Store)
 
     async def test_every_append_is_fenced(self, store: Store) -> None:
         # No append without expected_sequence: a second writer is always detected.
