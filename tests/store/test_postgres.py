@@ -31,8 +31,8 @@ from helix_transport.store import (
     Checkpoint,
     SessionUpdate,
     Store,
+    _postgres_schema,
 )
-from helix_transport.store import postgres as postgres_module
 from helix_transport.store.postgres import SCHEMA_VERSION, PostgresStore
 from helix_transport.testing.store_suite import (
     DurableStoreConformance,
@@ -143,8 +143,8 @@ async def test_a_schema_at_version_2_gains_the_outbox(
 ) -> None:
     # A schema migrated by the helix-mesh before the outbox, then opened by this one.
     with monkeypatch.context() as before:
-        before.setattr(postgres_module, "_MIGRATIONS", postgres_module._MIGRATIONS[:2])
-        before.setattr(postgres_module, "SCHEMA_VERSION", 2)
+        before.setattr(_postgres_schema, "_MIGRATIONS", _postgres_schema._MIGRATIONS[:2])
+        before.setattr(_postgres_schema, "SCHEMA_VERSION", 2)
         async with await PostgresStore.open(postgres_dsn, schema=schema) as old:
             created, _ = await old.create_session(make_record())
     assert await _versions(admin, schema) == [1, 2]
