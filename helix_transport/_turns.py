@@ -54,10 +54,10 @@ def _started(event: pb.StreamEvent) -> StartedTurn:
     )
 
 
-async def read_turns(store: Store, session_id: str, *, after: int = 0) -> list[StartedTurn]:
-    """Every ``turn_started`` event with ``sequence > after``, in log order."""
+async def read_turns(store: Store, session_id: str, *, from_sequence: int = 0) -> list[StartedTurn]:
+    """Every ``turn_started`` event with ``sequence > from_sequence``, in log order."""
     turns: list[StartedTurn] = []
-    async for events in pages(store, session_id, after=after):
+    async for events in pages(store, session_id, from_sequence=from_sequence):
         turns += [_started(e) for e in events if e.WhichOneof("payload") == "turn_started"]
     return turns
 
@@ -85,12 +85,15 @@ async def count_turns(store: Store, session_id: str) -> Turns:
     """
     checkpoint = await store.load_checkpoint(session_id)
     if checkpoint is None:  # the first turn ended before its first checkpoint
-        count, after, checkpointed = 1, 0, None
+        count, from_sequence, checkpointed = 1, 0, None
     else:
-        count, after = int(checkpoint.state.get(TURN_KEY, 1)), checkpoint.last_sequence
+        count, from_sequence = int(checkpoint.state.get(TURN_KEY, 1)), checkpoint.last_sequence
         at = checkpoint.state.get(TURN_SEQUENCE_KEY)
         checkpointed = None if at is None else (count, int(at))
-    read = {started.turn: started for started in await read_turns(store, session_id, after=after)}
+    read = {
+        started.turn: started
+        for started in await read_turns(store, session_id, from_sequence=from_sequence)
+    }
     return Turns(count=max([count, *read]), read=read, checkpointed=checkpointed)
 
 
@@ -123,11 +126,11 @@ async def turn_started_at(store: Store, session_id: str, sequence: int) -> Start
 
 
 async def heal(
-    store: Store, session_id: str, messages: list[dict[str, Any]], *, after: int, until: int
+    store: Store, session_id: str, messages: list[dict[str, Any]], *, from_sequence: int, until: int
 ) -> list[dict[str, Any]]:
     """``messages`` with results for the tool calls its last assistant message left open.
 
-    The results come from the ``tool_end`` events logged between ``after`` (the
+    The results come from the ``tool_end`` events logged between ``from_sequence`` (the
     checkpoint's sequence) and ``until`` (the new turn's ``turn_started``); a
     call retried after a crash was logged twice, and the last result counts.
     """
@@ -135,7 +138,7 @@ async def heal(
     if last.get("role") != "assistant" or not last.get("tool_calls"):
         return list(messages)
     results: dict[str, pb.ToolEnd] = {}
-    async for events in pages(store, session_id, after=after):
+    async for events in pages(store, session_id, from_sequence=from_sequence):
         for event in events:
             if event.sequence < until and event.WhichOneof("payload") == "tool_end":
                 results[event.tool_end.tool_call_id] = event.tool_end

@@ -131,7 +131,9 @@ async def test_a_replay_from_the_store_stops_at_the_first_end_after_it() -> None
         SessionRecord(session_id="s", agent_type="a", input_json="{}", input_hash="h")
     )
     # Two turns (a continued session), each ending in its own terminal event.
-    await store.append("s", [*_events(1, 3), _terminal(4), *_events(5, 2), _terminal(7)])
+    await store.append(
+        "s", [*_events(1, 3), _terminal(4), *_events(5, 2), _terminal(7)], expected_sequence=0
+    )
     hub = EventHub()
     turn_1 = [b async for b in follow(store, hub, "s", from_sequence=0)]
     turn_2 = [b async for b in follow(store, hub, "s", from_sequence=4)]
@@ -435,7 +437,7 @@ class NoticesDown(MemoryStore):
         return await super().read(*args, **kwargs)
 
     async def wait_for_events(
-        self, session_id: str, *, after_sequence: int, timeout_s: float
+        self, session_id: str, *, from_sequence: int, timeout_s: float
     ) -> bool:
         raise StoreUnavailable("notices: down for the test")
 

@@ -72,7 +72,9 @@ class RunStart:
         # start is that checkpoint (a resumed run emits run_resumed, not run_started).
         checkpoint = await self.store.load_checkpoint(self.session_id) or self.initial()
         # A continued session: a turn committed after the checkpoint begins now.
-        pending = await read_turns(self.store, self.session_id, after=checkpoint.last_sequence)
+        pending = await read_turns(
+            self.store, self.session_id, from_sequence=checkpoint.last_sequence
+        )
         if pending:
             return await self._begin_turn(checkpoint, pending[-1], resume_reason)
         self.writer.step = checkpoint.step + 1
@@ -111,7 +113,7 @@ class RunStart:
                 self.store,
                 self.session_id,
                 list(checkpoint.messages),
-                after=checkpoint.last_sequence,
+                from_sequence=checkpoint.last_sequence,
                 until=turn.sequence,
             )
             messages.append({"role": "user", "content": turn.message})

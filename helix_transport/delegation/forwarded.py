@@ -62,7 +62,7 @@ class ForwardedSoFar:
 
     async def _read_on(self) -> None:
         calls = self._calls
-        async for events in pages(self._store, self._session_id, after=self._read_to):
+        async for events in pages(self._store, self._session_id, from_sequence=self._read_to):
             for event in events:
                 kind = event.WhichOneof("payload")
                 if kind == "child_event":

@@ -112,7 +112,7 @@ async def _wait_either(
     deadline = time.monotonic() + timeout_s
     local = asyncio.ensure_future(asyncio.shield(waiter))
     notice = asyncio.ensure_future(
-        store.wait_for_events(session_id, after_sequence=last_sequence, timeout_s=timeout_s)
+        store.wait_for_events(session_id, from_sequence=last_sequence, timeout_s=timeout_s)
     )
     waits: set[asyncio.Future[Any]] = {local, notice}
     try:

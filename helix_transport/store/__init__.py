@@ -1,4 +1,5 @@
-"""The state store: the ``Store`` contract, its records, its backends and ``open_store``."""
+"""The state store: the ``Store`` contract (its role protocols composed), its records,
+its backends and ``open_store``."""
 
 from __future__ import annotations
 
@@ -7,7 +8,18 @@ import urllib.parse
 from typing import TYPE_CHECKING, Any
 
 from helix_transport._exceptions import UsageError
-from helix_transport.store._base import READ_LIMIT, Store, pages
+from helix_transport.store._base import (
+    READ_LIMIT,
+    CheckpointStore,
+    ChildRefStore,
+    EventLogStore,
+    InterruptStore,
+    LeaseStore,
+    OutboxStore,
+    SessionStore,
+    Store,
+    pages,
+)
 from helix_transport.store._records import (
     Checkpoint,
     ChildCommand,
@@ -29,12 +41,19 @@ __all__ = [
     "READ_LIMIT",
     "STORE_URL_ENV",
     "Checkpoint",
+    "CheckpointStore",
     "ChildCommand",
+    "ChildRefStore",
+    "EventLogStore",
+    "InterruptStore",
+    "LeaseStore",
     "MemoryStore",
+    "OutboxStore",
     "PostgresStore",
     "RedisStore",
     "RemoteCursor",
     "SessionRecord",
+    "SessionStore",
     "SessionUpdate",
     "SqliteStore",
     "Store",

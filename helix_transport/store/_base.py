@@ -21,24 +21,8 @@ READ_LIMIT = 1000
 
 
 @runtime_checkable
-class Store(Protocol):
-    """Durable state of sessions: records, event logs, checkpoints, flags, refs and the
-    outbox of commands for children.
-
-    Every method is atomic on its own. Backends raise ``StoreError`` subclasses and
-    translate their driver's exceptions at one boundary.
-
-    Conventions every backend follows (the conformance suite checks them):
-
-    - ``read`` of an unknown session returns ``[]``; ``update_session``, ``append``
-      and ``acquire_lease`` raise ``SessionNotFound``; ``release_lease`` is a no-op.
-    - Checkpoints, interrupt flags, refs and child commands are keyed by session id
-      and do not check that the session exists (a parent may record a ref before its
-      child).
-    - Records and events handed out are copies: mutating them changes nothing stored.
-    - Leases only say who *should* run a session; writers also pass
-      ``expected_sequence`` to ``append``, which is what actually stops a second writer.
-    """
+class SessionStore(Protocol):
+    """Session records: create once, read, update, list by status."""
 
     async def create_session(
         self, record: SessionRecord, *, lease_ttl_s: float | None = None
@@ -83,12 +67,17 @@ class Store(Protocol):
         """Sessions in ``status`` (used on start to find runs to resume)."""
         ...
 
+
+@runtime_checkable
+class EventLogStore(Protocol):
+    """Each session's gapless, sequence-numbered event log."""
+
     async def append(
         self,
         session_id: str,
         events: Sequence[StreamEvent],
         *,
-        expected_sequence: int | None = None,
+        expected_sequence: int,
         update: SessionUpdate | None = None,
         encoded: Sequence[bytes] | None = None,
         checkpoint: Checkpoint | None = None,
@@ -103,13 +92,14 @@ class Store(Protocol):
         Args:
             expected_sequence: fail unless the log currently ends at this sequence;
                 a writer that owns the session passes its own last sequence, so a
-                second writer is detected instead of interleaving.
-            encoded: with ``expected_sequence``, each event already serialized with
+                second writer is detected instead of interleaving. Required: every
+                append is fenced.
+            encoded: each event already serialized with
                 the sequence it gets (``expected_sequence + 1`` onwards), as the
                 event log's writer has them: the store keeps these bytes rather
                 than serialize every event again. ``events`` may then be empty (the
                 bytes are the events); when given, it holds as many events.
-            checkpoint: with ``expected_sequence``, a checkpoint taken where this append
+            checkpoint: a checkpoint taken where this append
                 leaves the log (its ``last_sequence``), replacing the session's in the
                 same atomic write: one round trip for a step's events, its record
                 update and its checkpoint. Redis writes it right after, as
@@ -135,6 +125,11 @@ class Store(Protocol):
         """
         ...
 
+
+@runtime_checkable
+class CheckpointStore(Protocol):
+    """Each session's latest checkpoint, fenced by its log."""
+
     async def save_checkpoint(self, checkpoint: Checkpoint) -> None:
         """Replace the session's checkpoint, fenced by the log.
 
@@ -151,6 +146,11 @@ class Store(Protocol):
         """The session's latest checkpoint, or ``None``."""
         ...
 
+
+@runtime_checkable
+class InterruptStore(Protocol):
+    """Durable interrupt requests, one pending per session."""
+
     async def set_interrupt(self, session_id: str, reason: str) -> None:
         """Record a durable interrupt request for the session (replacing a pending one)."""
         ...
@@ -162,6 +162,11 @@ class Store(Protocol):
             The reason ("" allowed) if a request was pending, else ``None``.
         """
         ...
+
+
+@runtime_checkable
+class ChildRefStore(Protocol):
+    """A parent's refs to its children (sub-sessions, local or remote)."""
 
     async def put_subsession_ref(self, ref: SubSessionRef) -> None:
         """Insert or replace the ref keyed by (parent, child session id)."""
@@ -180,6 +185,11 @@ class Store(Protocol):
         without listing all N refs every time.
         """
         ...
+
+
+@runtime_checkable
+class OutboxStore(Protocol):
+    """The outbox of commands a parent owes its children (interrupts to deliver)."""
 
     async def put_commands(self, commands: Sequence[ChildCommand]) -> None:
         """Record ``commands`` in the outbox, atomically for the batch.
@@ -208,6 +218,11 @@ class Store(Protocol):
         """Drop the command with ``command``'s key (delivered); a no-op when it is gone."""
         ...
 
+
+@runtime_checkable
+class LeaseStore(Protocol):
+    """Leases: which process should run a session (the fence is ``append``'s)."""
+
     async def acquire_lease(self, session_id: str, owner: str, *, ttl_s: float) -> bool:
         """Take or renew the session's lease if it is free, lapsed or already ``owner``'s."""
         ...
@@ -227,6 +242,38 @@ class Store(Protocol):
         """Drop the lease if ``owner`` holds it."""
         ...
 
+
+@runtime_checkable
+class Store(
+    SessionStore,
+    EventLogStore,
+    CheckpointStore,
+    InterruptStore,
+    ChildRefStore,
+    OutboxStore,
+    LeaseStore,
+    Protocol,
+):
+    """Durable state of sessions: every role above, in one backend.
+
+    A part of the library that needs one role asks for that role's protocol; a
+    backend implements them all, and ``open_store`` returns a ``Store``.
+
+    Every method is atomic on its own. Backends raise ``StoreError`` subclasses and
+    translate their driver's exceptions at one boundary.
+
+    Conventions every backend follows (the conformance suite checks them):
+
+    - ``read`` of an unknown session returns ``[]``; ``update_session``, ``append``
+      and ``acquire_lease`` raise ``SessionNotFound``; ``release_lease`` is a no-op.
+    - Checkpoints, interrupt flags, refs and child commands are keyed by session id
+      and do not check that the session exists (a parent may record a ref before its
+      child).
+    - Records and events handed out are copies: mutating them changes nothing stored.
+    - Leases only say who *should* run a session; writers also pass
+      ``expected_sequence`` to ``append``, which is what actually stops a second writer.
+    """
+
     async def aclose(self) -> None:
         """Release connections the store owns. Idempotent."""
         ...
@@ -242,9 +289,9 @@ class EventNotifier(Protocol):
     """
 
     async def wait_for_events(
-        self, session_id: str, *, after_sequence: int, timeout_s: float
+        self, session_id: str, *, from_sequence: int, timeout_s: float
     ) -> bool:
-        """Return True once the log may hold events after ``after_sequence``, or
+        """Return True once the log may hold events after ``from_sequence``, or
         False after ``timeout_s`` without any. Spurious True is allowed."""
         ...
 
@@ -266,33 +313,28 @@ class InterruptLookup(Protocol):
 
 
 async def pages(
-    store: Store, session_id: str, *, after: int = 0
+    store: EventLogStore, session_id: str, *, from_sequence: int = 0
 ) -> AsyncIterator[list[StreamEvent]]:
-    """Every event with ``sequence > after``, a page (``Store.read``) at a time.
+    """Every event with ``sequence > from_sequence``, a page (``Store.read``) at a time.
 
     Only an empty page ends the log: a store may cut a page short (SQLite at 4 MiB),
     so a page of fewer than ``READ_LIMIT`` events is not the end.
     """
-    while events := await store.read(session_id, from_sequence=after, limit=READ_LIMIT):
+    while events := await store.read(session_id, from_sequence=from_sequence, limit=READ_LIMIT):
         yield events
-        after = events[-1].sequence
+        from_sequence = events[-1].sequence
 
 
 def given_bytes(
-    events: Sequence[StreamEvent], expected_sequence: int | None, encoded: Sequence[bytes] | None
+    events: Sequence[StreamEvent], encoded: Sequence[bytes] | None
 ) -> Sequence[bytes] | None:
-    """What ``append`` stores as given: ``encoded`` when fenced, else None (the store
-    serializes ``events`` once it has numbered them).
+    """What ``append`` stores as given: ``encoded``, else None (the store serializes
+    ``events`` once it has numbered them).
 
     Raises:
-        UsageError: ``encoded`` alone without ``expected_sequence`` (its sequences are
-            only known with the fence), or not one entry per event.
+        UsageError: ``encoded`` is not one entry per event.
     """
     if encoded is None:
-        return None
-    if expected_sequence is None:
-        if not events and encoded:
-            raise UsageError("append: events given only as bytes need expected_sequence")
         return None
     if events and len(events) != len(encoded):
         raise UsageError(f"append: {len(events)} events but {len(encoded)} encoded")
@@ -305,13 +347,13 @@ def appended_count(events: Sequence[StreamEvent], given: Sequence[bytes] | None)
 
 
 def check_checkpoint(
-    session_id: str, checkpoint: Checkpoint | None, expected_sequence: int | None, count: int
+    session_id: str, checkpoint: Checkpoint | None, expected_sequence: int, count: int
 ) -> None:
     """Refuse, before anything is written, a checkpoint ``append`` cannot fence.
 
     Raises:
-        UsageError: the checkpoint is another session's, there is no
-            ``expected_sequence``, or the checkpoint is not where the append leaves the log.
+        UsageError: the checkpoint is another session's, or it is not where the
+            append leaves the log.
     """
     if checkpoint is None:
         return
@@ -320,8 +362,6 @@ def check_checkpoint(
         raise UsageError(
             f"append to {session_id!r}: the checkpoint is session {checkpoint.session_id!r}'s"
         )
-    if expected_sequence is None:
-        raise UsageError("append: a checkpoint needs expected_sequence")
     if checkpoint.last_sequence != expected_sequence + count:
         raise UsageError(
             f"append: the checkpoint is at {checkpoint.last_sequence}, the append ends the "

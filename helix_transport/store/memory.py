@@ -111,7 +111,7 @@ class MemoryStore:
         session_id: str,
         events: Sequence[StreamEvent],
         *,
-        expected_sequence: int | None = None,
+        expected_sequence: int,
         update: SessionUpdate | None = None,
         encoded: Sequence[bytes] | None = None,
         checkpoint: Checkpoint | None = None,
@@ -122,13 +122,13 @@ class MemoryStore:
             SessionNotFound: no such session.
             SequenceConflict: the log does not end at ``expected_sequence``.
         """
-        data = given_bytes(events, expected_sequence, encoded)
+        data = given_bytes(events, encoded)
         check_checkpoint(session_id, checkpoint, expected_sequence, appended_count(events, data))
         # Before anything changes: a checkpoint that is not JSON stores nothing.
         saved = None if checkpoint is None else json.dumps(_checkpoint_to_json(checkpoint))
         record = self._require_session(session_id)
         last = record.last_sequence
-        if expected_sequence is not None and expected_sequence != last:
+        if expected_sequence != last:
             raise SequenceConflict(session_id, expected_sequence, last)
         for sequence, event in enumerate(events, last + 1):
             event.sequence = sequence

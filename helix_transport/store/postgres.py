@@ -16,14 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import json
-import os
-import re
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
-from urllib.parse import urlsplit
 
 import asyncpg  # type: ignore[import-untyped]
 
@@ -31,7 +27,6 @@ from helix_transport._events import SessionStatus
 from helix_transport._exceptions import (
     SequenceConflict,
     SessionNotFound,
-    StoreError,
     StoreUnavailable,
     UsageError,
 )
@@ -44,10 +39,42 @@ from helix_transport.store._base import (
     check_lease,
     given_bytes,
 )
+from helix_transport.store._postgres_errors import (
+    _check_schema,
+    _describe_dsn,
+    _is_lost,
+    _map_pg_errors,
+)
+from helix_transport.store._postgres_schema import SCHEMA_VERSION, migrate
+from helix_transport.store._postgres_sql import (
+    _ACQUIRE_LEASE,
+    _APPEND_FENCED,
+    _APPEND_FENCED_CHECKPOINT,
+    _GET_REF,
+    _GET_SESSION,
+    _INSERT_SESSION,
+    _INSERT_SESSION_LEASED,
+    _LAST_SEQUENCE,
+    _LIST_REFS,
+    _LIST_SESSIONS,
+    _LOAD_CHECKPOINT,
+    _PENDING_INTERRUPTS,
+    _PUT_REF,
+    _READ,
+    _REF_COLUMNS,
+    _RELEASE_LEASE,
+    _RENEW_LEASES,
+    _SAVE_CHECKPOINT,
+    _SET_INTERRUPT,
+    _TAKE_INTERRUPT,
+    _UPDATED_COLUMNS,
+    _columns,
+    _ref_from_row,
+    _session_from_row,
+)
 from helix_transport.store._records import (
     Checkpoint,
     ChildCommand,
-    RemoteCursor,
     SessionRecord,
     SessionUpdate,
     SubSessionRef,
@@ -55,249 +82,9 @@ from helix_transport.store._records import (
     merge_commands,
 )
 
-# Migration N is _MIGRATIONS[N - 1]; "{s}" stands for the quoted schema. Never edit
-# a released migration: append a new one, so every database walks the same path.
-_MIGRATIONS: tuple[str, ...] = (
-    # 1: the initial schema. Column names are the record fields' names.
-    """
-    CREATE TABLE {s}.sessions (
-        session_id text PRIMARY KEY, agent_type text NOT NULL, input_json text NOT NULL,
-        input_hash text NOT NULL, status text NOT NULL, parent_session_id text NOT NULL,
-        metadata jsonb NOT NULL, output_json text NOT NULL, error text NOT NULL,
-        failure_reason text NOT NULL, step_count integer NOT NULL, usage jsonb NOT NULL,
-        last_sequence bigint NOT NULL, created_at float8 NOT NULL, updated_at float8 NOT NULL,
-        finished_at float8, owner text NOT NULL, lease_expires_at float8 NOT NULL);
-    -- Startup scans for RUNNING sessions to resume, oldest first.
-    CREATE INDEX sessions_by_status ON {s}.sessions (status, created_at);
-    CREATE TABLE {s}.events (session_id text NOT NULL, sequence bigint NOT NULL,
-        data bytea NOT NULL, PRIMARY KEY (session_id, sequence));
-    -- json, not jsonb: it keeps the text exactly, and jsonb refuses "\\u0000",
-    -- which tool outputs in a conversation can contain.
-    CREATE TABLE {s}.checkpoints (session_id text PRIMARY KEY, step integer NOT NULL,
-        messages json NOT NULL, usage jsonb NOT NULL, last_sequence bigint NOT NULL,
-        state json NOT NULL);
-    CREATE TABLE {s}.interrupts (session_id text PRIMARY KEY, reason text NOT NULL);
-    -- position keeps the order refs were first stored; remote_* are NULL for a local child.
-    CREATE TABLE {s}.subsession_refs (position bigserial NOT NULL,
-        parent_session_id text NOT NULL, child_session_id text NOT NULL,
-        agent_type text NOT NULL, tool_call_id text NOT NULL, status text NOT NULL,
-        address text NOT NULL, started_at float8 NOT NULL, completed_at float8,
-        remote_stream_id text, remote_last_sequence bigint, output_json text NOT NULL,
-        error text NOT NULL, failure_reason text NOT NULL,
-        PRIMARY KEY (parent_session_id, child_session_id));
-    CREATE INDEX subsession_refs_by_position ON {s}.subsession_refs (parent_session_id, position);
-    """,
-    # 2: sessions belong to the principal (and tenant) that started them.
-    """
-    ALTER TABLE {s}.sessions ADD COLUMN principal text NOT NULL DEFAULT '',
-        ADD COLUMN tenant text NOT NULL DEFAULT '';
-    """,
-    # 3: the outbox of commands for children (interrupts a child's service must take).
-    outbox.MIGRATION,
-)
-
-SCHEMA_VERSION = len(_MIGRATIONS)
-"""The newest migration this module knows; a schema migrated further is refused."""
-
-# First key of the two-key advisory lock taken while migrating (the second is the
-# schema's hash), so the lock cannot collide with an application's own advisory locks.
-_MIGRATION_LOCK_CLASS = 0x48E11C
-
-# A plain lowercase identifier, short enough that "<schema>_events" is a valid
-# NOTIFY channel (63 bytes at most).
-_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,55}")
+__all__ = ["SCHEMA_VERSION", "PostgresStore"]
 
 _CLOSE_TIMEOUT_S = 10.0
-
-# Failures of the connection or the server's availability; retrying later may help.
-_UNAVAILABLE = (
-    OSError,  # also TimeoutError
-    asyncpg.PostgresConnectionError,
-    asyncpg.CannotConnectNowError,
-    asyncpg.AdminShutdownError,
-    asyncpg.CrashShutdownError,
-    asyncpg.TooManyConnectionsError,
-)
-
-# Derived from the records so a new field without a migration fails loudly
-# ("column ... does not exist") instead of being dropped silently.
-_SESSION_COLUMNS = [f.name for f in dataclasses.fields(SessionRecord)]
-# What update_session/append may change; leases are written only by the lease methods.
-_STATE_COLUMNS = [f.name for f in dataclasses.fields(SessionUpdate)]
-_STATE_COLUMNS += ["last_sequence", "updated_at", "finished_at"]
-_REF_COLUMNS = [f.name for f in dataclasses.fields(SubSessionRef) if f.name != "remote"]
-_REF_COLUMNS += ["remote_stream_id", "remote_last_sequence"]
-
-
-def _upsert(table: str, columns: list[str], keys: tuple[str, ...], *, replace: bool) -> str:
-    """An INSERT of ``columns`` that, when ``keys`` exist, replaces the rest or does nothing."""
-    values = ", ".join(f"${n}" for n in range(1, len(columns) + 1))
-    rest = ", ".join(f"{c} = EXCLUDED.{c}" for c in columns if c not in keys)
-    action = f"DO UPDATE SET {rest}" if replace else "DO NOTHING RETURNING *"
-    return (
-        f"INSERT INTO {{s}}.{table} ({', '.join(columns)}) VALUES ({values}) "
-        f"ON CONFLICT ({', '.join(keys)}) {action}"
-    )
-
-
-_INSERT_SESSION = _upsert("sessions", _SESSION_COLUMNS, ("session_id",), replace=False)
-_WRITE_STATE = (
-    "UPDATE {s}.sessions SET "
-    + ", ".join(f"{c} = ${n}" for n, c in enumerate(_STATE_COLUMNS, start=2))
-    + " WHERE session_id = $1"
-)
-# A replaced ref keeps its position: the position column is not among those replaced.
-_PUT_REF = _upsert(
-    "subsession_refs", _REF_COLUMNS, ("parent_session_id", "child_session_id"), replace=True
-)
-_GET_SESSION = "SELECT * FROM {s}.sessions WHERE session_id = $1"
-_LAST_SEQUENCE = "SELECT last_sequence FROM {s}.sessions WHERE session_id = $1"
-_LIST_SESSIONS = "SELECT * FROM {s}.sessions WHERE status = $1 ORDER BY created_at, session_id"
-_INSERT_EVENTS = (
-    "INSERT INTO {s}.events (session_id, sequence, data) "
-    "SELECT $1, * FROM unnest($2::bigint[], $3::bytea[])"
-)
-_READ = (
-    "SELECT data FROM {s}.events WHERE session_id = $1 AND sequence > $2 ORDER BY sequence LIMIT $3"
-)
-_CHECKPOINT_COLUMNS = [f.name for f in dataclasses.fields(Checkpoint)]
-_SAVE_CHECKPOINT = _upsert("checkpoints", _CHECKPOINT_COLUMNS, ("session_id",), replace=True)
-_LOAD_CHECKPOINT = "SELECT * FROM {s}.checkpoints WHERE session_id = $1"
-# Fields a SessionUpdate sets (NULL: left as is), then the two times it stamps.
-_UPDATED_COLUMNS = [c for c in _STATE_COLUMNS if c != "last_sequence"]
-_CHECKPOINT_TYPES = {
-    "session_id": "text",
-    "step": "integer",
-    "messages": "json",
-    "usage": "jsonb",
-    "last_sequence": "bigint",
-    "state": "json",
-}
-
-
-def _fenced_append(*, checkpoint: bool) -> str:
-    """A fenced append as one statement, so one round trip and its own transaction (the
-    transaction path takes six: BEGIN, a locking read, the inserts, the update, COMMIT).
-
-    $1 session, $2 the expected end of the log, $3 the events' bytes, then the update's
-    columns and, with ``checkpoint``, the checkpoint's; the last parameter is the
-    ``NOTIFY`` channel. The ``UPDATE`` is the fence: under READ COMMITTED a concurrent
-    append makes it wait, then re-check ``last_sequence`` on the row that append left,
-    and match nothing. No row back: a conflict, or no such session.
-    """
-    n = 4 + len(_UPDATED_COLUMNS)
-    sets = ", ".join(f"{c} = COALESCE(${i}, {c})" for i, c in enumerate(_UPDATED_COLUMNS, 4))
-    sql = (
-        "WITH moved AS (UPDATE {s}.sessions SET last_sequence = $2 + cardinality($3::bytea[]), "
-        f"{sets} WHERE session_id = $1 AND last_sequence = $2 RETURNING last_sequence), "
-        "stored AS (INSERT INTO {s}.events (session_id, sequence, data) "
-        "SELECT $1, $2 + e.n, e.data FROM moved, unnest($3::bytea[]) WITH ORDINALITY AS e(data, n))"
-    )
-    if checkpoint:
-        columns = _CHECKPOINT_COLUMNS
-        values = ", ".join(f"${i}::{_CHECKPOINT_TYPES[c]}" for i, c in enumerate(columns, n))
-        rest = ", ".join(f"{c} = EXCLUDED.{c}" for c in columns if c != "session_id")
-        sql += (
-            f", saved AS (INSERT INTO {{s}}.checkpoints ({', '.join(columns)}) "
-            f"SELECT {values} FROM moved ON CONFLICT (session_id) DO UPDATE SET {rest})"
-        )
-        n += len(columns)
-    # Delivered on commit only, so listeners never hear of an append that failed.
-    return sql + (
-        " SELECT last_sequence, CASE WHEN cardinality($3::bytea[]) > 0 "
-        f"THEN pg_notify(${n}::text, $1) END FROM moved"
-    )
-
-
-_APPEND_FENCED = _fenced_append(checkpoint=False)
-_APPEND_FENCED_CHECKPOINT = _fenced_append(checkpoint=True)
-_SET_INTERRUPT = _upsert("interrupts", ["session_id", "reason"], ("session_id",), replace=True)
-_TAKE_INTERRUPT = "DELETE FROM {s}.interrupts WHERE session_id = $1 RETURNING reason"
-_PENDING_INTERRUPTS = "SELECT session_id FROM {s}.interrupts WHERE session_id = ANY($1::text[])"
-_LIST_REFS = "SELECT * FROM {s}.subsession_refs WHERE parent_session_id = $1 ORDER BY position"
-_GET_REF = (
-    "SELECT * FROM {s}.subsession_refs WHERE parent_session_id = $1 AND child_session_id = $2"
-)
-_RELEASE_LEASE = (
-    "UPDATE {s}.sessions SET owner = '', lease_expires_at = 0 WHERE session_id = $1 AND owner = $2"
-)
-_DB_NOW = "extract(epoch FROM clock_timestamp())::double precision"
-# _INSERT_SESSION, leased: the lease_expires_at parameter is the TTL, added to the
-# database's clock (as _ACQUIRE_LEASE does).
-_INSERT_SESSION_LEASED = (
-    f"INSERT INTO {{s}}.sessions ({', '.join(_SESSION_COLUMNS)}) VALUES ("
-    + ", ".join(
-        f"{_DB_NOW} + ${n}::double precision" if column == "lease_expires_at" else f"${n}"
-        for n, column in enumerate(_SESSION_COLUMNS, start=1)
-    )
-    + ") ON CONFLICT (session_id) DO NOTHING RETURNING *"
-)
-_RENEW_LEASES = f"""
-    UPDATE {{s}}.sessions SET owner = $2, lease_expires_at = {_DB_NOW} + $3
-    WHERE session_id = ANY($1::text[])
-    AND (owner = '' OR owner = $2 OR lease_expires_at <= {_DB_NOW})
-    RETURNING session_id
-"""
-# One statement: the CTE tells "no such session" apart from "held by someone else".
-# A racing acquirer blocks on the row lock, then re-checks the WHERE on the new row.
-_ACQUIRE_LEASE = f"""
-    WITH target AS (SELECT 1 FROM {{s}}.sessions WHERE session_id = $1),
-    taken AS (
-        UPDATE {{s}}.sessions SET owner = $2, lease_expires_at = {_DB_NOW} + $3
-        WHERE session_id = $1 AND (owner = '' OR owner = $2 OR lease_expires_at <= {_DB_NOW})
-        RETURNING 1
-    )
-    SELECT EXISTS (SELECT 1 FROM target) AS found, EXISTS (SELECT 1 FROM taken) AS taken
-"""
-
-
-def _check_schema(schema: str) -> None:
-    if not _SCHEMA_NAME.fullmatch(schema):
-        raise UsageError(
-            f"schema {schema!r}: use a lowercase identifier of at most 56 characters "
-            "(letters, digits, underscores)"
-        )
-
-
-def _describe_dsn(dsn: str) -> str:
-    """``host:port/database`` of ``dsn`` for error messages (never the password)."""
-    try:
-        parts = urlsplit(dsn)
-    except ValueError:
-        return "<unparsable DSN>"
-    where = parts.netloc.rpartition("@")[2] or os.environ.get("PGHOST", "localhost")
-    if ":" not in where.rpartition("]")[2] and "," not in where:  # no port, not multi-host
-        where += ":" + os.environ.get("PGPORT", "5432")
-    return where + parts.path
-
-
-def _detail(exc: BaseException) -> str:
-    return "timed out" if isinstance(exc, TimeoutError) else str(exc) or type(exc).__name__
-
-
-@contextlib.contextmanager
-def _map_pg_errors(where: str, *, connecting: bool = False) -> Iterator[None]:
-    """Translate ``asyncpg`` and socket exceptions into the helix error tree.
-
-    While ``connecting``, every driver failure (refused, timed out, unknown
-    database, rejected login) means the store at ``where`` cannot be reached.
-    """
-    try:
-        yield
-    except _UNAVAILABLE as exc:
-        raise StoreUnavailable(f"PostgreSQL at {where} is unavailable: {_detail(exc)}") from exc
-    except (asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-        if connecting and isinstance(exc, asyncpg.ClientConfigurationError):
-            raise UsageError(f"invalid PostgreSQL DSN for {where}: {exc}") from exc
-        if connecting:
-            raise StoreUnavailable(f"cannot connect to PostgreSQL at {where}: {exc}") from exc
-        raise StoreError(f"postgres: {type(exc).__name__}: {exc}") from exc
-    except ValueError as exc:
-        # While connecting, a ValueError is a bad DSN (asyncpg parses it with urlsplit,
-        # int()...) or bad pool sizes.
-        if not connecting:
-            raise
-        raise UsageError(f"invalid PostgreSQL DSN or pool settings for {where}: {exc}") from exc
 
 
 class PostgresStore:
@@ -391,32 +178,8 @@ class PostgresStore:
         transaction under an advisory lock, so exactly one of them migrates. A
         schema with a migration newer than this module knows raises ``StoreError``.
         """
-        s = self._s
         async with self._transaction() as conn:
-            lock = "SELECT pg_advisory_xact_lock($1, hashtext($2))"
-            await conn.execute(lock, _MIGRATION_LOCK_CLASS, self._schema)
-            # Checked first because CREATE SCHEMA IF NOT EXISTS needs the CREATE
-            # privilege even when the schema exists (a DBA may have made it for us).
-            exists = "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)"
-            if not await conn.fetchval(exists, self._schema):
-                await conn.execute(f"CREATE SCHEMA {s}")
-            await conn.execute(
-                f"CREATE TABLE IF NOT EXISTS {s}.schema_migrations (version integer "
-                "PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT clock_timestamp())"
-            )
-            rows = await conn.fetch(f"SELECT version FROM {s}.schema_migrations")
-            applied = {row["version"] for row in rows}
-            newest = max(applied, default=0)
-            if newest > SCHEMA_VERSION:
-                raise StoreError(
-                    f"schema {self._schema!r} has schema version {newest}; this "
-                    f"helix-mesh understands up to {SCHEMA_VERSION}: upgrade helix-mesh"
-                )
-            for version, sql in enumerate(_MIGRATIONS, start=1):
-                if version not in applied:
-                    await conn.execute(sql.replace("{s}", s))
-                    insert = f"INSERT INTO {s}.schema_migrations (version) VALUES ($1)"
-                    await conn.execute(insert, version)
+            await migrate(conn, self._schema, self._s)
 
     async def __aenter__(self) -> PostgresStore:
         return self
@@ -485,62 +248,26 @@ class PostgresStore:
         session_id: str,
         events: Sequence[StreamEvent],
         *,
-        expected_sequence: int | None = None,
+        expected_sequence: int,
         update: SessionUpdate | None = None,
         encoded: Sequence[bytes] | None = None,
         checkpoint: Checkpoint | None = None,
     ) -> int:
         """Append ``events``, assigning their sequences in place (see ``Store.append``).
 
-        Fenced, one statement (``_fenced_append``); unfenced, one transaction that first
-        locks the session row, so concurrent appenders queue up. When the append fails,
-        the events keep their previous sequences.
+        One statement (``_fenced_append``). When the append fails, the events keep
+        their previous sequences.
         """
-        given = given_bytes(events, expected_sequence, encoded)
+        given = given_bytes(events, encoded)
         check_checkpoint(session_id, checkpoint, expected_sequence, appended_count(events, given))
         previous = [event.sequence for event in events]
-        if expected_sequence is not None:  # fenced (every append of a run): one statement
-            try:
-                for sequence, event in enumerate(events, expected_sequence + 1):
-                    event.sequence = sequence
-                data = given if given is not None else [e.SerializeToString() for e in events]
-                return await self._append_fenced(
-                    session_id, expected_sequence, data, update=update, checkpoint=checkpoint
-                )
-            except BaseException:
-                for event, sequence in zip(events, previous, strict=True):
-                    event.sequence = sequence
-                raise
         try:
-            async with self._transaction() as conn:
-                row = await conn.fetchrow(self._q(_GET_SESSION + " FOR UPDATE"), session_id)
-                if row is None:
-                    raise SessionNotFound(session_id)
-                record = _session_from_row(row)
-                last = record.last_sequence
-                if expected_sequence is not None and expected_sequence != last:
-                    raise SequenceConflict(session_id, expected_sequence, last)
-                sequences = list(range(last + 1, last + 1 + appended_count(events, given)))
-                for sequence, event in enumerate(events, last + 1):  # events may be () here
-                    event.sequence = sequence
-                if sequences:
-                    data = (
-                        list(given)
-                        if given is not None
-                        else [event.SerializeToString() for event in events]
-                    )
-                    await conn.execute(self._q(_INSERT_EVENTS), session_id, sequences, data)
-                    # Delivered on commit only, so listeners never hear of a rolled-back append.
-                    await conn.execute("SELECT pg_notify($1, $2)", self.channel, session_id)
-                    last = sequences[-1]
-                if update is not None:
-                    record = update.apply(record, now=time.time())
-                columns = _columns(dataclasses.replace(record, last_sequence=last))
-                state = [columns[c] for c in _STATE_COLUMNS]
-                await conn.execute(self._q(_WRITE_STATE), session_id, *state)
-                if checkpoint is not None:  # check_checkpoint made sure it is at ``last``
-                    await conn.execute(self._q(_SAVE_CHECKPOINT), *_columns(checkpoint).values())
-                return last
+            for sequence, event in enumerate(events, expected_sequence + 1):
+                event.sequence = sequence
+            data = given if given is not None else [e.SerializeToString() for e in events]
+            return await self._append_fenced(
+                session_id, expected_sequence, data, update=update, checkpoint=checkpoint
+            )
         except BaseException:
             # Nothing was stored, so the caller's events must not claim sequences either.
             for event, sequence in zip(events, previous, strict=True):
@@ -690,7 +417,7 @@ class PostgresStore:
         await self._call("execute", _RELEASE_LEASE, session_id, owner)
 
     async def wait_for_events(
-        self, session_id: str, *, after_sequence: int, timeout_s: float
+        self, session_id: str, *, from_sequence: int, timeout_s: float
     ) -> bool:
         """Wait for a ``NOTIFY`` about ``session_id`` (sent by every committed append)."""
         await self._ensure_listener()
@@ -704,7 +431,7 @@ class PostgresStore:
                     self._q("SELECT last_sequence FROM {s}.sessions WHERE session_id = $1"),
                     session_id,
                 )
-            if last is not None and last > after_sequence:
+            if last is not None and last > from_sequence:
                 return True
             try:
                 async with asyncio.timeout(timeout_s):
@@ -814,44 +541,3 @@ class PostgresStore:
         """One statement on a pooled connection; ``method`` names the asyncpg call."""
         async with self._connection() as conn:
             return await getattr(conn, method)(self._q(template), *args)
-
-
-def _is_lost(conn: Any) -> bool:
-    try:
-        return bool(conn.is_closed())
-    except asyncpg.InterfaceError:  # already detached from the pool's proxy
-        return True
-
-
-def _columns(obj: Any) -> dict[str, Any]:
-    """A record's fields as column values: statuses by value, nested data as JSON."""
-    values: dict[str, Any] = {}
-    for f in dataclasses.fields(obj):
-        value = getattr(obj, f.name)
-        if f.name == "remote":  # a SubSessionRef's cursor: two nullable columns
-            values["remote_stream_id"] = None if value is None else value.stream_id
-            values["remote_last_sequence"] = None if value is None else value.last_sequence
-            continue
-        if isinstance(value, SessionStatus):
-            value = value.value
-        elif isinstance(value, Usage):
-            value = json.dumps(dataclasses.asdict(value))
-        elif isinstance(value, dict | list):
-            value = json.dumps(value)
-        values[f.name] = value
-    return values
-
-
-def _session_from_row(row: Any) -> SessionRecord:
-    fields = {name: row[name] for name in _SESSION_COLUMNS}
-    fields["status"] = SessionStatus(row["status"])
-    fields["metadata"] = json.loads(row["metadata"])
-    fields["usage"] = Usage(**json.loads(row["usage"]))
-    return SessionRecord(**fields)
-
-
-def _ref_from_row(row: Any) -> SubSessionRef:
-    fields = {name: row[name] for name in _REF_COLUMNS}
-    stream_id, last = fields.pop("remote_stream_id"), fields.pop("remote_last_sequence")
-    remote = None if stream_id is None else RemoteCursor(stream_id=stream_id, last_sequence=last)
-    return SubSessionRef(**fields | {"status": SessionStatus(row["status"]), "remote": remote})

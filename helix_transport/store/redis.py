@@ -19,13 +19,12 @@ Cluster. Nor Sentinel: the store connects to one address and follows no failover
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, cast
+from typing import cast
 from urllib.parse import urlsplit, urlunsplit
 
 import redis.asyncio as aioredis
@@ -52,141 +51,31 @@ from helix_transport.store._base import (
 from helix_transport.store._records import (
     Checkpoint,
     ChildCommand,
-    RemoteCursor,
     SessionRecord,
     SessionUpdate,
     SubSessionRef,
     Usage,
     merge_commands,
 )
+from helix_transport.store._redis_codec import (
+    _checkpoint_json,
+    _decode_session,
+    _field_pairs,
+    _ref_from_json,
+    _ref_to_json,
+    _serialize_unsequenced,
+)
 from helix_transport.store._redis_outbox import RedisOutbox
 from helix_transport.store._redis_persistence import require_persistence, volatile_allowed
-
-# Applies a SessionUpdate's encoded field/value pairs (ARGV[first..last]) to the session
-# hash, moving the id between status sets, exactly as ``SessionUpdate.apply`` does.
-_APPLY_UPDATE = """
-local function apply_update(key, index_prefix, now, terminal, first, last)
-  local status = redis.call('HGET', key, 'status')
-  for i = first, last, 2 do
-    if ARGV[i] == 'status' and ARGV[i + 1] ~= status then
-      local id = redis.call('HGET', key, 'session_id')
-      redis.call('SREM', index_prefix .. status, id)
-      redis.call('SADD', index_prefix .. ARGV[i + 1], id)
-    end
-    redis.call('HSET', key, ARGV[i], ARGV[i + 1])
-  end
-  redis.call('HSET', key, 'updated_at', now)
-  if terminal == '1' then
-    redis.call('HSET', key, 'finished_at', now)
-  end
-end
-"""
-
-# KEYS: session hash, its status set. ARGV: session id, lease ttl seconds or '',
-# field/value pairs. A lease's expiry is set by the server's clock, as in _ACQUIRE_LEASE.
-_CREATE = """
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  redis.call('HSET', KEYS[1], unpack(ARGV, 3))
-  if ARGV[2] ~= '' then
-    local t = redis.call('TIME')
-    local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-    redis.call('HSET', KEYS[1], 'lease_expires_at', string.format('%.17g', now + tonumber(ARGV[2])))
-  end
-  redis.call('SADD', KEYS[2], ARGV[1])
-  return {1, redis.call('HGETALL', KEYS[1])}
-end
-return {0, redis.call('HGETALL', KEYS[1])}
-"""
-
-# KEYS: session hash. ARGV: expected status or '', status set prefix, now, terminal
-# flag, field/value pairs.
-_UPDATE = (
-    _APPLY_UPDATE
-    + """
-local status = redis.call('HGET', KEYS[1], 'status')
-if not status then return {'missing'} end
-if ARGV[1] ~= '' and ARGV[1] ~= status then return {'mismatch'} end
-apply_update(KEYS[1], ARGV[2], ARGV[3], ARGV[4], 5, #ARGV)
-return {'ok', redis.call('HGETALL', KEYS[1])}
-"""
+from helix_transport.store._redis_scripts import (
+    _ACQUIRE_LEASE,
+    _APPEND,
+    _CREATE,
+    _PUT_REF,
+    _RELEASE_LEASE,
+    _SAVE_CHECKPOINT_LUA,
+    _UPDATE,
 )
-
-# KEYS: session hash, event stream, and the checkpoint key when the append carries
-# one. ARGV: expected sequence or '', append token, event count n, has-update flag,
-# status set prefix, now, terminal flag, n payloads, the update's field/value pairs,
-# and last the checkpoint's JSON when it carries one: all in one atomic write.
-#
-# The token makes a retried call safe: redis-py resends a command after a connection
-# or timeout error, and if the first attempt had already landed, appending again
-# would duplicate the events (or raise a false SequenceConflict). A token equal to
-# the session's latest one means "this is that append", and no append came since.
-_APPEND = (
-    _APPLY_UPDATE
-    + """
-local last = redis.call('HGET', KEYS[1], 'last_sequence')
-if not last then return {'missing'} end
-last = tonumber(last)
-if redis.call('HGET', KEYS[1], 'append_token') == ARGV[2] then return {'ok', last} end
-if ARGV[1] ~= '' and tonumber(ARGV[1]) ~= last then return {'conflict', last} end
-local n = tonumber(ARGV[3])
-for i = 1, n do
-  redis.call('XADD', KEYS[2], string.format('0-%d', last + i), 'event', ARGV[7 + i])
-end
-last = last + n
-redis.call('HSET', KEYS[1], 'last_sequence', string.format('%d', last), 'append_token', ARGV[2])
-local pairs_end = #ARGV
-if #KEYS == 3 then
-  redis.call('SET', KEYS[3], ARGV[#ARGV])
-  pairs_end = #ARGV - 1
-end
-if ARGV[4] == '1' then apply_update(KEYS[1], ARGV[5], ARGV[6], ARGV[7], 8 + n, pairs_end) end
-return {'ok', last}
-"""
-)
-
-# KEYS: refs hash, order list. ARGV: child id, ref JSON. HSET answers 1 only for a
-# new field, so a replaced ref keeps its place in the order.
-_PUT_REF = """
-if redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) == 1 then
-  redis.call('RPUSH', KEYS[2], ARGV[1])
-end
-"""
-
-# KEYS: session hash. ARGV: owner, ttl seconds. The server's clock decides expiry, so
-# replicas with skewed clocks still agree on when a lease has lapsed.
-_ACQUIRE_LEASE = """
-local owner = redis.call('HGET', KEYS[1], 'owner')
-if not owner then return -1 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local expires = tonumber(redis.call('HGET', KEYS[1], 'lease_expires_at'))
-if owner ~= '' and owner ~= ARGV[1] and expires > now then return 0 end
-local until_ = string.format('%.17g', now + tonumber(ARGV[2]))
-redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'lease_expires_at', until_)
-return 1
-"""
-
-# KEYS: session hash. ARGV: owner.
-_RELEASE_LEASE = """
-if redis.call('HGET', KEYS[1], 'owner') == ARGV[1] then
-  redis.call('HSET', KEYS[1], 'owner', '', 'lease_expires_at', '0.0')
-end
-"""
-
-# Decoders by the annotation of each record field; a field of a new type fails at
-# import instead of round-tripping wrongly.
-_DECODERS: dict[str, Callable[[str], Any]] = {
-    "str": str,
-    "int": int,
-    "float": float,
-    "float | None": lambda s: float(s) if s else None,
-    "SessionStatus": SessionStatus,
-    "dict[str, str]": json.loads,
-    "Usage": lambda s: Usage(**json.loads(s)),
-}
-_SESSION_DECODERS = {f.name: _DECODERS[str(f.type)] for f in dataclasses.fields(SessionRecord)}
-# Fields a hash written by an older helix-mesh lacks; the record's default applies.
-_ADDED_LATER = frozenset({"principal", "tenant"})
 
 
 @contextmanager
@@ -206,18 +95,6 @@ def _map_redis_errors() -> Iterator[None]:
         raise StoreUnavailable(f"redis: {exc}") from exc
     except redis_errors.RedisError as exc:
         raise StoreError(f"redis: {exc}") from exc
-
-
-# Writes the checkpoint only while the session's log ends where the writer thinks
-# (the fencing token of a checkpoint); answers the log's actual end.
-_SAVE_CHECKPOINT_LUA = """
-local last = redis.call('HGET', KEYS[1], 'last_sequence')
-if last and tonumber(last) ~= tonumber(ARGV[1]) then
-  return tonumber(last)
-end
-redis.call('SET', KEYS[2], ARGV[2])
-return tonumber(ARGV[1])
-"""
 
 
 class RedisStore:
@@ -388,7 +265,7 @@ class RedisStore:
         session_id: str,
         events: Sequence[StreamEvent],
         *,
-        expected_sequence: int | None = None,
+        expected_sequence: int,
         update: SessionUpdate | None = None,
         encoded: Sequence[bytes] | None = None,
         checkpoint: Checkpoint | None = None,
@@ -407,7 +284,7 @@ class RedisStore:
         # the entry id 0-<sequence> is the single source of truth, and ``read`` stamps
         # it back onto each event. So events are stored without one, or with the one
         # the writer's fence implies (``encoded``; a conflict stores nothing).
-        given = given_bytes(events, expected_sequence, encoded)
+        given = given_bytes(events, encoded)
         check_checkpoint(session_id, checkpoint, expected_sequence, appended_count(events, given))
         # Before anything is written: a checkpoint that is not JSON stores nothing.
         saved = None if checkpoint is None else _checkpoint_json(checkpoint)
@@ -418,7 +295,7 @@ class RedisStore:
         )
         head, pairs = self._update_args(update or SessionUpdate())
         args: list[str | bytes] = [
-            "" if expected_sequence is None else str(expected_sequence),
+            str(expected_sequence),
             uuid.uuid4().hex,
             str(len(payloads)),
             "0" if update is None else "1",
@@ -435,7 +312,7 @@ class RedisStore:
         if answer[0] == b"missing":
             raise SessionNotFound(session_id)
         last: int = answer[1]
-        if answer[0] == b"conflict" and expected_sequence is not None:
+        if answer[0] == b"conflict":
             raise SequenceConflict(session_id, expected_sequence, last)
         for offset, event in enumerate(events, start=last - len(events) + 1):
             event.sequence = offset
@@ -466,15 +343,15 @@ class RedisStore:
         return events
 
     async def wait_for_events(
-        self, session_id: str, *, after_sequence: int, timeout_s: float
+        self, session_id: str, *, from_sequence: int, timeout_s: float
     ) -> bool:
-        """Block on the session's stream (``XREAD BLOCK``) until it grows past ``after_sequence``."""
+        """Block on the session's stream (``XREAD BLOCK``) until it grows past ``from_sequence``."""
         self._check_open()
         # Stay under the client's reply timeout, or the blocked read itself times out.
         block_ms = max(1, int(min(timeout_s, self._block_cap_s) * 1000))
         with _map_redis_errors():
             found = await self._client.xread(
-                {self._key("events", session_id): f"0-{max(after_sequence, 0)}"},
+                {self._key("events", session_id): f"0-{max(from_sequence, 0)}"},
                 count=1,
                 block=block_ms,
             )
@@ -653,72 +530,6 @@ class RedisStore:
         # lease expiry (compared across replicas) uses the server's clock.
         head = [self._key("status", ""), repr(time.time()), "1" if terminal else "0"]
         return head, _field_pairs(update)
-
-
-def _encode(value: object) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, SessionStatus):
-        return value.value
-    if isinstance(value, str):
-        return value
-    if isinstance(value, float):
-        return repr(value)  # repr round-trips a float exactly
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, Usage):
-        return json.dumps(dataclasses.asdict(value))
-    return json.dumps(value)
-
-
-def _field_pairs(obj: SessionRecord | SessionUpdate) -> list[str]:
-    """Field/value pairs of a record; of an update, only of the fields it changes."""
-    return [
-        item
-        for f in dataclasses.fields(obj)
-        if isinstance(obj, SessionRecord) or getattr(obj, f.name) is not None
-        for item in (f.name, _encode(getattr(obj, f.name)))
-    ]
-
-
-def _decode_session(raw: Any) -> SessionRecord:
-    """A record from HGETALL: a dict from redis-py, a flat list from a script."""
-    if isinstance(raw, list):
-        raw = dict(zip(raw[::2], raw[1::2], strict=True))
-    fields = {name.decode(): value.decode() for name, value in raw.items()}
-    return SessionRecord(
-        **{
-            name: decode(fields[name])
-            for name, decode in _SESSION_DECODERS.items()
-            if name not in _ADDED_LATER or name in fields
-        }
-    )
-
-
-def _serialize_unsequenced(event: StreamEvent) -> bytes:
-    previous = event.sequence
-    event.sequence = 0  # proto3 omits a zero field, so no stale sequence is stored
-    try:
-        return event.SerializeToString()
-    finally:
-        event.sequence = previous
-
-
-def _ref_to_json(ref: SubSessionRef) -> str:
-    return json.dumps(dataclasses.asdict(ref))
-
-
-def _ref_from_json(raw: bytes) -> SubSessionRef:
-    data = json.loads(raw)
-    data["status"] = SessionStatus(data["status"])
-    if data["remote"] is not None:
-        data["remote"] = RemoteCursor(**data["remote"])
-    return SubSessionRef(**data)
-
-
-def _checkpoint_json(checkpoint: Checkpoint) -> str:
-    """The checkpoint as stored; raises (``TypeError``) when it is not JSON."""
-    return json.dumps(dataclasses.asdict(checkpoint))
 
 
 def _describe_url(url: str) -> str:

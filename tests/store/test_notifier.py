@@ -33,13 +33,13 @@ async def test_append_elsewhere_wakes_the_waiter(two_stores: tuple[Store, Store]
     writer, reader = two_stores
     assert isinstance(reader, EventNotifier)
     await writer.create_session(make_record("s1"))
-    await writer.append("s1", [make_event("x", session_id="s1")])
+    await writer.append("s1", [make_event("x", session_id="s1")], expected_sequence=0)
 
-    waiting = asyncio.create_task(reader.wait_for_events("s1", after_sequence=1, timeout_s=5))
+    waiting = asyncio.create_task(reader.wait_for_events("s1", from_sequence=1, timeout_s=5))
     await asyncio.sleep(0.2)
     assert not waiting.done()
     started = time.monotonic()
-    await writer.append("s1", [make_event("x", session_id="s1")])
+    await writer.append("s1", [make_event("x", session_id="s1")], expected_sequence=1)
     assert await waiting is True
     assert time.monotonic() - started < 1.0
 
@@ -49,7 +49,7 @@ async def test_no_append_times_out(two_stores: tuple[Store, Store]) -> None:
     assert isinstance(reader, EventNotifier)
     await writer.create_session(make_record("s1"))
     started = time.monotonic()
-    assert await reader.wait_for_events("s1", after_sequence=0, timeout_s=0.3) is False
+    assert await reader.wait_for_events("s1", from_sequence=0, timeout_s=0.3) is False
     assert 0.25 < time.monotonic() - started < 2
 
 
@@ -57,9 +57,13 @@ async def test_events_already_there_return_at_once(two_stores: tuple[Store, Stor
     writer, reader = two_stores
     assert isinstance(reader, EventNotifier)
     await writer.create_session(make_record("s1"))
-    await writer.append("s1", [make_event("x", session_id="s1"), make_event("x", session_id="s1")])
+    await writer.append(
+        "s1",
+        [make_event("x", session_id="s1"), make_event("x", session_id="s1")],
+        expected_sequence=0,
+    )
     started = time.monotonic()
-    assert await reader.wait_for_events("s1", after_sequence=1, timeout_s=5) is True
+    assert await reader.wait_for_events("s1", from_sequence=1, timeout_s=5) is True
     assert time.monotonic() - started < 1.0
 
 

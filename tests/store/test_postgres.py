@@ -31,8 +31,8 @@ from helix_transport.store import (
     Checkpoint,
     SessionUpdate,
     Store,
+    _postgres_schema,
 )
-from helix_transport.store import postgres as postgres_module
 from helix_transport.store.postgres import SCHEMA_VERSION, PostgresStore
 from helix_transport.testing.store_suite import (
     DurableStoreConformance,
@@ -143,8 +143,8 @@ async def test_a_schema_at_version_2_gains_the_outbox(
 ) -> None:
     # A schema migrated by the helix-mesh before the outbox, then opened by this one.
     with monkeypatch.context() as before:
-        before.setattr(postgres_module, "_MIGRATIONS", postgres_module._MIGRATIONS[:2])
-        before.setattr(postgres_module, "SCHEMA_VERSION", 2)
+        before.setattr(_postgres_schema, "_MIGRATIONS", _postgres_schema._MIGRATIONS[:2])
+        before.setattr(_postgres_schema, "SCHEMA_VERSION", 2)
         async with await PostgresStore.open(postgres_dsn, schema=schema) as old:
             created, _ = await old.create_session(make_record())
     assert await _versions(admin, schema) == [1, 2]
@@ -304,11 +304,11 @@ async def test_lost_connection_raises_unavailable_then_recovers(
             killer = asyncio.create_task(kill_soon())
             event = make_event("lost")
             with pytest.raises(StoreUnavailable) as error:
-                await store.append("s-1", [event])
+                await store.append("s-1", [event], expected_sequence=0)
             await killer
         assert isinstance(error.value.__cause__, asyncpg.PostgresConnectionError)
         assert event.sequence == 0
-        assert await store.append("s-1", [make_event("after")]) == 1
+        assert await store.append("s-1", [make_event("after")], expected_sequence=0) == 1
 
 
 async def test_cancelled_append_stores_nothing_and_returns_its_connection(
@@ -324,7 +324,7 @@ async def test_cancelled_append_stores_nothing_and_returns_its_connection(
             await admin.execute(
                 f'SELECT 1 FROM "{schema}".sessions WHERE session_id = $1 FOR UPDATE', "s-1"
             )
-            task = asyncio.create_task(store.append("s-1", [event]))
+            task = asyncio.create_task(store.append("s-1", [event], expected_sequence=0))
             await asyncio.sleep(0.3)
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
@@ -332,7 +332,7 @@ async def test_cancelled_append_stores_nothing_and_returns_its_connection(
         assert event.sequence == 0
         # With max_size=1 this only works if the cancelled call gave its connection back.
         async with asyncio.timeout(5):
-            assert await store.append("s-1", [make_event("next")]) == 1
+            assert await store.append("s-1", [make_event("next")], expected_sequence=0) == 1
         assert [e.text_delta.text for e in await store.read("s-1")] == ["next"]
 
 
@@ -384,12 +384,12 @@ async def test_append_notifies_after_commit(
     async with await PostgresStore.open(postgres_dsn, schema=schema) as store:
         await admin.add_listener(store.channel, lambda *args: received.put_nowait(args[3]))
         await store.create_session(make_record())
-        await store.append("s-1", [make_event("a"), make_event("b")])
+        await store.append("s-1", [make_event("a"), make_event("b")], expected_sequence=0)
         async with asyncio.timeout(5):
             assert await received.get() == "s-1"
         with pytest.raises(SequenceConflict):  # rolled back, so no NOTIFY
             await store.append("s-1", [make_event("c")], expected_sequence=0)
-        await store.append("s-1", [])  # nothing appended, nothing to announce
+        await store.append("s-1", [], expected_sequence=2)  # nothing appended, nothing to announce
         await asyncio.sleep(0.2)
         assert received.empty()
 
@@ -404,7 +404,7 @@ async def test_schemas_are_isolated(postgres_dsn: str, schema: str) -> None:
             await a.create_session(make_record())
             assert await b.get_session("s-1") is None
             await b.create_session(make_record())
-            await a.append("s-1", [make_event("a")])
+            await a.append("s-1", [make_event("a")], expected_sequence=0)
             assert await b.read("s-1") == []
             await a.put_commands([make_command("s-1", "c-1")])
             assert await b.list_commands() == []
@@ -424,14 +424,12 @@ async def test_a_lost_listen_connection_is_replaced(
     # restarted, and each follower of another replica's session spun on the store.
     async with await PostgresStore.open(postgres_dsn, schema=schema) as store:
         await store.create_session(make_record())
-        assert not await store.wait_for_events("s-1", after_sequence=0, timeout_s=0.1)
+        assert not await store.wait_for_events("s-1", from_sequence=0, timeout_s=0.1)
         pid = await store._listener.fetchval("SELECT pg_backend_pid()")
         await admin.execute("SELECT pg_terminate_backend($1)", pid)
         await asyncio.sleep(0.3)
-        assert not await store.wait_for_events("s-1", after_sequence=0, timeout_s=0.1)
-        waiting = asyncio.ensure_future(
-            store.wait_for_events("s-1", after_sequence=0, timeout_s=10)
-        )
+        assert not await store.wait_for_events("s-1", from_sequence=0, timeout_s=0.1)
+        waiting = asyncio.ensure_future(store.wait_for_events("s-1", from_sequence=0, timeout_s=10))
         await asyncio.sleep(0.2)  # listening again
         started = time.monotonic()
         async with await PostgresStore.open(postgres_dsn, schema=schema) as other:

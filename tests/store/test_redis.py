@@ -152,11 +152,11 @@ async def test_lost_connection_is_unavailable_then_recovers(prefix: str) -> None
         await proxy.drop()
         event = make_event("lost")
         with pytest.raises(StoreUnavailable) as error:
-            await store.append("s-1", [event])
+            await store.append("s-1", [event], expected_sequence=0)
         assert isinstance(error.value.__cause__, redis.exceptions.ConnectionError)
         assert event.sequence == 0
         await proxy.restore()
-        assert await store.append("s-1", [make_event("after")]) == 1
+        assert await store.append("s-1", [make_event("after")], expected_sequence=0) == 1
     finally:
         await store.aclose()
         await proxy.drop()
@@ -173,8 +173,8 @@ async def test_sequences_are_stream_entry_ids(
     store: RedisStore, redis_client: aioredis.Redis, prefix: str
 ) -> None:
     await store.create_session(make_record())
-    await store.append("s-1", [make_event("a"), make_event("b")])
-    await store.append("s-1", [make_event("c")])
+    await store.append("s-1", [make_event("a"), make_event("b")], expected_sequence=0)
+    await store.append("s-1", [make_event("c")], expected_sequence=2)
     entries = await redis_client.xrange(f"{prefix}:events:s-1")
     assert [entry_id for entry_id, _ in entries] == [b"0-1", b"0-2", b"0-3"]
     # Stored without a sequence; the entry id is the only source of it.
@@ -204,7 +204,12 @@ async def test_status_index_follows_updates(
     for session_id in ("a", "b", "c"):
         await store.create_session(make_record(session_id))
     await store.update_session("a", SessionUpdate(status=SessionStatus.COMPLETED))
-    await store.append("b", [make_event("x")], update=SessionUpdate(status=SessionStatus.FAILED))
+    await store.append(
+        "b",
+        [make_event("x")],
+        expected_sequence=0,
+        update=SessionUpdate(status=SessionStatus.FAILED),
+    )
     await store.update_session("c", SessionUpdate(step_count=2))  # status unchanged
 
     async def index(status: SessionStatus) -> set[bytes]:
@@ -237,7 +242,7 @@ async def test_prefixes_are_isolated(prefix: str) -> None:
         await RedisStore.from_url(REDIS_URL, prefix=f"{prefix}:other") as theirs,
     ):
         await mine.create_session(make_record())
-        await mine.append("s-1", [make_event("a")])
+        await mine.append("s-1", [make_event("a")], expected_sequence=0)
         assert await theirs.get_session("s-1") is None
         assert await theirs.read("s-1") == []
         assert await theirs.list_sessions(status=SessionStatus.RUNNING) == []

@@ -28,7 +28,7 @@ async def test_a_resumed_parent_finds_the_last_forwarded_child_event(tmp_path: P
         for n in range(1, 11):
             child = pb.StreamEvent(sequence=n, session_id="c", tool_end=pb.ToolEnd(result_json=BIG))
             events.append(pb.StreamEvent(child_event=pb.ChildEvent(tool_call_id="t1", event=child)))
-        await store.append("p", events)
+        await store.append("p", events, expected_sequence=0)
         assert len(await store.read("p")) < 10  # the short page this is about
         assert await ForwardedSoFar(store, "p").last("t1") == 10
     finally:
@@ -43,11 +43,11 @@ async def test_turns_and_tool_results_past_a_short_page_are_found(tmp_path: Path
             for i in range(10)
         ]
         turn = pb.StreamEvent(turn_started=pb.TurnStarted(turn=2, message="again"))
-        await store.append("p", [*ends, turn])
+        await store.append("p", [*ends, turn], expected_sequence=0)
         assert [t.turn for t in await read_turns(store, "p")] == [2]
         calls = [{"id": f"c{i}", "function": {"name": "f", "arguments": "{}"}} for i in range(10)]
         messages = [{"role": "assistant", "content": "", "tool_calls": calls}]
-        healed = await heal(store, "p", messages, after=0, until=turn.sequence)
+        healed = await heal(store, "p", messages, from_sequence=0, until=turn.sequence)
         assert [m["content"] for m in healed[1:]] == [BIG] * 10
     finally:
         await store.aclose()

@@ -26,7 +26,7 @@ from helix_transport.store import (
     SqliteStore,
     Store,
 )
-from helix_transport.store import sqlite as sqlite_module
+from helix_transport.store.sqlite import _log, _schema, _sessions, _worker
 from helix_transport.testing.store_suite import (
     DurableStoreConformance,
     Reopen,
@@ -74,7 +74,7 @@ async def test_a_version_1_file_is_upgraded_and_its_sessions_are_anonymous(
     every session, and those sessions belong to nobody but ``anonymous`` ('')."""
     path = tmp_path / "v1.db"
     with sqlite3.connect(path) as conn:
-        for statement in sqlite_module._SCHEMA.split(";"):
+        for statement in _schema._SCHEMA.split(";"):
             if statement.strip():
                 conn.execute(statement)
         conn.execute("INSERT INTO schema_version (version) VALUES (1)")
@@ -99,12 +99,12 @@ async def test_a_version_2_file_gains_the_outbox(tmp_path: Path) -> None:
     """A file written before the outbox: opening it adds the table and keeps the rest."""
     path = tmp_path / "v2.db"
     with sqlite3.connect(path) as conn:
-        for statement in [*sqlite_module._SCHEMA.split(";"), *sqlite_module._UPGRADES[2]]:
+        for statement in [*_schema._SCHEMA.split(";"), *_schema._UPGRADES[2]]:
             if statement.strip():
                 conn.execute(statement)
         conn.execute("INSERT INTO schema_version (version) VALUES (2)")
         record = make_record("before", principal="bob", tenant="acme")
-        conn.execute(sqlite_module._INSERT_SESSION, sqlite_module._session_params(record))
+        conn.execute(_sessions._INSERT_SESSION, _sessions._session_params(record))
     command = make_command("before", "c-1")
     for _ in range(2):  # upgraded once, then opened as it is
         async with await SqliteStore.open(str(path)) as store:
@@ -143,8 +143,8 @@ async def test_newer_schema_is_refused(tmp_path: Path) -> None:
 async def test_an_sqlite_library_older_than_3_25_is_refused_by_name(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(sqlite_module.sqlite3, "sqlite_version_info", (3, 24, 0))
-    monkeypatch.setattr(sqlite_module.sqlite3, "sqlite_version", "3.24.0")
+    monkeypatch.setattr(_schema.sqlite3, "sqlite_version_info", (3, 24, 0))
+    monkeypatch.setattr(_schema.sqlite3, "sqlite_version", "3.24.0")
     with pytest.raises(StoreError, match=r"SQLite 3\.24\.0 is too old; helix needs 3\.25"):
         await SqliteStore.open(str(tmp_path / "old.db"))
     assert not (tmp_path / "old.db").exists()
@@ -185,13 +185,13 @@ async def test_calls_queued_behind_a_busy_worker_come_back_in_one_wake_up(
 ) -> None:
     store = await SqliteStore.open(str(tmp_path / "batch.db"))
     deliveries: list[int] = []
-    deliver = sqlite_module._deliver
+    deliver = _worker._deliver
 
     def counting(batch: list[Any]) -> None:
         deliveries.append(len(batch))
         deliver(batch)
 
-    monkeypatch.setattr(sqlite_module, "_deliver", counting)
+    monkeypatch.setattr(_worker, "_deliver", counting)
     release = threading.Event()
     blocker = asyncio.ensure_future(store._worker.run(release.wait))
     records = [make_record(f"s-{i}") for i in range(50)]
@@ -239,10 +239,8 @@ async def test_a_long_queue_is_delivered_in_bounded_batches(
 ) -> None:
     store = await SqliteStore.open(str(tmp_path / "bounded.db"))
     deliveries: list[int] = []
-    deliver = sqlite_module._deliver
-    monkeypatch.setattr(
-        sqlite_module, "_deliver", lambda b: (deliveries.append(len(b)), deliver(b))
-    )
+    deliver = _worker._deliver
+    monkeypatch.setattr(_worker, "_deliver", lambda b: (deliveries.append(len(b)), deliver(b)))
     release = threading.Event()
     blocker = asyncio.ensure_future(store._worker.run(release.wait))
     reads = asyncio.gather(*(store.get_session(f"s-{i}") for i in range(300)))
@@ -250,7 +248,7 @@ async def test_a_long_queue_is_delivered_in_bounded_batches(
     release.set()
     await blocker
     assert await reads == [None] * 300
-    assert sum(deliveries) == 301 and max(deliveries) <= sqlite_module._BATCH_MAX
+    assert sum(deliveries) == 301 and max(deliveries) <= _worker._BATCH_MAX
     await store.aclose()
 
 
@@ -308,9 +306,9 @@ async def test_appends_batched_together_fail_alone(
     """One worker transaction takes many sessions' appends together; a stale fence, a
     missing session or a session appearing twice fails (or orders) only its own."""
     tried: list[int] = []  # rows sent through the view, per batch
-    through_view = sqlite_module._insert_through_view
+    through_view = _log._insert_through_view
     monkeypatch.setattr(
-        sqlite_module,
+        _log,
         "_insert_through_view",
         lambda conn, chunks: (
             tried.append(sum(len(c) // 3 for c in chunks)) if chunks else None,
@@ -318,16 +316,18 @@ async def test_appends_batched_together_fail_alone(
         ),
     )
     one_by_one: list[str] = []
-    append_rows = sqlite_module._append_rows
+    append_rows = _log._append_rows
     monkeypatch.setattr(
-        sqlite_module,
+        _log,
         "_append_rows",
         lambda conn, sid, *rest: (one_by_one.append(sid), append_rows(conn, sid, *rest))[1],
     )
     store = await SqliteStore.open(str(tmp_path / "together.db"))
     for i in range(6):
         await store.create_session(make_record(f"s-{i}"))
-    await store.append("s-5", [pb.StreamEvent(text_delta=pb.TextDelta(text="first"))])
+    await store.append(
+        "s-5", [pb.StreamEvent(text_delta=pb.TextDelta(text="first"))], expected_sequence=0
+    )
 
     def event(text: str) -> pb.StreamEvent:
         return pb.StreamEvent(text_delta=pb.TextDelta(text=text))
@@ -340,7 +340,7 @@ async def test_appends_batched_together_fail_alone(
     for i in (1, 2, 3):
         assert (await store.get_session(f"s-{i}")).last_sequence == 1  # type: ignore[union-attr]
     # A larger append goes one by one (the view's trigger runs per row).
-    many = [event(str(n)) for n in range(sqlite_module._VIEW_MAX_EVENTS + 1)]
+    many = [event(str(n)) for n in range(_log._VIEW_MAX_EVENTS + 1)]
     assert await store.append("s-1", many, expected_sequence=1) == len(many) + 1
     assert one_by_one == ["s-1"]
 

@@ -1,0 +1,24 @@
+"""``StoreConformance``: every role's tests, composed as ``Store`` composes its roles."""
+
+from __future__ import annotations
+
+import pytest
+
+from helix_transport.testing.store_suite._keyed import KeyedStateConformance
+from helix_transport.testing.store_suite._leases import LeaseConformance
+from helix_transport.testing.store_suite._log import EventLogConformance
+from helix_transport.testing.store_suite._outbox import OutboxConformance
+from helix_transport.testing.store_suite._sessions import SessionConformance
+
+
+class StoreConformance(
+    SessionConformance,
+    EventLogConformance,
+    KeyedStateConformance,
+    OutboxConformance,
+    LeaseConformance,
+):
+    """The ``Store`` contract as tests; needs a ``store`` fixture (see the package docstring)."""
+
+    # Lets the suite run in projects whose pytest-asyncio is in strict mode.
+    pytestmark = pytest.mark.asyncio
