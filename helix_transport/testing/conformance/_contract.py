@@ -11,7 +11,6 @@ import grpc
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._rich_status import read_details
 
-TERMINAL_PAYLOADS = ("completed", "failed", "interrupted", "terminated")
 TERMINAL_STATUS = {
     "completed": pb.SESSION_STATUS_COMPLETED,
     "failed": pb.SESSION_STATUS_FAILED,
@@ -64,10 +63,6 @@ def require(condition: bool, detail: str) -> None:
 
 def kind(event: pb.StreamEvent) -> str:
     return event.WhichOneof("payload") or ""
-
-
-def is_terminal(event: pb.StreamEvent) -> bool:
-    return kind(event) in TERMINAL_PAYLOADS
 
 
 def status_name(value: pb.SessionStatus.ValueType) -> str:

@@ -15,13 +15,13 @@ from typing import Any
 
 import grpc
 
+from helix_transport._events import is_terminal
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._proto.helix.agent.v1 import agent_pb2_grpc as pb_grpc
 from helix_transport.testing.conformance import timing
 from helix_transport.testing.conformance._contract import (
     Failed,
     Skipped,
-    is_terminal,
     require,
     verdict,
     waiting,

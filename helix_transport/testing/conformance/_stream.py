@@ -7,12 +7,12 @@ import asyncio
 import time
 from dataclasses import dataclass
 
+from helix_transport._events import TERMINAL_KINDS
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.testing.conformance import timing
 from helix_transport.testing.conformance._contract import (
     BEYOND_THE_END,
     SESSION_CHECKS,
-    TERMINAL_PAYLOADS,
     Failed,
     Skipped,
     gapless,
@@ -117,7 +117,7 @@ async def _gapless(kit: Kit, run: MainRun) -> str:
     kinds = [kind(e) for e in log]
     require(kinds[0] == "run_started", f"the first event is {kinds[0]!r}, not run_started")
     require(kinds.count("run_started") == 1, "run_started appears more than once")
-    terminals = [k for k in kinds if k in TERMINAL_PAYLOADS]
+    terminals = [k for k in kinds if k in TERMINAL_KINDS]
     require(len(terminals) == 1, f"{len(terminals)} terminal events: {terminals}")
     for event in log:
         require(
