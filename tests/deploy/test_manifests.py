@@ -785,6 +785,8 @@ async def test_the_rendered_container_command_serves_and_stops_cleanly(tmp_path:
     env.update(effective_env(container, objects))
     env.update(HELIX_HOST="127.0.0.1", HELIX_REPLICA_ID=f"{AGENT_TYPES[0]}-7d9f8-abcde")
     env.pop("HELIX_MODEL", None)  # offline: the scripted model
+    # The image puts the example services on PYTHONPATH (/opt/helix): the wheel has none.
+    env["PYTHONPATH"] = str(ROOT)
     # The Secret helix-auth, as mounted: the manifest's paths under a temporary root.
     mount = auth_mount(container)
     for var in ("HELIX_AUTH_TOKENS_FILE", "HELIX_CLIENT_TOKEN_FILE"):
