@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 import os
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import asyncpg  # type: ignore[import-untyped]
 import pytest
@@ -47,7 +47,7 @@ def unreachable(message: str) -> NoReturn:
     pytest.skip(message)
 
 
-def _probe_in_thread(probe: Callable[[], Awaitable[None]]) -> str:
+def _probe_in_thread(probe: Callable[[], Coroutine[Any, Any, None]]) -> str:
     # asyncio.run in a thread of its own: it must not touch pytest-asyncio's loop.
     with ThreadPoolExecutor(max_workers=1) as executor:
         try:
@@ -139,11 +139,12 @@ def serve(store: Store) -> Serve:
 
     @asynccontextmanager
     async def _serve(
-        agent: Agent, **config: object
+        agent: Agent,
+        **config: Any,  # ServerConfig's keywords, passed on as they are
     ) -> AsyncIterator[tuple[AgentServer, AgentClient]]:
         server = await create_server(
             agent, store, ServerConfig(**config), allow_unauthenticated=True
-        )  # type: ignore[arg-type]
+        )
         async with server, await AgentClient.connect(server.address) as client:
             yield server, client
 

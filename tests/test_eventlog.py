@@ -395,8 +395,9 @@ async def test_the_tail_drops_what_the_one_by_one_rule_drops() -> None:
         sizes = [rng.choice((1, 10, 100, 1_000)) for _ in range(rng.randint(1, 120))]
         first = rng.randint(1, 50)
         owed_after = rng.choice((None, rng.randint(first - 5, first + len(sizes) + 5)))
-        readers = None if owed_after is None else [Reader(last_sequence=owed_after + 3)] * 2
-        if readers:
+        readers: list[Reader] | None = None
+        if owed_after is not None:
+            readers = [Reader(last_sequence=owed_after + 3)] * 2
             readers.append(Reader(last_sequence=owed_after))  # the slowest one counts
         tail = _Tail(
             waiter=asyncio.get_running_loop().create_future(),

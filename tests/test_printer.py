@@ -8,6 +8,7 @@ import io
 import socket
 
 import pytest
+from google.protobuf.message import Message
 
 from helix_transport import ServerConfig, UsageError, create_server
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
@@ -17,13 +18,14 @@ from helix_transport.store import MemoryStore
 from tests.agents import counter
 
 
-def child(call: str, sequence: int, **payload: object) -> pb.StreamEvent:
+def child(call: str, sequence: int, **payload: Message) -> pb.StreamEvent:
     inner = pb.StreamEvent(
         session_id=f"root-remote-{call}-{child_scope('orchestrator', '')}",
         agent_type="researcher",
         sequence=sequence,
-        **payload,
     )
+    for kind, message in payload.items():  # the payload field named by its keyword
+        getattr(inner, kind).CopyFrom(message)
     return pb.StreamEvent(
         session_id="root",
         agent_type="orchestrator",
@@ -79,8 +81,8 @@ def test_every_kind_of_event_is_shown_in_words(kind: str) -> None:
     if kind == "child_event":
         event = child("call_1_0", 1, completed=pb.Completed())
     else:
-        payload = pb.StreamEvent.DESCRIPTOR.fields_by_name[kind].message_type._concrete_class()
-        event = pb.StreamEvent(session_id="s", agent_type="a", sequence=1, **{kind: payload})
+        event = pb.StreamEvent(session_id="s", agent_type="a", sequence=1)
+        getattr(event, kind).SetInParent()  # this kind, with an empty payload
     out = io.StringIO()
     printer = EventPrinter(out, color=False)
     printer.print(event)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -93,7 +93,7 @@ async def mesh(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Mesh]:
             await server.shutdown(grace_s=1)
 
 
-def calls(*items: tuple[str, dict[str, object]]) -> str:
+def calls(*items: tuple[str, Mapping[str, object]]) -> str:
     return json.dumps({"calls": [{"tool": t, "args": a} for t, a in items]})
 
 

@@ -33,7 +33,7 @@ class _RecordingStore(MemoryStore):
         self.appends: list[tuple[list[str], int | None]] = []
 
     async def append(self, session_id: str, events: Any, **options: Any) -> int:
-        kinds = [
+        kinds: list[str] = [
             pb.StreamEvent.FromString(e).WhichOneof("payload") or "" for e in options["encoded"]
         ]
         checkpoint: Checkpoint | None = options.get("checkpoint")

@@ -13,7 +13,9 @@ import asyncio
 import json
 import shutil
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -76,7 +78,8 @@ async def test_redis_restart_mid_run_loses_no_acknowledged_event(
         cwd=ROOT,
     )
     await service.start()
-    patient = ClientConfig(reconnect=RetryConfig(deadline=RetryConfig.default.deadline * 2))
+    default_deadline = cast(timedelta, RetryConfig.default.deadline)  # 30 s by default, not None
+    patient = ClientConfig(reconnect=RetryConfig(deadline=default_deadline * 2))
     try:
         async with await AgentClient.connect(service.address, config=patient) as client:
             await client.start(json.dumps({"steps": 8, "words": 5}), session_id="s1")

@@ -55,7 +55,7 @@ async def measure(ctx: ToolContext, args: _Args) -> dict[str, float]:
     return {"mean": float("nan"), "max": float("inf")}  # 0/0 in numpy gives NaN
 
 
-def _agent(name: str, tool_name: str, size: int = 0) -> Agent[Any, Any]:
+def _agent(name: str, tool_name: str, size: int = 0) -> Agent:
     def script(messages: list[dict[str, Any]]) -> ScriptedTurn:
         if steps_taken(messages) == 0:
             return ScriptedTurn(tool_calls=(call(tool_name, size=size),))
@@ -71,7 +71,7 @@ def _agent(name: str, tool_name: str, size: int = 0) -> Agent[Any, Any]:
     )
 
 
-async def _tool_end(serve: Serve, agent: Agent[Any, Any]) -> pb.ToolEnd:
+async def _tool_end(serve: Serve, agent: Agent) -> pb.ToolEnd:
     async with serve(agent) as (_, client):
         await client.start("{}", session_id="t1")
         async with asyncio.timeout(20):

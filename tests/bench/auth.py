@@ -17,7 +17,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import jwt
 from cryptography.hazmat.primitives import serialization
@@ -30,6 +30,11 @@ from tests.agents import counter
 
 TOKEN = "bench-token-" + "x" * 32
 AUDIENCE = "bench"
+
+
+class _TlsFiles(TypedDict):
+    tls_cert_file: str
+    tls_key_file: str
 
 
 def _modes(directory: Path) -> dict[str, tuple[AuthConfig, dict[str, Any], str]]:
@@ -49,7 +54,7 @@ def _modes(directory: Path) -> dict[str, tuple[AuthConfig, dict[str, Any], str]]
     (directory / "ca.crt").write_bytes(ca.cert_pem)
     cert, server_key = ca.issue("server", server=True).write(directory, "server")
     client = ca.issue("bench", sans=("bench.helix",))
-    tls = {"tls_cert_file": str(cert), "tls_key_file": str(server_key)}
+    tls = _TlsFiles(tls_cert_file=str(cert), tls_key_file=str(server_key))
     return {
         "none": (AuthConfig(allow_unauthenticated=True), {}, "127.0.0.1"),
         "token file": (AuthConfig(tokens_file=str(tokens)), {"token": TOKEN}, "127.0.0.1"),

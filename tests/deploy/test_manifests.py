@@ -40,7 +40,7 @@ from unittest import mock
 from urllib.parse import urlsplit
 
 import pytest
-import yaml
+import yaml  # type: ignore[import-untyped]  # types-PyYAML is not a dev dependency
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVICES = ROOT / "services"
@@ -417,7 +417,7 @@ def agent_deployments(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def agent_container(deployment: dict[str, Any]) -> dict[str, Any]:
-    containers = deployment["spec"]["template"]["spec"]["containers"]
+    containers: list[dict[str, Any]] = deployment["spec"]["template"]["spec"]["containers"]
     assert len(containers) == 1, f"{deployment['metadata']['name']}: one container expected"
     return containers[0]
 
@@ -513,7 +513,7 @@ def test_minimal_renderer_refuses_what_it_does_not_implement(tmp_path: Path) -> 
 
 
 def test_the_validator_rejects_an_invalid_object() -> None:
-    import kubernetes_validate
+    import kubernetes_validate  # type: ignore[import-untyped]
 
     service = copy.deepcopy(find(rendered("base"), "Service", AGENT_TYPES[0]))
     kubernetes_validate.validate(service, kubernetes_validate.latest_version(), strict=True)

@@ -101,7 +101,7 @@ async def assert_store_consistent(store: Store, *, settle_s: float = 30) -> int:
     checked = 0
     for status in SessionStatus:
         for record in await store.list_sessions(status=status):
-            events = []
+            events: list[pb.StreamEvent] = []
             while batch := await store.read(record.session_id, from_sequence=len(events)):
                 events += batch
             where = f"session {record.session_id!r} ({status})"

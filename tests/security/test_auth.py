@@ -244,8 +244,8 @@ async def test_health_is_reachable_without_credentials_and_reflection_can_be_off
 # --- JWT ---------------------------------------------------------------------------------
 
 
-def _jwt_config(key_file: Path, **extra: str) -> AuthConfig:
-    return AuthConfig(jwt_key_file=str(key_file), jwt_audience=AUDIENCE, **extra)
+def _jwt_config(key_file: Path, *, jwt_issuer: str = "") -> AuthConfig:
+    return AuthConfig(jwt_key_file=str(key_file), jwt_audience=AUDIENCE, jwt_issuer=jwt_issuer)
 
 
 async def test_jwt_good_expired_wrong_audience_wrong_key(jwt_keys: JwtKeys) -> None:
@@ -273,10 +273,10 @@ async def test_jwt_good_expired_wrong_audience_wrong_key(jwt_keys: JwtKeys) -> N
                 jwt_keys.hmac_secret,
                 algorithm="HS256",
             ),
-            # alg "none": unsigned.
+            # alg "none": unsigned ("" is PyJWT's typed spelling of no key, same as None).
             "JWT algorithm not accepted ": jwt.encode(
                 {"sub": "mallory", "aud": AUDIENCE, "iss": "https://issuer.test", "exp": 2**33},
-                None,
+                "",
                 algorithm="none",
             ),
         }
@@ -321,12 +321,12 @@ async def test_token_file_and_jwt_together(tokens: Tokens, jwt_keys: JwtKeys) ->
 # --- mutual TLS --------------------------------------------------------------------------
 
 
-def _mtls_config(pki: Pki, **extra: str) -> AuthConfig:
+def _mtls_config(pki: Pki, *, tokens_file: str = "") -> AuthConfig:
     return AuthConfig(
         tls_cert_file=str(pki.server_cert),
         tls_key_file=str(pki.server_key),
         tls_client_ca_file=str(pki.ca),
-        **extra,
+        tokens_file=tokens_file,
     )
 
 

@@ -154,21 +154,29 @@ class Outcome:
 Metadata = tuple[tuple[str, str], ...]
 
 
+def serialize(request: Message | bytes) -> bytes:
+    """Raw bytes go out as they are: they are the fuzzed part."""
+    return request if isinstance(request, bytes) else request.SerializeToString()
+
+
 def invoke(
     channel: grpc.Channel, method: str, request: Message | bytes, metadata: Metadata = ()
 ) -> Outcome:
     """One call, sync; a stream is read to its end (or its 3 s deadline)."""
-    serializer = None if isinstance(request, bytes) else type(request).SerializeToString
     try:
         if method == "Stream":
-            stream = channel.unary_stream(SERVICE + method, request_serializer=serializer)
+            stream: grpc.UnaryStreamMultiCallable[Message | bytes, bytes] = channel.unary_stream(
+                SERVICE + method, request_serializer=serialize
+            )
             for _ in stream(request, timeout=3, metadata=metadata):
                 pass
         else:
-            unary = channel.unary_unary(SERVICE + method, request_serializer=serializer)
+            unary: grpc.UnaryUnaryMultiCallable[Message | bytes, bytes] = channel.unary_unary(
+                SERVICE + method, request_serializer=serialize
+            )
             unary(request, timeout=10, metadata=metadata)
     except grpc.RpcError as exc:
-        return Outcome(exc.code().name, exc.details() or "")  # type: ignore[attr-defined]
+        return Outcome(exc.code().name, exc.details() or "")
     return Outcome("OK", "")
 
 

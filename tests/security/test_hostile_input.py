@@ -14,6 +14,7 @@ from typing import Any
 import grpc
 import pytest
 from google.protobuf.duration_pb2 import Duration
+from google.protobuf.message import Message
 from pydantic import BaseModel
 
 from helix_transport import Agent, AgentClient, InvalidArgument, Limits, ToolContext, tool
@@ -34,7 +35,7 @@ def nested(depth: int) -> str:
     return "[" * depth + "]" * depth
 
 
-BAD_REQUESTS: list[tuple[str, object, str]] = [
+BAD_REQUESTS: list[tuple[str, Message | bytes, str]] = [
     ("Start", pb.StartRequest(input_json='{"topic": '), "input_json"),
     ("Start", pb.StartRequest(input_json="[1, 2"), "input_json"),
     ("Start", pb.StartRequest(input_json='{"topic": 7}'), "input_json.topic"),
@@ -85,16 +86,23 @@ BAD_REQUESTS: list[tuple[str, object, str]] = [
 ]  # fmt: skip
 
 
+def serialize(request: Message | bytes) -> bytes:
+    """Raw bytes go out as they are: they are the malformed part."""
+    return request if isinstance(request, bytes) else request.SerializeToString()
+
+
 async def call(
-    channel: grpc.aio.Channel, method: str, request: object, deadline_s: float = 10
-) -> list[object]:
-    """Invoke ``method`` with ``request`` (a message or raw bytes); the replies as a list."""
-    raw = isinstance(request, bytes)
-    serializer = None if raw else type(request).SerializeToString  # type: ignore[attr-defined]
+    channel: grpc.aio.Channel, method: str, request: Message | bytes, deadline_s: float = 10
+) -> list[bytes]:
+    """Invoke ``method`` with ``request`` (a message or raw bytes); the raw replies."""
     if method == "Stream":
-        stream = channel.unary_stream(SERVICE + method, request_serializer=serializer)
+        stream: grpc.aio.UnaryStreamMultiCallable[Message | bytes, bytes] = channel.unary_stream(
+            SERVICE + method, request_serializer=serialize
+        )
         return [reply async for reply in stream(request, timeout=deadline_s)]
-    unary = channel.unary_unary(SERVICE + method, request_serializer=serializer)
+    unary: grpc.aio.UnaryUnaryMultiCallable[Message | bytes, bytes] = channel.unary_unary(
+        SERVICE + method, request_serializer=serialize
+    )
     return [await unary(request, timeout=deadline_s)]
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -38,12 +38,12 @@ async def connect(address: str, token: str) -> AsyncIterator[AgentClient]:
 
 
 async def _not_found_message(
-    stub: pb_grpc.AgentServiceStub, token: str, session_id: str
+    stub: pb_grpc.AgentServiceAsyncStub, token: str, session_id: str
 ) -> dict[str, tuple[grpc.StatusCode, str]]:
     """Each RPC's status code and message for ``session_id``, called with ``token``."""
     metadata = (("authorization", f"Bearer {token}"),)
     answers: dict[str, tuple[grpc.StatusCode, str]] = {}
-    calls = {
+    calls: dict[str, Callable[[], Awaitable[object]]] = {
         "GetStatus": lambda: stub.GetStatus(
             pb.GetStatusRequest(session_id=session_id, include_children=True), metadata=metadata
         ),

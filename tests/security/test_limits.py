@@ -7,6 +7,7 @@ RESOURCE_EXHAUSTED carrying google.rpc ``RetryInfo``; the client raises a retrya
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextvars
 import json
@@ -217,7 +218,8 @@ def test_limits_come_from_flags_then_environment_then_defaults() -> None:
 
 
 def test_serve_help_states_the_real_defaults() -> None:
-    serve = _parser()._subparsers._group_actions[0].choices["serve"]  # type: ignore[union-attr]
+    commands = next(a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction))
+    serve = commands.choices["serve"]
     text = serve.format_help().replace("\n", " ")
     default = Limits.default
     assert f"({default.max_message_bytes >> 20} MiB)" in text

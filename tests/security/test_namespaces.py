@@ -172,7 +172,7 @@ Answer = tuple[grpc.StatusCode, str]
 
 
 async def _answers(
-    stub: pb_grpc.AgentServiceStub, token: str, session_id: str
+    stub: pb_grpc.AgentServiceAsyncStub, token: str, session_id: str
 ) -> dict[str, Answer]:
     """Each RPC's status code and message for ``session_id``, called with ``token``;
     ``Start``'s as whether it created a session (run last: it may create one)."""

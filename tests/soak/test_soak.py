@@ -8,6 +8,7 @@ the README); memory figures are printed, not asserted (they are benchmarks).
 from __future__ import annotations
 
 import json
+from typing import cast
 
 from tests.soak.soak import run_soak
 
@@ -16,6 +17,9 @@ async def test_short_soak_every_session_completes_and_every_event_arrives_once()
     summary = await run_soak(sessions=24, duration_s=5, store="sqlite", seed=7)
     print(json.dumps(summary, indent=2))
     assert summary["violations"] == [], summary["violations"]
-    assert summary["sessions_started"] == summary["sessions_completed"] >= 24
-    assert summary["rejoins"] > 0 and summary["channel_reconnects"] > 0
+    # Counters of the soak's Figures: ints, in a summary typed for json.dumps.
+    completed = cast(int, summary["sessions_completed"])
+    rejoins, reconnects = cast(int, summary["rejoins"]), cast(int, summary["channel_reconnects"])
+    assert summary["sessions_started"] == completed >= 24
+    assert rejoins > 0 and reconnects > 0
     assert summary["store_sessions_checked"] == summary["sessions_started"]

@@ -16,7 +16,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 
-import asyncpg
+import asyncpg  # type: ignore[import-untyped]
 import pytest
 
 from helix_transport._events import SessionStatus

@@ -143,8 +143,9 @@ async def test_newer_schema_is_refused(tmp_path: Path) -> None:
 async def test_an_sqlite_library_older_than_3_25_is_refused_by_name(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_schema.sqlite3, "sqlite_version_info", (3, 24, 0))
-    monkeypatch.setattr(_schema.sqlite3, "sqlite_version", "3.24.0")
+    # _schema reads the version off the sqlite3 module itself
+    monkeypatch.setattr(sqlite3, "sqlite_version_info", (3, 24, 0))
+    monkeypatch.setattr(sqlite3, "sqlite_version", "3.24.0")
     with pytest.raises(StoreError, match=r"SQLite 3\.24\.0 is too old; helix needs 3\.25"):
         await SqliteStore.open(str(tmp_path / "old.db"))
     assert not (tmp_path / "old.db").exists()
@@ -240,7 +241,12 @@ async def test_a_long_queue_is_delivered_in_bounded_batches(
     store = await SqliteStore.open(str(tmp_path / "bounded.db"))
     deliveries: list[int] = []
     deliver = _worker._deliver
-    monkeypatch.setattr(_worker, "_deliver", lambda b: (deliveries.append(len(b)), deliver(b)))
+
+    def counted(batch: list[tuple[asyncio.Future[Any], Any, BaseException | None]]) -> None:
+        deliveries.append(len(batch))
+        deliver(batch)
+
+    monkeypatch.setattr(_worker, "_deliver", counted)
     release = threading.Event()
     blocker = asyncio.ensure_future(store._worker.run(release.wait))
     reads = asyncio.gather(*(store.get_session(f"s-{i}") for i in range(300)))
@@ -307,21 +313,21 @@ async def test_appends_batched_together_fail_alone(
     missing session or a session appearing twice fails (or orders) only its own."""
     tried: list[int] = []  # rows sent through the view, per batch
     through_view = _log._insert_through_view
-    monkeypatch.setattr(
-        _log,
-        "_insert_through_view",
-        lambda conn, chunks: (
-            tried.append(sum(len(c) // 3 for c in chunks)) if chunks else None,
-            through_view(conn, chunks),
-        ),
-    )
+
+    def counted_through_view(conn: sqlite3.Connection, chunks: list[list[object]]) -> None:
+        if chunks:
+            tried.append(sum(len(c) // 3 for c in chunks))
+        through_view(conn, chunks)
+
+    monkeypatch.setattr(_log, "_insert_through_view", counted_through_view)
     one_by_one: list[str] = []
     append_rows = _log._append_rows
-    monkeypatch.setattr(
-        _log,
-        "_append_rows",
-        lambda conn, sid, *rest: (one_by_one.append(sid), append_rows(conn, sid, *rest))[1],
-    )
+
+    def counted_append_rows(conn: sqlite3.Connection, sid: str, *rest: Any) -> int:
+        one_by_one.append(sid)
+        return append_rows(conn, sid, *rest)
+
+    monkeypatch.setattr(_log, "_append_rows", counted_append_rows)
     store = await SqliteStore.open(str(tmp_path / "together.db"))
     for i in range(6):
         await store.create_session(make_record(f"s-{i}"))
