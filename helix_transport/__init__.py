@@ -57,8 +57,7 @@ if TYPE_CHECKING:
     from helix_transport.server.app import AgentServer, create_server
     from helix_transport.server.auth import AuthConfig
     from helix_transport.store import Store, open_store
-    from helix_transport.transport import AgentClient, EventStream
-    from helix_transport.transport._auth import ClientAuth
+    from helix_transport.transport import AgentClient, ClientAuth, EventStream
 
 _LAZY = {
     "Agent": "helix_transport.agent.definition",
@@ -66,7 +65,7 @@ _LAZY = {
     "AgentRunError": "helix_transport._exceptions",
     "AgentServer": "helix_transport.server.app",
     "AuthConfig": "helix_transport.server.auth",
-    "ClientAuth": "helix_transport.transport._auth",
+    "ClientAuth": "helix_transport.transport",
     "ClientConfig": "helix_transport._config",
     "ConnectError": "helix_transport._exceptions",
     "DeadlineExceeded": "helix_transport._exceptions",

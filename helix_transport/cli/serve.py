@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from helix_transport._exceptions import HelixError
 from helix_transport.cli.flags import positive_seconds, seconds
 from helix_transport.store import STORE_URL_ENV
-from helix_transport.transport._auth import SUBSTITUTE, ClientAuth
+from helix_transport.transport import SUBSTITUTE, ClientAuth
 
 if TYPE_CHECKING:
     from helix_transport._config import ServerConfig

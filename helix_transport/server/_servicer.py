@@ -31,9 +31,8 @@ from helix_transport.server._ownership import parent_id, storage_id, visible
 from helix_transport.server._runner import SessionRunner
 from helix_transport.server._shield import outlive_caller
 from helix_transport.server.limits import Limits, check_capacity
-from helix_transport.store import SessionRecord, Store, Usage
-from helix_transport.store._records import input_fingerprint
-from helix_transport.transport._pool import ClientPool
+from helix_transport.store import SessionRecord, Store, Usage, input_fingerprint
+from helix_transport.transport import ClientPool
 
 logger = logging.getLogger("helix.server")
 

@@ -33,8 +33,7 @@ from helix_transport.server.interceptors import ErrorMappingInterceptor
 from helix_transport.server.limits import LimitsInterceptor
 from helix_transport.store import Store, open_store
 from helix_transport.tracing import HooksFactory, setup_tracing
-from helix_transport.transport._auth import ClientAuth
-from helix_transport.transport._pool import ClientPool
+from helix_transport.transport import ClientAuth, ClientPool
 
 logger = logging.getLogger("helix.server")
 
