@@ -28,6 +28,7 @@ from helix_transport.log import EventHub
 from helix_transport.server._encoding import add_agent_service
 from helix_transport.server._runner import SessionRunner
 from helix_transport.server._servicer import AgentServicer
+from helix_transport.server._sessions import Sessions
 from helix_transport.server.auth import AuthConfig, AuthInterceptor, ClientTokenReload, ServerAuth
 from helix_transport.server.interceptors import ErrorMappingInterceptor
 from helix_transport.server.limits import LimitsInterceptor
@@ -103,15 +104,17 @@ class AgentServer:
             # Half a message: room for the wrapping of every parent that forwards it.
             max_result_bytes=min(MAX_RESULT_BYTES, config.limits.max_message_bytes // 2),
         )
-        self.servicer = AgentServicer(
+        self.sessions = Sessions(
             agent,
             store,
             self.hub,
             self.runner,
             clients=self.clients,
             poll_interval_s=config.poll_interval_s,
-            heartbeat_interval_s=config.heartbeat_interval_s,
             limits=config.limits,
+        )
+        self.servicer = AgentServicer(
+            self.sessions, heartbeat_interval_s=config.heartbeat_interval_s
         )
         add_agent_service(self.servicer, self._server)
         self.health = health.aio.HealthServicer()
@@ -171,7 +174,7 @@ class AgentServer:
             return
         self._stopped.set()
         grace = self.config.graceful_shutdown_timeout_s if grace_s is None else grace_s
-        self.servicer.accepting = False
+        self.sessions.accepting = False
         await self.health.enter_graceful_shutdown()
         for watch in (self._orphan_watch, self._outbox, *self._credential_watches):
             if watch is not None:
