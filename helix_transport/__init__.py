@@ -21,7 +21,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from helix_transport._config import ClientConfig, RetryConfig
+    from helix_transport._config import ClientConfig, Limits, RetryConfig, ServerConfig
     from helix_transport._events import SessionStatus, is_terminal
     from helix_transport._exceptions import (
         AgentRunError,
@@ -54,12 +54,10 @@ if TYPE_CHECKING:
     from helix_transport.delegation.companions import PersistentChild, with_companions
     from helix_transport.delegation.dispatch import SubagentType, with_dispatch
     from helix_transport.delegation.remote import remote_agent_tool, remote_agent_tool_from_service
-    from helix_transport.server.app import AgentServer, ServerConfig, create_server
+    from helix_transport.server.app import AgentServer, create_server
     from helix_transport.server.auth import AuthConfig
-    from helix_transport.server.limits import Limits
     from helix_transport.store import Store, open_store
-    from helix_transport.transport import AgentClient, EventStream
-    from helix_transport.transport._auth import ClientAuth
+    from helix_transport.transport import AgentClient, ClientAuth, EventStream
 
 _LAZY = {
     "Agent": "helix_transport.agent.definition",
@@ -67,7 +65,7 @@ _LAZY = {
     "AgentRunError": "helix_transport._exceptions",
     "AgentServer": "helix_transport.server.app",
     "AuthConfig": "helix_transport.server.auth",
-    "ClientAuth": "helix_transport.transport._auth",
+    "ClientAuth": "helix_transport.transport",
     "ClientConfig": "helix_transport._config",
     "ConnectError": "helix_transport._exceptions",
     "DeadlineExceeded": "helix_transport._exceptions",
@@ -75,7 +73,7 @@ _LAZY = {
     "HelixError": "helix_transport._exceptions",
     "InvalidArgument": "helix_transport._exceptions",
     "LeaseLost": "helix_transport._exceptions",
-    "Limits": "helix_transport.server.limits",
+    "Limits": "helix_transport._config",
     "MaxStepsExceeded": "helix_transport._exceptions",
     "ModelAPIError": "helix_transport._exceptions",
     "PersistentChild": "helix_transport.delegation.companions",
@@ -85,7 +83,7 @@ _LAZY = {
     "RunInterrupted": "helix_transport._exceptions",
     "SequenceConflict": "helix_transport._exceptions",
     "SequenceGap": "helix_transport._exceptions",
-    "ServerConfig": "helix_transport.server.app",
+    "ServerConfig": "helix_transport._config",
     "SessionExists": "helix_transport._exceptions",
     "SessionNotFound": "helix_transport._exceptions",
     "SessionStateConflict": "helix_transport._exceptions",

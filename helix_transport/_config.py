@@ -1,12 +1,17 @@
-"""Client configuration: frozen, keyword-only, with shared defaults."""
+"""Client and server configuration: frozen, keyword-only, with shared defaults.
+
+``ServerConfig``'s durations stay float seconds (``lease_ttl_s``...): they are its
+public fields, used by the CLI and callers; ``timedelta`` would change that API."""
 
 from __future__ import annotations
 
 import json
+import os
 import random
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
 from datetime import timedelta
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from helix_transport._exceptions import UsageError
 
@@ -120,3 +125,139 @@ class ClientConfig:
 
 
 ClientConfig.default = ClientConfig()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Limits:
+    """Per-replica limits. Zero turns a count or rate limit off."""
+
+    max_message_bytes: int = 4 << 20
+    """Largest gRPC message received or sent (grpc answers RESOURCE_EXHAUSTED above it)."""
+    max_input_bytes: int = 1 << 20
+    """Largest ``StartRequest.input_json``, in UTF-8 bytes (INVALID_ARGUMENT above it)."""
+    max_json_depth: int = 64
+    """Deepest nesting of arrays and objects in ``input_json``, checked before parsing."""
+    max_running_sessions: int = 1000
+    """Sessions this replica runs at once; a ``Start`` that would create one more is
+    RESOURCE_EXHAUSTED (resumed and taken-over sessions always run)."""
+    max_delegation_depth: int = 8
+    """Levels a delegation tree may have, its root included: a ``Start`` whose
+    ``delegation_path`` already holds this many agent types (its session would be one
+    level more) is FAILED_PRECONDITION, so even a recursive agent's tree ends. 0: no
+    limit but the recursion rule (``Agent.recursive``). A flag only (``serve
+    --max-delegation-depth``), no environment variable."""
+    rate_per_s: float = 500.0
+    """Sustained ``AgentService`` calls per second per principal (a ``Stream`` counts once)."""
+    rate_burst: int = 1000
+    """Calls a principal may make at once before the rate applies."""
+    min_ping_interval_s: float = 10.0
+    """How often a client may send HTTP/2 keepalive pings, calls in flight or not. helix
+    clients ping every 20 s (``ClientConfig.keepalive_time``); gRPC's own server
+    default (one ping per 5 min, none without calls) answers them with GOAWAY
+    ``too_many_pings`` and drops the connection."""
+
+    default: ClassVar[Limits]
+
+    ENV: ClassVar[Mapping[str, str]] = {
+        "max_message_bytes": "HELIX_MAX_MESSAGE_BYTES",
+        "max_input_bytes": "HELIX_MAX_INPUT_BYTES",
+        "max_json_depth": "HELIX_MAX_JSON_DEPTH",
+        "max_running_sessions": "HELIX_MAX_RUNNING_SESSIONS",
+        "rate_per_s": "HELIX_RATE_LIMIT",
+        "rate_burst": "HELIX_RATE_BURST",
+    }
+    """The environment variable of each field."""
+
+    def __post_init__(self) -> None:
+        if self.max_message_bytes < 64 << 10:
+            raise UsageError("max_message_bytes must be at least 64 KiB")
+        if not 0 < self.max_input_bytes < self.max_message_bytes:
+            raise UsageError("max_input_bytes must be positive and below max_message_bytes")
+        if self.max_json_depth < 1 or self.max_running_sessions < 0:
+            raise UsageError("max_json_depth must be >= 1 and max_running_sessions >= 0")
+        if self.max_delegation_depth < 0:
+            raise UsageError("max_delegation_depth must be >= 0")
+        if self.rate_per_s < 0 or (self.rate_per_s > 0 and self.rate_burst < 1):
+            raise UsageError("rate_per_s must be >= 0, and rate_burst >= 1 when it is set")
+        if self.min_ping_interval_s <= 0:
+            raise UsageError("min_ping_interval_s must be positive")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Limits:
+        """Defaults, then ``HELIX_*`` variables, then ``overrides`` (e.g. CLI flags; None is unset)."""
+        environ = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for field in fields(cls):
+            env = cls.ENV.get(field.name, "")  # some limits are flags only
+            kind = float if field.name == "rate_per_s" else int
+            raw = environ.get(env, "") if env else ""
+            if raw:
+                try:
+                    values[field.name] = kind(raw)
+                except ValueError:
+                    raise UsageError(f"{env}={raw!r} is not a number") from None
+            if overrides.get(field.name) is not None:
+                values[field.name] = overrides[field.name]
+        return cls(**values)
+
+    def grpc_options(self) -> list[tuple[str, int]]:
+        """Server options enforcing the message size and the clients' ping policy."""
+        return [
+            ("grpc.max_send_message_length", self.max_message_bytes),
+            ("grpc.max_receive_message_length", self.max_message_bytes),
+            ("grpc.keepalive_permit_without_calls", 1),
+            ("grpc.http2.min_ping_interval_without_data_ms", int(self.min_ping_interval_s * 1000)),
+        ]
+
+
+Limits.default = Limits()
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServerConfig:
+    """How an agent server listens and behaves."""
+
+    host: str = "127.0.0.1"
+    """Interface to bind; ``0.0.0.0`` in a container."""
+    port: int = 0
+    """Port to bind; 0 picks a free one (see ``AgentServer.port``)."""
+    replica_id: str = ""
+    """This process's identity for session leases; default ``hostname:port``.
+    A restarted process with the same id reclaims its sessions at once; any other
+    process waits for their leases to lapse."""
+    lease_ttl_s: float = 5.0
+    """How long a session's lease lasts without renewal."""
+    graceful_shutdown_timeout_s: float = 10.0
+    """On shutdown, how long running sessions may finish before they are checkpointed
+    and left for the next process to resume."""
+    poll_interval_s: float = 0.5
+    """How often an idle stream re-checks the store for writers in other processes."""
+    heartbeat_interval_s: float = 5.0
+    """A ``Stream`` quiet this long sends a ``heartbeat`` (not logged) while the session
+    runs, e.g. while it waits for its sub-agents, so idle connections stay up."""
+    limits: Limits = Limits.default
+    """Message and input sizes, running sessions, per-principal rate (``Limits.from_env()``)."""
+    reflection: bool = True
+    """Serve gRPC server reflection (it needs credentials like every RPC but health)."""
+    health_port: int | None = None
+    """Also serve ``grpc.health.v1`` alone, in plaintext, on this port (0 picks one):
+    for Kubernetes probes, which cannot do TLS, when the main port does."""
+    client: ClientConfig = ClientConfig.default
+    """How this server's agents call other agent services (remote sub-agents)."""
+    allow_volatile_store: bool | None = None
+    """``serve``: accept a Redis store that keeps nothing on disk (no AOF, no save
+    rules), which a Redis restart empties; ``None``: ``HELIX_ALLOW_VOLATILE_STORE=1``
+    decides. Refused by default, naming the fix."""
+
+    default: ClassVar[ServerConfig]
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise UsageError(f"port must be 0-65535, not {self.port}")
+        if self.health_port is not None and not 0 <= self.health_port <= 65535:
+            raise UsageError(f"health_port must be 0-65535, not {self.health_port}")
+        if self.lease_ttl_s <= 0 or self.graceful_shutdown_timeout_s < 0:
+            raise UsageError("lease_ttl_s must be positive and graceful_shutdown_timeout_s >= 0")
+
+
+ServerConfig.default = ServerConfig()

@@ -138,3 +138,24 @@ def test_no_module_over_600_lines() -> None:
     }
     over = {p: n for p, n in sizes.items() if n > MAX_LINES}
     assert over == {}, f"over {MAX_LINES} lines: {over}"
+
+
+def _is_private(part: str) -> bool:
+    return part.startswith("_") and not part.startswith("__")
+
+
+def test_no_private_module_imported_across_packages() -> None:
+    """A module named ``_x`` is its package's own: imported only from that package
+    (its directory and below). The top-level ones (``_exceptions``, ``_config``,
+    ``_events``...) are thereby the whole library's shared core. Another package takes
+    a name from the package's ``__init__``, which is what keeps the inside movable."""
+    modules = _modules()
+    crossings = []
+    for name, path in modules.items():
+        package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+        for target in sorted(_imports(name, path, modules)):
+            parts = target.split(".")
+            owners = [parts[:i] for i, part in enumerate(parts) if _is_private(part)]
+            if any(package[: len(owner)] != owner for owner in owners):
+                crossings.append(f"{name} imports {target}")
+    assert crossings == [], "\n".join(crossings)

@@ -21,7 +21,7 @@ from openai import OpenAIError  # litellm's exception base
 from helix_transport._exceptions import ModelAPIError
 from helix_transport.agent import scripted
 from helix_transport.agent.model import ModelResponse, ToolCall, new_tool_call_id
-from helix_transport.store._records import Usage
+from helix_transport.store import Usage
 
 litellm.suppress_debug_info = True
 scripted.install()

@@ -55,9 +55,8 @@ from helix_transport.agent.litellm import LitellmModel
 from helix_transport.agent.model import Model, ModelResponse, ToolCall
 from helix_transport.agent.tools import FINISH_TOOL, ToolContext
 from helix_transport.log import SessionWriter
-from helix_transport.store import Checkpoint, SessionRecord, SessionUpdate, Store
-from helix_transport.store._records import storable_text
-from helix_transport.transport._pool import ClientPool
+from helix_transport.store import Checkpoint, SessionRecord, SessionUpdate, Store, storable_text
+from helix_transport.transport import ClientPool
 
 # The loop's constants stay importable from here (the server, dispatch, the bench).
 __all__ = [

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from helix_transport.store._records import Usage
+from helix_transport.store import Usage
 
 
 @dataclass(frozen=True, kw_only=True)

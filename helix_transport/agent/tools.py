@@ -18,7 +18,7 @@ from helix_transport._exceptions import UsageError
 from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
 from helix_transport.agent.hooks import NO_HOOKS, RunHooks
 from helix_transport.store import Store
-from helix_transport.transport._pool import ClientPool
+from helix_transport.transport import ClientPool
 
 FINISH_TOOL = "__finish__"
 """The tool every agent gets: calling it with valid output ends the run."""

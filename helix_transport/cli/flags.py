@@ -6,7 +6,7 @@ import argparse
 import math
 import os
 
-from helix_transport.transport._auth import ClientAuth
+from helix_transport.transport import ClientAuth
 
 
 def seconds(text: str) -> float:

@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING
 from helix_transport._exceptions import HelixError
 from helix_transport.cli.flags import positive_seconds, seconds
 from helix_transport.store import STORE_URL_ENV
-from helix_transport.transport._auth import SUBSTITUTE, ClientAuth
+from helix_transport.transport import SUBSTITUTE, ClientAuth
 
 if TYPE_CHECKING:
-    from helix_transport.server.app import ServerConfig
+    from helix_transport._config import ServerConfig
     from helix_transport.server.auth import AuthConfig
 
 _OFF = ("0", "off", "false", "no")
@@ -63,8 +63,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _server_config(args: argparse.Namespace) -> ServerConfig:
-    from helix_transport.server.app import ServerConfig
-    from helix_transport.server.limits import Limits
+    from helix_transport._config import Limits, ServerConfig
 
     reflection = (
         not args.no_reflection and os.environ.get("HELIX_REFLECTION", "on").lower() not in _OFF

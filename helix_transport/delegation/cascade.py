@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from helix_transport._events import SessionStatus
 from helix_transport._exceptions import HelixError, SessionNotFound
 from helix_transport.store import ChildCommand, Store, SubSessionRef
-from helix_transport.transport._pool import ClientPool
+from helix_transport.transport import ClientPool
 
 logger = logging.getLogger(__name__)
 

@@ -50,8 +50,7 @@ from helix_transport.delegation.children import child_metadata, subagent_ended, 
 from helix_transport.delegation.forwarded import Logged, forwarded_so_far
 from helix_transport.registry import resolve_address
 from helix_transport.store import RemoteCursor, SubSessionRef
-from helix_transport.transport import AgentClient
-from helix_transport.transport._auth import ClientAuth
+from helix_transport.transport import AgentClient, ClientAuth
 
 logger = logging.getLogger(__name__)
 

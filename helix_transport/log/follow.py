@@ -13,8 +13,7 @@ from typing import Any
 from helix_transport._events import is_terminal, through_terminal
 from helix_transport._exceptions import SessionNotFound
 from helix_transport.log.hub import Batch, EventHub, Reader
-from helix_transport.store import READ_LIMIT, Store
-from helix_transport.store._base import EventNotifier
+from helix_transport.store import READ_LIMIT, EventNotifier, Store
 
 
 async def follow(

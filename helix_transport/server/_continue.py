@@ -1,4 +1,4 @@
-"""``Continue``: start a new turn of a finished session (see ``helix_transport._turns``).
+"""A new turn of a finished session, as ``Continue`` asks (see ``helix_transport._turns``).
 
 The ``turn_started`` event is appended with ``expected_sequence`` equal to the
 session's last sequence (its terminal event) together with the RUNNING status,
@@ -13,10 +13,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 
 from helix_transport._events import SessionStatus
 from helix_transport._exceptions import (
-    InvalidArgument,
     SequenceConflict,
     SessionExists,
     SessionNotFound,
@@ -24,12 +24,9 @@ from helix_transport._exceptions import (
 )
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._turns import StartedTurn, count_turns, find_turn
-from helix_transport.server import _validation as check
-from helix_transport.server._identity import current_principal
-from helix_transport.server._ownership import storage_id, visible
+from helix_transport.server._ownership import visible
 from helix_transport.server._runner import SessionRunner
 from helix_transport.server._shield import outlive_caller
-from helix_transport.server.limits import Limits
 from helix_transport.store import SessionRecord, SessionUpdate, Store
 
 
@@ -42,26 +39,41 @@ class TurnExists(SessionExists):
         self.args = (self.message,)
 
 
+@dataclass(frozen=True, kw_only=True)
+class TurnRequest:
+    """A validated ``Continue``: turn ``turn`` of the caller's session ``session_id``
+    (stored under ``key``)."""
+
+    key: str
+    session_id: str
+    turn: int
+    message: str
+    fresh: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class ContinuedTurn:
+    """A turn started now (``created``) or before; its events follow ``from_sequence``."""
+
+    turn: int
+    created: bool
+    status: SessionStatus
+    from_sequence: int
+
+
 async def continue_session(
-    request: pb.ContinueRequest,
+    request: TurnRequest,
     *,
     store: Store,
     runner: SessionRunner,
     admit: Callable[[], AbstractContextManager[None]],
-    limits: Limits = Limits.default,
-) -> pb.ContinueResponse:
-    """Handle one ``Continue`` request (errors are mapped by the interceptor).
+) -> ContinuedTurn:
+    """Start the turn ``request`` names, or answer the one already started.
 
     ``admit()`` is entered only to start a new turn, so a retried ``Continue`` is
     answered even while the replica drains or is at capacity; it raises to refuse.
     """
-    session_id = check.session_id(request.session_id)
-    message = check.message(request.message, limits=limits)
-    if request.fresh:  # a fresh turn starts from an input, held to what Start holds it to
-        check.agent_input(runner.agent.input_model, message, limits=limits, field="message")
-    if request.turn < 2:
-        raise InvalidArgument("turn", "must be at least 2 (turn 1 is the run Start began)")
-    key = storage_id(current_principal(), session_id)  # another owner's: not found
+    session_id, key = request.session_id, request.key
     for _ in range(3):  # a lost race with a concurrent Continue is re-examined
         record = await store.get_session(key)
         if record is None or record.agent_type != runner.agent.name or not visible(record):
@@ -79,7 +91,7 @@ async def continue_session(
         # Shielded, as Start's create-and-run is: once the turn is in the log its run
         # starts, even when the caller gives up meanwhile.
         started = await outlive_caller(
-            _start_turn(store, runner, record, request, message, admit),
+            _start_turn(store, runner, record, request, admit),
             what=f"turn {request.turn} of session {session_id}",
         )
         if started is None:
@@ -92,17 +104,18 @@ async def _start_turn(
     store: Store,
     runner: SessionRunner,
     record: SessionRecord,
-    request: pb.ContinueRequest,
-    message: str,
+    request: TurnRequest,
     admit: Callable[[], AbstractContextManager[None]],
-) -> pb.ContinueResponse | None:
+) -> ContinuedTurn | None:
     """Append ``turn_started`` after the log's end and run the turn; None when another
     write got there first."""
     key = record.session_id  # the store's; the event and the reply carry the caller's id
     event = pb.StreamEvent(
         session_id=request.session_id,
         agent_type=record.agent_type,
-        turn_started=pb.TurnStarted(turn=request.turn, message=message, fresh=request.fresh),
+        turn_started=pb.TurnStarted(
+            turn=request.turn, message=request.message, fresh=request.fresh
+        ),
     )
     event.time.seconds, event.time.nanos = divmod(time.time_ns(), 1_000_000_000)
     reopen = SessionUpdate(
@@ -125,25 +138,21 @@ async def _start_turn(
         started = await store.get_session(key)
         assert started is not None  # sessions are never deleted
         await runner.continue_turn(started)
-    return pb.ContinueResponse(
-        session_id=request.session_id,
+    return ContinuedTurn(
         turn=request.turn,
         created=True,
-        status=pb.SESSION_STATUS_RUNNING,
+        status=SessionStatus.RUNNING,
         from_sequence=sequence - 1,
     )
 
 
-def _replay(
-    record: SessionRecord, started: StartedTurn, request: pb.ContinueRequest
-) -> pb.ContinueResponse:
+def _replay(record: SessionRecord, started: StartedTurn, request: TurnRequest) -> ContinuedTurn:
     if started.message != request.message or started.fresh != request.fresh:
         raise TurnExists(request.session_id, request.turn)
-    return pb.ContinueResponse(
-        session_id=request.session_id,
+    return ContinuedTurn(
         turn=request.turn,
         created=False,
-        status=record.status.to_proto(),
+        status=record.status,
         from_sequence=started.sequence - 1,
     )
 

@@ -20,9 +20,14 @@ from helix_transport.agent.loop import MAX_RESULT_BYTES, RunLoop
 from helix_transport.delegation.cascade import CASCADE_TIMEOUT_S, Cascade
 from helix_transport.log import EventHub, SessionWriter
 from helix_transport.server._ownership import caller_id
-from helix_transport.store import SessionRecord, SessionUpdate, Store, SubSessionRef
-from helix_transport.store._base import InterruptLookup
-from helix_transport.transport._pool import ClientPool
+from helix_transport.store import (
+    InterruptLookup,
+    SessionRecord,
+    SessionUpdate,
+    Store,
+    SubSessionRef,
+)
+from helix_transport.transport import ClientPool
 
 logger = logging.getLogger("helix.runner")
 

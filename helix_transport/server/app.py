@@ -11,7 +11,6 @@ import os
 import signal
 import socket
 import sys
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
 
@@ -19,7 +18,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from helix_transport._config import ClientConfig
+from helix_transport._config import ServerConfig
 from helix_transport._exceptions import UsageError
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.agent.definition import Agent
@@ -29,62 +28,17 @@ from helix_transport.log import EventHub
 from helix_transport.server._encoding import add_agent_service
 from helix_transport.server._runner import SessionRunner
 from helix_transport.server._servicer import AgentServicer
+from helix_transport.server._sessions import Sessions
 from helix_transport.server.auth import AuthConfig, AuthInterceptor, ClientTokenReload, ServerAuth
 from helix_transport.server.interceptors import ErrorMappingInterceptor
-from helix_transport.server.limits import Limits, LimitsInterceptor
+from helix_transport.server.limits import LimitsInterceptor
 from helix_transport.store import Store, open_store
 from helix_transport.tracing import HooksFactory, setup_tracing
-from helix_transport.transport._auth import ClientAuth
-from helix_transport.transport._pool import ClientPool
+from helix_transport.transport import ClientAuth, ClientPool
 
 logger = logging.getLogger("helix.server")
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["AgentService"].full_name
-
-
-@dataclass(frozen=True, kw_only=True)
-class ServerConfig:
-    """How an agent server listens and behaves."""
-
-    host: str = "127.0.0.1"
-    """Interface to bind; ``0.0.0.0`` in a container."""
-    port: int = 0
-    """Port to bind; 0 picks a free one (see ``AgentServer.port``)."""
-    replica_id: str = ""
-    """This process's identity for session leases; default ``hostname:port``.
-    A restarted process with the same id reclaims its sessions at once; any other
-    process waits for their leases to lapse."""
-    lease_ttl_s: float = 5.0
-    """How long a session's lease lasts without renewal."""
-    graceful_shutdown_timeout_s: float = 10.0
-    """On shutdown, how long running sessions may finish before they are checkpointed
-    and left for the next process to resume."""
-    poll_interval_s: float = 0.5
-    """How often an idle stream re-checks the store for writers in other processes."""
-    heartbeat_interval_s: float = 5.0
-    """A ``Stream`` quiet this long sends a ``heartbeat`` (not logged) while the session
-    runs, e.g. while it waits for its sub-agents, so idle connections stay up."""
-    limits: Limits = Limits.default
-    """Message and input sizes, running sessions, per-principal rate (``Limits.from_env()``)."""
-    reflection: bool = True
-    """Serve gRPC server reflection (it needs credentials like every RPC but health)."""
-    health_port: int | None = None
-    """Also serve ``grpc.health.v1`` alone, in plaintext, on this port (0 picks one):
-    for Kubernetes probes, which cannot do TLS, when the main port does."""
-    client: ClientConfig = ClientConfig.default
-    """How this server's agents call other agent services (remote sub-agents)."""
-    allow_volatile_store: bool | None = None
-    """``serve``: accept a Redis store that keeps nothing on disk (no AOF, no save
-    rules), which a Redis restart empties; ``None``: ``HELIX_ALLOW_VOLATILE_STORE=1``
-    decides. Refused by default, naming the fix."""
-
-    def __post_init__(self) -> None:
-        if not 0 <= self.port <= 65535:
-            raise UsageError(f"port must be 0-65535, not {self.port}")
-        if self.health_port is not None and not 0 <= self.health_port <= 65535:
-            raise UsageError(f"health_port must be 0-65535, not {self.health_port}")
-        if self.lease_ttl_s <= 0 or self.graceful_shutdown_timeout_s < 0:
-            raise UsageError("lease_ttl_s must be positive and graceful_shutdown_timeout_s >= 0")
 
 
 class AgentServer:
@@ -150,15 +104,17 @@ class AgentServer:
             # Half a message: room for the wrapping of every parent that forwards it.
             max_result_bytes=min(MAX_RESULT_BYTES, config.limits.max_message_bytes // 2),
         )
-        self.servicer = AgentServicer(
+        self.sessions = Sessions(
             agent,
             store,
             self.hub,
             self.runner,
             clients=self.clients,
             poll_interval_s=config.poll_interval_s,
-            heartbeat_interval_s=config.heartbeat_interval_s,
             limits=config.limits,
+        )
+        self.servicer = AgentServicer(
+            self.sessions, heartbeat_interval_s=config.heartbeat_interval_s
         )
         add_agent_service(self.servicer, self._server)
         self.health = health.aio.HealthServicer()
@@ -218,7 +174,7 @@ class AgentServer:
             return
         self._stopped.set()
         grace = self.config.graceful_shutdown_timeout_s if grace_s is None else grace_s
-        self.servicer.accepting = False
+        self.sessions.accepting = False
         await self.health.enter_graceful_shutdown()
         for watch in (self._orphan_watch, self._outbox, *self._credential_watches):
             if watch is not None:
@@ -277,7 +233,12 @@ async def create_server(
     if isinstance(auth, AuthConfig):
         auth = await asyncio.to_thread(auth.load)  # reads key and token files
     return AgentServer(
-        agent, store, config or ServerConfig(), auth=auth, client_auth=client_auth, hooks=hooks
+        agent,
+        store,
+        config or ServerConfig.default,
+        auth=auth,
+        client_auth=client_auth,
+        hooks=hooks,
     )
 
 

@@ -48,8 +48,7 @@ from helix_transport.server._authenticators import (
 )
 from helix_transport.server._handlers import wrap_handler
 from helix_transport.server._identity import set_principal
-from helix_transport.transport._auth import ClientAuth, read_token_file, set_bearer_token
-from helix_transport.transport._pool import ClientPool
+from helix_transport.transport import ClientAuth, ClientPool, read_token_file, set_bearer_token
 
 __all__ = [
     "HEALTH_PREFIX",

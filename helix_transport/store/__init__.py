@@ -13,6 +13,8 @@ from helix_transport.store._base import (
     CheckpointStore,
     ChildRefStore,
     EventLogStore,
+    EventNotifier,
+    InterruptLookup,
     InterruptStore,
     LeaseStore,
     OutboxStore,
@@ -29,6 +31,7 @@ from helix_transport.store._records import (
     SubSessionRef,
     Usage,
     input_fingerprint,
+    storable_text,
 )
 from helix_transport.store.memory import MemoryStore
 from helix_transport.store.sqlite import SqliteStore
@@ -45,6 +48,8 @@ __all__ = [
     "ChildCommand",
     "ChildRefStore",
     "EventLogStore",
+    "EventNotifier",
+    "InterruptLookup",
     "InterruptStore",
     "LeaseStore",
     "MemoryStore",
@@ -62,6 +67,7 @@ __all__ = [
     "input_fingerprint",
     "open_store",
     "pages",
+    "storable_text",
     "store_url_from_env",
 ]
 

@@ -1,6 +1,26 @@
-"""Talking to agent services: the gRPC client and its resumable stream."""
+"""Talking to agent services: the gRPC client and its resumable stream, the pool of
+clients a server keeps, and the credentials a client presents."""
 
+from helix_transport.transport._auth import (
+    FORWARD,
+    SUBSTITUTE,
+    ClientAuth,
+    open_channel,
+    read_token_file,
+    set_bearer_token,
+)
+from helix_transport.transport._pool import ClientPool
 from helix_transport.transport.client import AgentClient
 from helix_transport.transport.stream import EventStream
 
-__all__ = ["AgentClient", "EventStream"]
+__all__ = [
+    "FORWARD",
+    "SUBSTITUTE",
+    "AgentClient",
+    "ClientAuth",
+    "ClientPool",
+    "EventStream",
+    "open_channel",
+    "read_token_file",
+    "set_bearer_token",
+]

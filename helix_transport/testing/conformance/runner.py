@@ -15,7 +15,7 @@ from helix_transport.testing.conformance._kit import Kit
 from helix_transport.testing.conformance._start import check_start
 from helix_transport.testing.conformance._stream import check_streams, observe
 from helix_transport.testing.conformance.report import CheckResult
-from helix_transport.transport._auth import ClientAuth, open_channel
+from helix_transport.transport import ClientAuth, open_channel
 
 
 async def run_conformance(

@@ -6,11 +6,11 @@ import asyncio
 import dataclasses
 
 from helix_transport._events import SessionStatus
-from helix_transport.store._base import Store
-from helix_transport.store._records import (
+from helix_transport.store import (
     Checkpoint,
     RemoteCursor,
     SessionUpdate,
+    Store,
     SubSessionRef,
 )
 from helix_transport.testing.store_suite._helpers import (

@@ -7,10 +7,10 @@ from typing import Any
 
 from helix_transport._exceptions import SequenceConflict
 from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
-from helix_transport.store._base import Store
-from helix_transport.store._records import (
+from helix_transport.store import (
     ChildCommand,
     SessionRecord,
+    Store,
     input_fingerprint,
 )
 

@@ -11,14 +11,12 @@ from helix_transport._exceptions import (
     SequenceConflict,
     UsageError,
 )
-from helix_transport.store._base import (
-    InterruptLookup,
-    Store,
-)
-from helix_transport.store._records import (
+from helix_transport.store import (
     Checkpoint,
+    InterruptLookup,
     RemoteCursor,
     SessionUpdate,
+    Store,
     SubSessionRef,
     Usage,
 )

@@ -15,7 +15,7 @@ from helix_transport._exceptions import (
     UsageError,
 )
 from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
-from helix_transport.store._base import (
+from helix_transport.store import (
     READ_LIMIT,
     CheckpointStore,
     ChildRefStore,
@@ -24,10 +24,8 @@ from helix_transport.store._base import (
     LeaseStore,
     OutboxStore,
     SessionStore,
-    Store,
-)
-from helix_transport.store._records import (
     SessionUpdate,
+    Store,
     SubSessionRef,
 )
 from helix_transport.testing.store_suite._helpers import (

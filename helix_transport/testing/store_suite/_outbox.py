@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from helix_transport._exceptions import UsageError
-from helix_transport.store._base import Store
+from helix_transport.store import Store
 from helix_transport.testing.store_suite._helpers import make_command
 
 

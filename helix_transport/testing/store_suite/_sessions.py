@@ -9,9 +9,9 @@ import pytest
 
 from helix_transport._events import SessionStatus
 from helix_transport._exceptions import SessionNotFound
-from helix_transport.store._base import Store
-from helix_transport.store._records import (
+from helix_transport.store import (
     SessionUpdate,
+    Store,
     Usage,
 )
 from helix_transport.testing.store_suite._helpers import (
