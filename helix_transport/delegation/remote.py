@@ -49,17 +49,11 @@ from helix_transport.delegation.cascade import Cascade
 from helix_transport.delegation.children import child_metadata, subagent_ended, subagent_started
 from helix_transport.delegation.forwarded import Logged, forwarded_so_far
 from helix_transport.registry import resolve_address
-from helix_transport.store import RemoteCursor, SubSessionRef
+from helix_transport.store import SubSessionRef
 from helix_transport.transport import AgentClient
 from helix_transport.transport._auth import ClientAuth
 
 logger = logging.getLogger(__name__)
-
-REF_SAVE_SECONDS = 0.25
-"""The sub-session ref's ``last_sequence`` is written at most this often, not per event.
-
-Time-based only: a count trigger made the forwarder wait for the parent's log on
-every batch, which halved two-hop throughput (`helix-mesh bench`, scenario 4)."""
 
 
 def child_session_id(parent_session_id: str, tool_call_id: str, scope: str) -> str:
@@ -171,7 +165,6 @@ class _ChildCall:
             agent_type=agent_type,
             tool_call_id=ctx.tool_call_id,
             address=address,
-            remote=RemoteCursor(stream_id=self.child_id),
         )
 
     async def run(self, input_json: str, *, timeout_s: float | None = None) -> Any:
@@ -185,12 +178,12 @@ class _ChildCall:
             last = logged.last_sequence
             if logged.end is not None:  # its end is in the log: the call is over
                 return await self._ended_before(logged.end)
-            await self._save(last_sequence=last)  # this process's address for the child
+            await self._save()  # this process's address for the child
         else:
             # The ref before anything else: an interrupt cascading while the Start is in
             # flight finds the child (see Cascade), and a parent resumed after its
             # subagent_start reached the log rejoins (the log is read only then).
-            await self._save(last_sequence=0)
+            await self._save()
         if self.child_id not in logged.started:
             ctx.emit(
                 subagent_started(
@@ -275,7 +268,6 @@ class _ChildCall:
         ctx = self.ctx
         emit, emit_encoded = ctx.emit, ctx.emit_encoded
         prefix = child_event_prefix(ctx.tool_call_id)
-        saved_at = time.monotonic()
         final: pb.StreamEvent | None = None
         # A batch at a time: this loop runs once per child event on the parent, the
         # busiest process of a delegation, so it does no per-event work it can share.
@@ -292,11 +284,6 @@ class _ChildCall:
             final = batch[-1]
             if is_terminal(final):
                 break  # its end is recorded by _end, outside the call's timeout
-            if time.monotonic() - saved_at > REF_SAVE_SECONDS:
-                # The ref only claims events the parent's log already holds.
-                await ctx.flush()
-                await self._save(last_sequence=final.sequence)
-                saved_at = time.monotonic()
         return final
 
     async def _final_from_status(self) -> pb.StreamEvent:
@@ -343,11 +330,6 @@ class _ChildCall:
         return json.loads(output_json)
 
     async def _save(self, **changes: Any) -> None:
-        if "last_sequence" in changes:
-            cursor = RemoteCursor(
-                stream_id=self.child_id, last_sequence=changes.pop("last_sequence")
-            )
-            changes["remote"] = cursor
         self.ref = dataclasses.replace(self.ref, **changes)
         await self.ctx.store.put_subsession_ref(self.ref)
 

@@ -23,7 +23,6 @@ from helix_transport.store._base import (
 from helix_transport.store._records import (
     Checkpoint,
     ChildCommand,
-    RemoteCursor,
     SessionRecord,
     SessionUpdate,
     SubSessionRef,
@@ -51,7 +50,6 @@ __all__ = [
     "OutboxStore",
     "PostgresStore",
     "RedisStore",
-    "RemoteCursor",
     "SessionRecord",
     "SessionStore",
     "SessionUpdate",

@@ -17,7 +17,6 @@ from helix_transport.store._base import (
 )
 from helix_transport.store._records import (
     Checkpoint,
-    RemoteCursor,
     SessionUpdate,
     SubSessionRef,
     Usage,
@@ -172,7 +171,6 @@ class KeyedStateConformance:
             address="summarizer:50051",
             started_at=1_700_000_000.5,
             completed_at=None,
-            remote=RemoteCursor(stream_id="remote-42", last_sequence=17),
         )
         local = SubSessionRef(
             parent_session_id="p",
@@ -204,7 +202,6 @@ class KeyedStateConformance:
             address="summarizer:50051",
             started_at=1_700_000_000.5,
             completed_at=1_700_000_010.0,
-            remote=RemoteCursor(stream_id="remote-42", last_sequence=30),
             output_json='{"summary": "ok"}',
         )
         await store.put_subsession_ref(finished)
