@@ -36,7 +36,7 @@ from helix_transport.agent.scripted import (
     register_script,
     steps_taken,
 )
-from helix_transport.agent.tools import ToolContext, child_scope
+from helix_transport.agent.tools import RunServices, ToolContext, child_scope
 from helix_transport.delegation.forwarded import forwarded_so_far
 from helix_transport.delegation.remote import child_session_id, remote_agent_tool_from_service
 from helix_transport.registry import address_env_var
@@ -377,7 +377,8 @@ async def test_a_resumed_parent_reads_its_log_once_for_all_the_children_it_rejoi
     def context(tool_call_id: str) -> ToolContext:
         return ToolContext(
             session_id="p", agent_type="parent", tool_call_id=tool_call_id, step=1, metadata={},
-            emit=lambda event: None, flush=flush, store=store, clients=ClientPool(), cache=cache,
+            emit=lambda event: None,
+            run=RunServices(flush=flush, store=store, clients=ClientPool(), cache=cache),
         )  # fmt: skip
 
     lasts = await asyncio.gather(
@@ -474,7 +475,7 @@ async def test_a_child_inherits_the_root_not_its_grandparents_trace_context() ->
     # Dispatched and companion children got the parent's metadata as it was, with the
     # traceparent the parent itself inherited: their spans nested under the
     # grandparent's delegation span (found by review).
-    from helix_transport.agent.tools import ToolContext
+    from helix_transport.agent.tools import RunServices, ToolContext
     from helix_transport.delegation.children import child_metadata
     from helix_transport.store import MemoryStore
     from helix_transport.transport._pool import ClientPool
@@ -490,9 +491,7 @@ async def test_a_child_inherits_the_root_not_its_grandparents_trace_context() ->
         step=1,
         metadata={**inherited, "tracestate": "x=1", "helix.root_session_id": "root"},
         emit=lambda event: None,
-        flush=flush,
-        store=MemoryStore(),
-        clients=ClientPool(),
+        run=RunServices(flush=flush, store=MemoryStore(), clients=ClientPool()),
     )
     assert child_metadata(ctx) == {"team": "a", "helix.root_session_id": "root"}
     mine = {"traceparent": "00-" + "1" * 32 + "-" + "3" * 16 + "-01"}

@@ -86,7 +86,7 @@ async def save_child_ref(
 
     A running child's ref is what makes the parent's ``Interrupt`` cascade to it.
     """
-    await ctx.store.put_subsession_ref(
+    await ctx.run.store.put_subsession_ref(
         SubSessionRef(
             parent_session_id=ctx.session_id,
             child_session_id=child_id,

@@ -141,7 +141,7 @@ class _RemoteDelegation:
         input_json = args.model_dump_json() if isinstance(args, BaseModel) else json.dumps(args)
         try:
             address = self.address or resolve_address(self.agent_type)
-            client = await ctx.clients.get(address)
+            client = await ctx.run.clients.get(address)
         except HelixError as exc:
             raise ToolError(f"{self.agent_type}: {exc.message}") from exc
         call = _ChildCall(ctx, client, agent_type=self.agent_type, address=address)
@@ -170,7 +170,7 @@ class _ChildCall:
     async def run(self, input_json: str, *, timeout_s: float | None = None) -> Any:
         ctx = self.ctx
         await reserve_children(ctx, [self.child_id])
-        existing = await ctx.store.get_subsession_ref(ctx.session_id, self.child_id)
+        existing = await ctx.run.store.get_subsession_ref(ctx.session_id, self.child_id)
         last, logged = 0, Logged()
         if existing is not None:  # a resumed parent rejoining its child
             self.ref = dataclasses.replace(existing, address=self.address)
@@ -194,7 +194,7 @@ class _ChildCall:
                 )
             )
         # The trace context of this delegation (W3C `traceparent`), for the child's spans.
-        trace_context = ctx.hooks.on_delegation_start(
+        trace_context = ctx.run.hooks.on_delegation_start(
             tool_call_id=ctx.tool_call_id,
             child_session_id=self.child_id,
             agent_type=self.agent_type,
@@ -266,7 +266,7 @@ class _ChildCall:
         ``None`` when the parent's log already held every event of the finished child.
         """
         ctx = self.ctx
-        emit, emit_encoded = ctx.emit, ctx.emit_encoded
+        emit, emit_encoded = ctx.emit, ctx.run.emit_encoded
         prefix = child_event_prefix(ctx.tool_call_id)
         final: pb.StreamEvent | None = None
         # A batch at a time: this loop runs once per child event on the parent, the
@@ -301,7 +301,7 @@ class _ChildCall:
 
     async def _end(self, status: SessionStatus, *, output_json: str = "", error: str = "") -> Any:
         ctx = self.ctx
-        ctx.hooks.on_delegation_end(
+        ctx.run.hooks.on_delegation_end(
             tool_call_id=ctx.tool_call_id,
             child_session_id=self.child_id,
             status=status,
@@ -320,7 +320,7 @@ class _ChildCall:
         # Side by side, not one after the other: after a crash the parent's log, not the
         # ref, says what was forwarded (see ForwardedSoFar), so either may land first.
         await asyncio.gather(
-            ctx.flush(),
+            ctx.run.flush(),
             self._save(
                 status=status, output_json=output_json, error=error, completed_at=time.time()
             ),
@@ -331,12 +331,12 @@ class _ChildCall:
 
     async def _save(self, **changes: Any) -> None:
         self.ref = dataclasses.replace(self.ref, **changes)
-        await self.ctx.store.put_subsession_ref(self.ref)
+        await self.ctx.run.store.put_subsession_ref(self.ref)
 
     async def _stop(self, reason: str) -> None:
         """Ask the child to stop: a child the parent no longer follows must not run on
         unseen, its ref failed and out of any later cascade's reach."""
-        cascade = Cascade(self.ctx.store, self.ctx.clients)
+        cascade = Cascade(self.ctx.run.store, self.ctx.run.clients)
         await cascade.interrupt_refs([self.ref], reason=reason)  # running: saved before Start
 
     async def give_up(self, reason: str) -> None:
