@@ -82,7 +82,7 @@ async def save_child_ref(
     output_json: str = "",
     error: str = "",
 ) -> None:
-    """Record a child without a stream cursor (companions, dispatched tasks).
+    """Record a child of the companions or of dispatch in the parent's refs.
 
     A running child's ref is what makes the parent's ``Interrupt`` cascade to it.
     """
