@@ -12,7 +12,8 @@ call's tools ran, so its messages end with tool calls that have no results yet
 (one of them the ``__finish__`` that completed the turn). Their results are in
 the log (``tool_end``), so ``heal`` adds them back before the new message.
 
-A turn's checkpoints name the turn and where its ``turn_started`` is, so
+A turn's checkpoints name the turn and where its ``turn_started`` is (their run
+state's ``TurnState``, see ``helix_transport.agent.state``), so
 ``Continue`` learns how many turns there are from the last checkpoint and the few
 events after it, not from the whole log (``count_turns``).
 """
@@ -24,16 +25,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
+from helix_transport.agent.state import split_state
 from helix_transport.store import Store, pages
-
-TURN_KEY = "helix.turn"
-"""Checkpoint ``state`` key: the turn the checkpointed run is in (1 when absent)."""
-TURN_BASE_KEY = "helix.turn_base_step"
-"""Checkpoint ``state`` key: steps taken before the turn began (its budget starts there)."""
-TURN_SEQUENCE_KEY = "helix.turn_sequence"
-"""Checkpoint ``state`` key: the sequence of the turn's ``turn_started`` (absent in turn 1)."""
-TURN_FRESH_KEY = "helix.turn_fresh"
-"""Checkpoint ``state`` key: true when the turn began without the earlier conversation."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -87,9 +80,9 @@ async def count_turns(store: Store, session_id: str) -> Turns:
     if checkpoint is None:  # the first turn ended before its first checkpoint
         count, from_sequence, checkpointed = 1, 0, None
     else:
-        count, from_sequence = int(checkpoint.state.get(TURN_KEY, 1)), checkpoint.last_sequence
-        at = checkpoint.state.get(TURN_SEQUENCE_KEY)
-        checkpointed = None if at is None else (count, int(at))
+        turns = split_state(checkpoint.state)[1].turns  # the run state's (agent.state)
+        count, from_sequence = turns.turn, checkpoint.last_sequence
+        checkpointed = None if turns.sequence is None else (count, turns.sequence)
     read = {
         started.turn: started
         for started in await read_turns(store, session_id, from_sequence=from_sequence)

@@ -23,7 +23,8 @@ import pytest
 
 from helix_transport import AgentClient, ConnectError, SessionStateConflict, create_server
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
-from helix_transport.agent.tools import ToolContext, ToolError, child_scope
+from helix_transport.agent.state import RunState
+from helix_transport.agent.tools import RunServices, ToolContext, ToolError, child_scope
 from helix_transport.delegation.companions import (
     MAX_INBOX,
     STATE_KEY,
@@ -48,7 +49,8 @@ class Parent:
 
     def __init__(self, clients: ClientPool) -> None:
         self.events: list[pb.StreamEvent] = []
-        self.state: dict[str, Any] = {}
+        self.run_state = RunState()
+        self.state = self.run_state.extensions  # what the companions keep, checkpointed
         self.clients = clients
         self.store = MemoryStore()
         self.cache: dict[str, Any] = {}  # the run's, shared by its tool calls
@@ -64,8 +66,11 @@ class Parent:
         return ToolContext(
             session_id=PARENT, agent_type="parent", tool_call_id=call_id or f"call_{self.calls}",
             step=1,
-            metadata={}, emit=self.events.append, flush=flush, store=self.store,
-            clients=self.clients, state=self.state, cache=self.cache,
+            metadata={}, emit=self.events.append,
+            run=RunServices(
+                flush=flush, store=self.store, clients=self.clients, state=self.run_state,
+                cache=self.cache,
+            ),
         )  # fmt: skip
 
     def restart(self, checkpoint: dict[str, Any]) -> None:
@@ -279,7 +284,8 @@ async def test_a_queue_stays_when_the_end_it_was_refused_for_cannot_be_read(
     entry = {"name": "critic-1", "agent_type": "critic", "session_id": CHILD,
              "address": "nowhere:1", "tool_call_id": "call_1", "inbox": ["v2"]}  # fmt: skip
     parent.state[STATE_KEY] = {"counters": {}, "children": {"critic-1": entry}}
-    ctx = dataclasses.replace(parent.ctx(), clients=Pool())  # type: ignore[arg-type]
+    ctx = parent.ctx()
+    ctx = dataclasses.replace(ctx, run=dataclasses.replace(ctx.run, clients=Pool()))  # type: ignore[arg-type]
 
     assert await tools.deliver_finished(ctx, []) == []
     assert parent.state[STATE_KEY]["children"]["critic-1"] == entry  # untouched

@@ -247,8 +247,8 @@ async def test_a_continued_turn_gets_a_fresh_deadline_and_pass() -> None:
     """The deadline's clock and its one last pass belong to a turn, not the session."""
     import time
 
-    from helix_transport._turns import TURN_KEY
-    from helix_transport.agent.tools import ToolContext
+    from helix_transport.agent.state import RunState, TurnState
+    from helix_transport.agent.tools import RunServices, ToolContext
     from helix_transport.delegation.dispatch import STATE_KEY, Dispatcher, RunDeadlineExceeded
     from helix_transport.delegation.dispatch import SubagentType as Type
     from helix_transport.transport._pool import ClientPool
@@ -261,19 +261,19 @@ async def test_a_continued_turn_gets_a_fresh_deadline_and_pass() -> None:
     turn_one = {"batches": [], "started_at": time.time() - 120, "final_pass_step": 3}
 
     def context(turn: int) -> ToolContext:
-        state = {STATE_KEY: dict(turn_one), TURN_KEY: turn}
+        state = RunState(turns=TurnState(turn=turn), extensions={STATE_KEY: dict(turn_one)})
         return ToolContext(
             session_id="p", agent_type="parent", tool_call_id="", step=5, metadata={},
-            emit=lambda event: None, flush=flush, store=MemoryStore(), clients=ClientPool(),
-            state=state,
+            emit=lambda event: None,
+            run=RunServices(flush=flush, store=MemoryStore(), clients=ClientPool(), state=state),
         )  # fmt: skip
 
     with pytest.raises(RunDeadlineExceeded):  # still turn 1: the run is over
         await dispatcher.step(context(1), [])
     second = context(2)
     assert await dispatcher.step(second, []) == []  # turn 2: nothing due, no deadline yet
-    assert second.state[STATE_KEY]["turn"] == 2
-    assert second.state[STATE_KEY]["started_at"] > time.time() - 5
+    assert second.run.state.extensions[STATE_KEY]["turn"] == 2
+    assert second.run.state.extensions[STATE_KEY]["started_at"] > time.time() - 5
 
 
 @pytest.mark.parametrize("fresh", [False, True])
@@ -283,8 +283,8 @@ async def test_a_fresh_turn_is_not_handed_the_results_of_tasks_it_never_dispatch
     # Turn 1 finished with a task out, which ended later. A next turn gets its result;
     # a fresh one (no earlier conversation) got it too, as news about a task it never
     # sent, and would have parked for a task still running.
-    from helix_transport._turns import TURN_FRESH_KEY, TURN_KEY
-    from helix_transport.agent.tools import ToolContext
+    from helix_transport.agent.state import RunState, TurnState
+    from helix_transport.agent.tools import RunServices, ToolContext
     from helix_transport.delegation.dispatch import STATE_KEY, Dispatcher
     from helix_transport.delegation.dispatch import SubagentType as Type
     from helix_transport.transport._pool import ClientPool
@@ -297,11 +297,15 @@ async def test_a_fresh_turn_is_not_handed_the_results_of_tasks_it_never_dispatch
         "address": "127.0.0.1:1", "status": "completed", "output_json": "{}", "error": "",
     }  # fmt: skip
     batch = {"tool_call_id": "call_1_0", "tasks": [task], "delivered": False}
-    state = {STATE_KEY: {"batches": [batch], "turn": 1}, TURN_KEY: 2, TURN_FRESH_KEY: fresh}
+    state = RunState(
+        turns=TurnState(turn=2, fresh=fresh),
+        extensions={STATE_KEY: {"batches": [batch], "turn": 1}},
+    )
     emitted: list[pb.StreamEvent] = []
     ctx = ToolContext(
         session_id="p", agent_type="parent", tool_call_id="", step=5, metadata={},
-        emit=emitted.append, flush=flush, store=MemoryStore(), clients=ClientPool(), state=state,
+        emit=emitted.append,
+        run=RunServices(flush=flush, store=MemoryStore(), clients=ClientPool(), state=state),
     )  # fmt: skip
     messages = await Dispatcher([Type(agent_type="researcher")]).step(ctx, [])
     if fresh:

@@ -13,18 +13,15 @@ from typing import Any
 from helix_transport._exceptions import HelixError
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._turns import (
-    TURN_BASE_KEY,
-    TURN_FRESH_KEY,
-    TURN_KEY,
-    TURN_SEQUENCE_KEY,
     StartedTurn,
     heal,
     read_turns,
     turn_started_at,
 )
-from helix_transport.agent._steps import FINISH_INSTRUCTIONS, RunState, resumed_event
+from helix_transport.agent._steps import FINISH_INSTRUCTIONS, RunProgress, resumed_event
 from helix_transport.agent.definition import Agent
 from helix_transport.agent.hooks import NO_HOOKS, RunHooks
+from helix_transport.agent.state import RunState, TurnState, split_state
 from helix_transport.log import SessionWriter
 from helix_transport.store import Checkpoint, SessionRecord, Store
 
@@ -50,7 +47,7 @@ class RunStart:
         self.hooks = hooks
         self.session_id = record.session_id
 
-    async def state(self, resume_reason: str) -> tuple[RunState, bool]:
+    async def state(self, resume_reason: str) -> tuple[RunProgress, bool]:
         """The run's state, and whether it needs a checkpoint before its first step."""
         record = self.record
         if record.last_sequence == 0:  # a new run (no checkpoint without run_started)
@@ -65,7 +62,7 @@ class RunStart:
             )
             # No checkpoint before step 1: it would hold only what the record's input
             # gives (see initial), so the first model call does not wait for a write.
-            state = RunState(step=0, messages=self.initial().messages)
+            state = RunProgress(step=0, messages=self.initial().messages)
             self.hooks.on_run_start(resumed=False, step=1)
             return state, False
         # None saved: the run ended or died before its first step's checkpoint. Its
@@ -80,12 +77,14 @@ class RunStart:
         self.writer.step = checkpoint.step + 1
         self.writer.emit(resumed_event(checkpoint.step + 1, resume_reason))
         self.hooks.on_run_start(resumed=True, step=checkpoint.step + 1)
-        await self._resumed_turn(checkpoint)
-        state = RunState(
+        user, run = split_state(checkpoint.state)
+        await self._resumed_turn(run)
+        state = RunProgress(
             step=checkpoint.step,
             messages=list(checkpoint.messages),
             usage=checkpoint.usage,
-            state=dict(checkpoint.state),
+            state=user,
+            run=run,
         )
         return state, False
 
@@ -102,7 +101,7 @@ class RunStart:
 
     async def _begin_turn(
         self, checkpoint: Checkpoint, turn: StartedTurn, resume_reason: str
-    ) -> tuple[RunState, bool]:
+    ) -> tuple[RunProgress, bool]:
         """Start a continued session's new turn (see ``helix_transport._turns``)."""
         # Steps go on numbering across turns; the budget counts from the turn's start.
         base = max(checkpoint.step, self.record.step_count)
@@ -117,17 +116,19 @@ class RunStart:
                 until=turn.sequence,
             )
             messages.append({"role": "user", "content": turn.message})
-        state = RunState(
+        user, run = split_state(checkpoint.state)
+        turns = TurnState(
+            turn=turn.turn,
+            base_step=base,
+            sequence=turn.sequence,  # so Continue need not read the log for it
+            fresh=turn.fresh,
+        )
+        state = RunProgress(
             step=base,
             messages=messages,
             usage=checkpoint.usage,
-            state={
-                **checkpoint.state,
-                TURN_KEY: turn.turn,
-                TURN_BASE_KEY: base,
-                TURN_SEQUENCE_KEY: turn.sequence,  # so Continue need not read the log for it
-                TURN_FRESH_KEY: turn.fresh,
-            },
+            state=user,
+            run=RunState(turns=turns, extensions=run.extensions),
         )
         self.writer.step = base + 1
         if resume_reason:  # the process that accepted the turn died before it began
@@ -136,14 +137,14 @@ class RunStart:
         self.hooks.on_turn_start(turn=turn.turn, message=turn.message, fresh=turn.fresh)
         return state, True
 
-    async def _resumed_turn(self, checkpoint: Checkpoint) -> None:
+    async def _resumed_turn(self, run: RunState) -> None:
         """Tell the hooks which turn a resumed run is in, when it is not the first: one
         read of its ``turn_started``, and none without hooks (tracing off)."""
-        at = checkpoint.state.get(TURN_SEQUENCE_KEY)
+        at = run.turns.sequence
         if at is None or self.hooks is NO_HOOKS:
             return
         try:
-            turn = await turn_started_at(self.store, self.session_id, int(at))
+            turn = await turn_started_at(self.store, self.session_id, at)
         except HelixError:  # only the trace would show it; the run's own reads will tell
             logger.warning("session %s: its turn's message is not traced", self.session_id)
             return

@@ -1,4 +1,4 @@
-"""What one step of the run loop decides, and the run state it decides on.
+"""What one step of the run loop decides, and the progress it decides on.
 
 A step turns the model's answer into a ``NextStep`` (``agent.loop`` matches on it):
 
@@ -18,6 +18,7 @@ from typing import Any
 from helix_transport._exceptions import AgentRunError
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.agent.model import ModelResponse, ToolCall, new_tool_call_id
+from helix_transport.agent.state import RunState, joined_state
 from helix_transport.agent.tools import FINISH_TOOL
 from helix_transport.store import Usage
 
@@ -56,14 +57,16 @@ NextStep = CallTools | RunAgain | FinalOutput | Interrupted
 
 
 @dataclass(kw_only=True)
-class RunState:
+class RunProgress:
     """What a run has done so far: what its checkpoint holds."""
 
     step: int
     messages: list[dict[str, Any]]
     usage: Usage = field(default_factory=Usage)
     state: dict[str, Any] = field(default_factory=dict)
-    """Free-form run state, checkpointed with the messages (``ToolContext.state``)."""
+    """The tools' free-form state, checkpointed with the messages (``ToolContext.state``)."""
+    run: RunState = field(default_factory=RunState)
+    """The library's state of the run, checkpointed beside ``state`` (``agent.state``)."""
     error: str = ""
     """Why the run failed, for the hooks (the log and the record have it already)."""
 
@@ -72,13 +75,15 @@ class _StateNotJSON(AgentRunError):
     failure_reason = "invalid_state"
 
 
-def storable(state: dict[str, Any]) -> dict[str, Any]:
-    """``state``, checked to be JSON before a checkpoint carries it to the store.
+def storable(progress: RunProgress) -> dict[str, Any]:
+    """The checkpoint's ``state`` (the tools' and the run state), checked to be JSON
+    before a checkpoint carries it to the store.
 
     A tool that leaves another value there (a set, an object) fails the run with a
     clear error; the store would refuse the checkpoint, and the run would crash and
     resume into the same refusal.
     """
+    state = joined_state(progress.state, progress.run)
     try:
         json.dumps(state)
     except (TypeError, ValueError) as exc:

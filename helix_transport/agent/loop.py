@@ -29,7 +29,6 @@ from typing import Any, TypeVar
 from helix_transport._events import SessionStatus
 from helix_transport._exceptions import AgentRunError, HelixError, ModelAPIError
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
-from helix_transport._turns import TURN_BASE_KEY
 from helix_transport.agent._start import RunStart
 from helix_transport.agent._steps import (
     FINISH_INSTRUCTIONS,
@@ -38,7 +37,7 @@ from helix_transport.agent._steps import (
     FinalOutput,
     Interrupted,
     RunAgain,
-    RunState,
+    RunProgress,
     storable,
     unanswered_tool_calls,
     with_unique_call_ids,
@@ -53,7 +52,7 @@ from helix_transport.agent.definition import Agent
 from helix_transport.agent.hooks import NO_HOOKS, RunHooks, guarded
 from helix_transport.agent.litellm import LitellmModel
 from helix_transport.agent.model import Model, ModelResponse, ToolCall
-from helix_transport.agent.tools import FINISH_TOOL, ToolContext
+from helix_transport.agent.tools import FINISH_TOOL, RunServices, ToolContext
 from helix_transport.log import SessionWriter
 from helix_transport.store import Checkpoint, SessionRecord, SessionUpdate, Store, storable_text
 from helix_transport.transport import ClientPool
@@ -100,6 +99,7 @@ class RunLoop:
         """Lifecycle hooks (tracing); whatever they raise is logged and swallowed."""
         self.session_id = record.session_id
         self._cache: dict[str, Any] = {}  # ToolContext.cache: this run's, for all its tools
+        self._library_cache: dict[str, Any] = {}  # RunServices.cache: the library's own
         self.tools = ToolRunner(
             agent,
             session_id=self.session_id,
@@ -123,12 +123,12 @@ class RunLoop:
             self.hooks.on_run_end(status=status, usage=state.usage, error=state.error)
         return status
 
-    async def _steps(self, state: RunState, *, save: bool) -> SessionStatus:
+    async def _steps(self, state: RunProgress, *, save: bool) -> SessionStatus:
         reason = await self._boundary(state, save=save)
         while True:
             if reason is not None:
                 return await self._end_interrupted(state, reason)
-            if state.step - int(state.state.get(TURN_BASE_KEY, 0)) >= self.agent.max_steps:
+            if state.step - state.run.turns.base_step >= self.agent.max_steps:
                 return await self._fail(
                     state, f"no output after {self.agent.max_steps} steps", "max_steps"
                 )
@@ -145,7 +145,7 @@ class RunLoop:
                     state.step = step
                     reason = await self._boundary(state)
 
-    async def _boundary(self, state: RunState, *, save: bool = True) -> str | None:
+    async def _boundary(self, state: RunProgress, *, save: bool = True) -> str | None:
         """Between steps: the checkpoint (with ``save``) and the interrupt check, side by
         side (one store round trip's wait, not two). Returns the interrupt's reason."""
         check = asyncio.ensure_future(self.store.take_interrupt(self.session_id))
@@ -168,7 +168,7 @@ class RunLoop:
             await asyncio.shield(self._put_back(check))
             raise
 
-    async def _end_interrupted(self, state: RunState, reason: str | None) -> SessionStatus:
+    async def _end_interrupted(self, state: RunProgress, reason: str | None) -> SessionStatus:
         """End the run interrupted; if that write is refused (another replica took the
         session over), the interrupt taken from the store goes back for the run that
         goes on."""
@@ -194,7 +194,7 @@ class RunLoop:
                 exc_info=True,
             )
 
-    async def _step(self, state: RunState) -> FinalOutput | RunAgain:
+    async def _step(self, state: RunProgress) -> FinalOutput | RunAgain:
         """One step: decide (ask the model, or take a cut-off step's calls), then act."""
         match await self._next_step(state):
             case RunAgain() as again:
@@ -203,7 +203,7 @@ class RunLoop:
             case CallTools(calls=calls):
                 return await self._call_tools(state, calls)
 
-    async def _next_step(self, state: RunState) -> CallTools | RunAgain:
+    async def _next_step(self, state: RunProgress) -> CallTools | RunAgain:
         """What the step does, durable before it acts (tool calls with effects are
         checkpointed first, so a resume re-runs these same calls)."""
         calls = unanswered_tool_calls(state.messages)
@@ -219,7 +219,9 @@ class RunLoop:
                 await self._checkpoint(state, step=state.step)
         return CallTools(calls) if calls else RunAgain()
 
-    async def _call_tools(self, state: RunState, calls: list[ToolCall]) -> FinalOutput | RunAgain:
+    async def _call_tools(
+        self, state: RunProgress, calls: list[ToolCall]
+    ) -> FinalOutput | RunAgain:
         """Run the step's calls concurrently; the finish tool's valid output ends the run."""
         async with asyncio.TaskGroup() as group:
             tasks = [
@@ -233,7 +235,7 @@ class RunLoop:
         output = next((o.output_json for o in outcomes if o.output_json is not None), None)
         return RunAgain() if output is None else FinalOutput(output)
 
-    async def _call_model(self, state: RunState) -> ModelResponse:
+    async def _call_model(self, state: RunProgress) -> ModelResponse:
         emit = self.writer.emit
         model = self.agent.resolved_model()
         completer: Model = LitellmModel(model)
@@ -257,7 +259,7 @@ class RunLoop:
             latency_s = time.monotonic() - started
             self.hooks.on_generation_end(model=model, output=response, latency_s=latency_s)
 
-    def _tool_context(self, state: RunState, tool_call_id: str) -> ToolContext:
+    def _tool_context(self, state: RunProgress, tool_call_id: str) -> ToolContext:
         return ToolContext(
             session_id=self.session_id,
             agent_type=self.agent.name,
@@ -265,16 +267,20 @@ class RunLoop:
             step=state.step + 1,
             metadata=self.record.metadata,
             emit=self.writer.emit,
-            emit_encoded=self.writer.emit_encoded,
-            flush=self.writer.flush,
-            store=self.store,
-            clients=self.clients,
-            hooks=self.hooks,
+            run=RunServices(
+                store=self.store,
+                clients=self.clients,
+                flush=self.writer.flush,
+                emit_encoded=self.writer.emit_encoded,
+                hooks=self.hooks,
+                state=state.run,
+                cache=self._library_cache,
+                max_live_children=self.agent.max_live_children,
+            ),
             state=state.state,
             cache=self._cache,
             principal=self.record.principal,
             tenant=self.record.tenant,
-            max_live_children=self.agent.max_live_children,
         )
 
     async def _race(self, work: Awaitable[T]) -> T | Interrupted:
@@ -296,7 +302,7 @@ class RunLoop:
             raise RuntimeError("the step was cancelled without an interrupt")
         return task.result()
 
-    async def _checkpoint(self, state: RunState, *, step: int | None = None) -> None:
+    async def _checkpoint(self, state: RunProgress, *, step: int | None = None) -> None:
         done = state.step if step is None else step
         # The record's progress and the checkpoint ride with the step's events: one
         # write, not three. The writer sets where the checkpoint's log ends.
@@ -307,11 +313,11 @@ class RunLoop:
                 step=done,
                 messages=state.messages,
                 usage=state.usage,
-                state=storable(state.state),
+                state=storable(state),
             ),
         )
 
-    async def _complete(self, state: RunState, output_json: str) -> SessionStatus:
+    async def _complete(self, state: RunProgress, output_json: str) -> SessionStatus:
         self.writer.emit(pb.StreamEvent(output=pb.Output(output_json=output_json)), defer=True)
         await self.writer.finish(
             pb.StreamEvent(completed=pb.Completed(output_json=output_json)),
@@ -328,12 +334,12 @@ class RunLoop:
                 step=state.step,
                 messages=state.messages,
                 usage=state.usage,
-                state=storable(state.state),
+                state=storable(state),
             ),
         )
         return SessionStatus.COMPLETED
 
-    async def _fail(self, state: RunState, error: str, reason: str) -> SessionStatus:
+    async def _fail(self, state: RunProgress, error: str, reason: str) -> SessionStatus:
         error = clipped(storable_text(error))  # the event says what the record will
         state.error = error
         await self.writer.finish(
@@ -348,7 +354,7 @@ class RunLoop:
         )
         return SessionStatus.FAILED
 
-    async def _interrupted(self, state: RunState, reason: str) -> SessionStatus:
+    async def _interrupted(self, state: RunProgress, reason: str) -> SessionStatus:
         await self.writer.finish(
             pb.StreamEvent(interrupted=pb.Interrupted(reason=reason)),
             SessionUpdate(

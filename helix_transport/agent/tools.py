@@ -17,6 +17,7 @@ from helix_transport._events import SessionStatus
 from helix_transport._exceptions import UsageError
 from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
 from helix_transport.agent.hooks import NO_HOOKS, RunHooks
+from helix_transport.agent.state import RunState
 from helix_transport.store import Store
 from helix_transport.transport import ClientPool
 
@@ -30,7 +31,32 @@ DELEGATION_PATH_KEY = "helix.delegation_path"
 """Session metadata key of the session's ``StartRequest.delegation_path`` (a JSON list),
 set by the server that took the ``Start``: a resumed run sends its children the path
 it was started with."""
-_STARTING_KEY = "helix.children.starting"  # ToolContext.cache: children not yet in refs
+_STARTING_KEY = "children.starting"  # RunServices.cache: children not yet in refs
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunServices:
+    """The run's plumbing, for the library's delegation tools (remote agents, companions,
+    dispatch). An agent's own tools need none of it."""
+
+    store: Store
+    """The session's store (sub-session refs live there)."""
+    clients: ClientPool
+    """Shared clients for calling other agent services."""
+    flush: Callable[[], Awaitable[None]]
+    """Wait until every emitted event is durable in the log."""
+    emit_encoded: Callable[[Sequence[bytes]], None] | None = None
+    """Append events given as serialized ``StreamEvent`` payload fields, stamped like
+    ``ToolContext.emit`` (the remote-agent tool forwards a child's events this way)."""
+    hooks: RunHooks = NO_HOOKS
+    """The run's lifecycle hooks (the remote-agent tool reports delegations to them)."""
+    state: RunState = field(default_factory=RunState)
+    """The library's state of the run (turns, the extensions' records), checkpointed
+    beside ``ToolContext.state``, which holds only the tools' own keys."""
+    cache: dict[str, Any] = field(default_factory=dict)
+    """The library's in-memory cache for the run, never saved (as ``ToolContext.cache``)."""
+    max_live_children: int = MAX_LIVE_CHILDREN
+    """Children the session may have running at once (``Agent.max_live_children``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,21 +71,13 @@ class ToolContext:
     """The session's metadata (trace context, root session id...)."""
     emit: Callable[[StreamEvent], None]
     """Append an event to the session's log (its sequence is assigned by the log)."""
-    flush: Callable[[], Awaitable[None]]
-    """Wait until every emitted event is durable in the log."""
-    emit_encoded: Callable[[Sequence[bytes]], None] | None = None
-    """Append events given as serialized ``StreamEvent`` payload fields, stamped like
-    ``emit`` (the remote-agent tool forwards a child's events this way, unparsed)."""
-    store: Store
-    """The session's store (sub-session refs live there)."""
-    clients: ClientPool
-    """Shared clients for calling other agent services."""
-    hooks: RunHooks = NO_HOOKS
-    """The run's lifecycle hooks (the remote-agent tool reports delegations to them)."""
+    run: RunServices
+    """For the library's delegation tools: the store, clients, hooks and run state."""
     state: dict[str, Any] = field(default_factory=dict)
     """The run's free-form state (JSON values), shared by the run's tools and saved with
     every checkpoint: what a tool records here is durable exactly when the conversation
-    that holds its result is (the companion tools keep their children here)."""
+    that holds its result is. It holds the tools' keys only (the library's own state
+    is ``run.state``)."""
     cache: dict[str, Any] = field(default_factory=dict)
     """The run's in-memory cache, shared by its tools and never saved: a restarted run
     starts with it empty, so what it holds must be rebuildable from the store."""
@@ -67,8 +85,6 @@ class ToolContext:
     """Who owns the session: the principal that started it (empty counts as anonymous)."""
     tenant: str = ""
     """The tenant of ``principal``."""
-    max_live_children: int = MAX_LIVE_CHILDREN
-    """Children the session may have running at once (``Agent.max_live_children``)."""
 
     @property
     def child_scope(self) -> str:
@@ -290,12 +306,12 @@ async def reserve_children(ctx: ToolContext, child_ids: Sequence[str]) -> None:
     Raises:
         ToolError: the new children would take the session past ``max_live_children``.
     """
-    limit = ctx.max_live_children
+    limit = ctx.run.max_live_children
     if limit <= 0:
         return
-    refs = await ctx.store.list_subsession_refs(ctx.session_id)
+    refs = await ctx.run.store.list_subsession_refs(ctx.session_id)
     # No await from here on: the count and the reservation are one step.
-    starting: set[str] = ctx.cache.setdefault(_STARTING_KEY, set())
+    starting: set[str] = ctx.run.cache.setdefault(_STARTING_KEY, set())
     starting -= {r.child_session_id for r in refs}
     live = starting | {r.child_session_id for r in refs if r.status is SessionStatus.RUNNING}
     known = live | {r.child_session_id for r in refs}

@@ -82,11 +82,11 @@ async def save_child_ref(
     output_json: str = "",
     error: str = "",
 ) -> None:
-    """Record a child without a stream cursor (companions, dispatched tasks).
+    """Record a child of the companions or of dispatch in the parent's refs.
 
     A running child's ref is what makes the parent's ``Interrupt`` cascade to it.
     """
-    await ctx.store.put_subsession_ref(
+    await ctx.run.store.put_subsession_ref(
         SubSessionRef(
             parent_session_id=ctx.session_id,
             child_session_id=child_id,

@@ -50,7 +50,6 @@ from pydantic import BaseModel, Field, field_validator
 from helix_transport._events import SessionStatus
 from helix_transport._exceptions import AgentRunError, HelixError, SessionNotFound
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
-from helix_transport._turns import TURN_FRESH_KEY, TURN_KEY
 from helix_transport.agent.definition import Agent
 from helix_transport.agent.loop import NUDGE
 from helix_transport.agent.tools import (
@@ -70,7 +69,8 @@ from helix_transport.delegation.forwarded import start_logged
 from helix_transport.delegation.spans import end_delegation, open_delegation, reopen_delegations
 from helix_transport.registry import resolve_address
 
-STATE_KEY = "helix.dispatch"
+STATE_KEY = "dispatch"
+"""Dispatch's entry of ``RunState.extensions``: the run's batches."""
 UNREACHABLE_PAUSE_S = 0.25
 """While parked, the pause before waiting again for a task whose service stayed
 unreachable past the client's reconnect deadline."""
@@ -246,9 +246,9 @@ class Dispatcher:
         metadata = child_metadata(ctx, trace_context)
         logged = False
         try:
-            client = await ctx.clients.get(task.address)
+            client = await ctx.run.clients.get(task.address)
             # A task re-run by a resumed parent: its subagent_start may be in the log.
-            rejoined = await ctx.store.get_subsession_ref(ctx.session_id, task.session_id)
+            rejoined = await ctx.run.store.get_subsession_ref(ctx.session_id, task.session_id)
             logged = rejoined is not None and await start_logged(ctx, task.session_id)
             # The ref before the Start, so that an interrupt cascading while the Start
             # is in flight finds the child (see cascade.Cascade).
@@ -287,10 +287,10 @@ class Dispatcher:
         await reopen_delegations(ctx)  # the spans of tasks a stopped run left open
         state = _state(ctx)
         # The deadline is per turn: a continued session gets a fresh clock and pass.
-        turn = int(ctx.state.get(TURN_KEY, 1))
+        turn = ctx.run.state.turns.turn
         if state.get("turn", 1) != turn:
             state.update(turn=turn, started_at=time.time(), final_pass_step=None)
-            if ctx.state.get(TURN_FRESH_KEY):
+            if ctx.run.state.turns.fresh:
                 # A fresh turn's conversation never dispatched the earlier tasks: their
                 # results would be news to it, and a pass ending would park for them.
                 for batch in state["batches"]:
@@ -348,7 +348,7 @@ class Dispatcher:
         the client's reconnect deadline: it waits again; the run's deadline bounds it."""
         while True:
             try:
-                client = await ctx.clients.get(task["address"])
+                client = await ctx.run.clients.get(task["address"])
                 status = await client.wait(task["session_id"])
             except SessionNotFound:
                 status = _GONE
@@ -366,7 +366,7 @@ class Dispatcher:
 
         async def stop(task: dict[str, Any]) -> None:
             with contextlib.suppress(HelixError):  # best effort; it is reported timed out
-                client = await ctx.clients.get(task["address"])
+                client = await ctx.run.clients.get(task["address"])
                 await client.interrupt(task["session_id"], reason="the parent's deadline passed")
             task["status"], task["error"] = "timed_out", "the run's deadline passed"
             await _save_ref(ctx, _Task(**task))
@@ -401,7 +401,7 @@ class Dispatcher:
         """``task``'s status, recorded in the task and its ref once it has ended; while
         its service cannot be reached, still running as far as we know."""
         try:
-            client = await ctx.clients.get(task["address"])
+            client = await ctx.run.clients.get(task["address"])
             status = await client.get_status(task["session_id"])
         except SessionNotFound:
             status = _GONE
@@ -422,7 +422,7 @@ class Dispatcher:
 
 
 def _state(ctx: ToolContext) -> dict[str, Any]:
-    state: dict[str, Any] = ctx.state.setdefault(STATE_KEY, {"batches": []})
+    state: dict[str, Any] = ctx.run.state.extensions.setdefault(STATE_KEY, {"batches": []})
     return state
 
 

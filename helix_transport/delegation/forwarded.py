@@ -9,7 +9,7 @@ from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.agent.tools import ToolContext
 from helix_transport.store import Store, pages
 
-_FORWARDED_KEY = "helix.remote.forwarded"  # ToolContext.cache key of the run's ForwardedSoFar
+_FORWARDED_KEY = "remote.forwarded"  # RunServices.cache key of the run's ForwardedSoFar
 
 
 @dataclasses.dataclass
@@ -87,8 +87,8 @@ async def start_logged(ctx: ToolContext, child_id: str) -> bool:
 
 
 def forwarded_so_far(ctx: ToolContext) -> ForwardedSoFar:
-    """The run's ``ForwardedSoFar`` (one per run, kept in ``ctx.cache``)."""
-    index = ctx.cache.get(_FORWARDED_KEY)
+    """The run's ``ForwardedSoFar`` (one per run, kept in ``ctx.run.cache``)."""
+    index = ctx.run.cache.get(_FORWARDED_KEY)
     if not isinstance(index, ForwardedSoFar):
-        index = ctx.cache[_FORWARDED_KEY] = ForwardedSoFar(ctx.store, ctx.session_id)
+        index = ctx.run.cache[_FORWARDED_KEY] = ForwardedSoFar(ctx.run.store, ctx.session_id)
     return index

@@ -49,16 +49,10 @@ from helix_transport.delegation.cascade import Cascade
 from helix_transport.delegation.children import child_metadata, subagent_ended, subagent_started
 from helix_transport.delegation.forwarded import Logged, forwarded_so_far
 from helix_transport.registry import resolve_address
-from helix_transport.store import RemoteCursor, SubSessionRef
+from helix_transport.store import SubSessionRef
 from helix_transport.transport import AgentClient, ClientAuth
 
 logger = logging.getLogger(__name__)
-
-REF_SAVE_SECONDS = 0.25
-"""The sub-session ref's ``last_sequence`` is written at most this often, not per event.
-
-Time-based only: a count trigger made the forwarder wait for the parent's log on
-every batch, which halved two-hop throughput (`helix-mesh bench`, scenario 4)."""
 
 
 def child_session_id(parent_session_id: str, tool_call_id: str, scope: str) -> str:
@@ -146,7 +140,7 @@ class _RemoteDelegation:
         input_json = args.model_dump_json() if isinstance(args, BaseModel) else json.dumps(args)
         try:
             address = self.address or resolve_address(self.agent_type)
-            client = await ctx.clients.get(address)
+            client = await ctx.run.clients.get(address)
         except HelixError as exc:
             raise ToolError(f"{self.agent_type}: {exc.message}") from exc
         call = _ChildCall(ctx, client, agent_type=self.agent_type, address=address)
@@ -170,13 +164,12 @@ class _ChildCall:
             agent_type=agent_type,
             tool_call_id=ctx.tool_call_id,
             address=address,
-            remote=RemoteCursor(stream_id=self.child_id),
         )
 
     async def run(self, input_json: str, *, timeout_s: float | None = None) -> Any:
         ctx = self.ctx
         await reserve_children(ctx, [self.child_id])
-        existing = await ctx.store.get_subsession_ref(ctx.session_id, self.child_id)
+        existing = await ctx.run.store.get_subsession_ref(ctx.session_id, self.child_id)
         last, logged = 0, Logged()
         if existing is not None:  # a resumed parent rejoining its child
             self.ref = dataclasses.replace(existing, address=self.address)
@@ -184,12 +177,12 @@ class _ChildCall:
             last = logged.last_sequence
             if logged.end is not None:  # its end is in the log: the call is over
                 return await self._ended_before(logged.end)
-            await self._save(last_sequence=last)  # this process's address for the child
+            await self._save()  # this process's address for the child
         else:
             # The ref before anything else: an interrupt cascading while the Start is in
             # flight finds the child (see Cascade), and a parent resumed after its
             # subagent_start reached the log rejoins (the log is read only then).
-            await self._save(last_sequence=0)
+            await self._save()
         if self.child_id not in logged.started:
             ctx.emit(
                 subagent_started(
@@ -200,7 +193,7 @@ class _ChildCall:
                 )
             )
         # The trace context of this delegation (W3C `traceparent`), for the child's spans.
-        trace_context = ctx.hooks.on_delegation_start(
+        trace_context = ctx.run.hooks.on_delegation_start(
             tool_call_id=ctx.tool_call_id,
             child_session_id=self.child_id,
             agent_type=self.agent_type,
@@ -272,9 +265,8 @@ class _ChildCall:
         ``None`` when the parent's log already held every event of the finished child.
         """
         ctx = self.ctx
-        emit, emit_encoded = ctx.emit, ctx.emit_encoded
+        emit, emit_encoded = ctx.emit, ctx.run.emit_encoded
         prefix = child_event_prefix(ctx.tool_call_id)
-        saved_at = time.monotonic()
         final: pb.StreamEvent | None = None
         # A batch at a time: this loop runs once per child event on the parent, the
         # busiest process of a delegation, so it does no per-event work it can share.
@@ -291,11 +283,6 @@ class _ChildCall:
             final = batch[-1]
             if is_terminal(final):
                 break  # its end is recorded by _end, outside the call's timeout
-            if time.monotonic() - saved_at > REF_SAVE_SECONDS:
-                # The ref only claims events the parent's log already holds.
-                await ctx.flush()
-                await self._save(last_sequence=final.sequence)
-                saved_at = time.monotonic()
         return final
 
     async def _final_from_status(self) -> pb.StreamEvent:
@@ -313,7 +300,7 @@ class _ChildCall:
 
     async def _end(self, status: SessionStatus, *, output_json: str = "", error: str = "") -> Any:
         ctx = self.ctx
-        ctx.hooks.on_delegation_end(
+        ctx.run.hooks.on_delegation_end(
             tool_call_id=ctx.tool_call_id,
             child_session_id=self.child_id,
             status=status,
@@ -332,7 +319,7 @@ class _ChildCall:
         # Side by side, not one after the other: after a crash the parent's log, not the
         # ref, says what was forwarded (see ForwardedSoFar), so either may land first.
         await asyncio.gather(
-            ctx.flush(),
+            ctx.run.flush(),
             self._save(
                 status=status, output_json=output_json, error=error, completed_at=time.time()
             ),
@@ -342,18 +329,13 @@ class _ChildCall:
         return json.loads(output_json)
 
     async def _save(self, **changes: Any) -> None:
-        if "last_sequence" in changes:
-            cursor = RemoteCursor(
-                stream_id=self.child_id, last_sequence=changes.pop("last_sequence")
-            )
-            changes["remote"] = cursor
         self.ref = dataclasses.replace(self.ref, **changes)
-        await self.ctx.store.put_subsession_ref(self.ref)
+        await self.ctx.run.store.put_subsession_ref(self.ref)
 
     async def _stop(self, reason: str) -> None:
         """Ask the child to stop: a child the parent no longer follows must not run on
         unseen, its ref failed and out of any later cascade's reach."""
-        cascade = Cascade(self.ctx.store, self.ctx.clients)
+        cascade = Cascade(self.ctx.run.store, self.ctx.run.clients)
         await cascade.interrupt_refs([self.ref], reason=reason)  # running: saved before Start
 
     async def give_up(self, reason: str) -> None:

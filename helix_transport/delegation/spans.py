@@ -26,30 +26,29 @@ from typing import Any
 
 from helix_transport._events import SessionStatus
 from helix_transport._exceptions import HelixError
-from helix_transport._turns import TURN_KEY
 from helix_transport.agent.hooks import NO_HOOKS
 from helix_transport.agent.tools import ToolContext
 
 logger = logging.getLogger("helix.tracing")
 
-STATE_KEY = "helix.delegations"
-"""Run state: child session id -> the open span's tool call id, agent type and turn."""
-_OPENED_KEY = "helix.delegations.opened"  # ctx.cache: child ids this run opened a span for
-_REOPENED_KEY = "helix.delegations.reopened"  # ctx.cache: set once this run reopened spans
+STATE_KEY = "delegations"
+"""``RunState.extensions`` entry: child session id -> the open span's tool call id, agent type and turn."""
+_OPENED_KEY = "delegations.opened"  # ctx.run.cache: child ids this run opened a span for
+_REOPENED_KEY = "delegations.reopened"  # ctx.run.cache: set once this run reopened spans
 
 
 def _spans(ctx: ToolContext) -> dict[str, dict[str, Any]]:
-    spans: dict[str, dict[str, Any]] = ctx.state.setdefault(STATE_KEY, {})
+    spans: dict[str, dict[str, Any]] = ctx.run.state.extensions.setdefault(STATE_KEY, {})
     return spans
 
 
 def _opened(ctx: ToolContext) -> set[str]:
-    opened: set[str] = ctx.cache.setdefault(_OPENED_KEY, set())
+    opened: set[str] = ctx.run.cache.setdefault(_OPENED_KEY, set())
     return opened
 
 
 def _turn(ctx: ToolContext) -> int:
-    return int(ctx.state.get(TURN_KEY, 1))
+    return ctx.run.state.turns.turn
 
 
 def open_delegation(
@@ -57,7 +56,7 @@ def open_delegation(
 ) -> Mapping[str, str]:
     """Open the span of a child the tool call ``ctx`` starts; returns its trace context,
     for ``child_metadata``."""
-    if ctx.hooks is NO_HOOKS:
+    if ctx.run.hooks is NO_HOOKS:
         return {}
     _spans(ctx)[child_session_id] = {
         "tool_call_id": ctx.tool_call_id,
@@ -65,7 +64,7 @@ def open_delegation(
         "turn": _turn(ctx),
     }
     _opened(ctx).add(child_session_id)
-    return ctx.hooks.on_delegation_start(
+    return ctx.run.hooks.on_delegation_start(
         tool_call_id=ctx.tool_call_id, child_session_id=child_session_id, agent_type=agent_type
     )
 
@@ -75,10 +74,10 @@ def end_delegation(
 ) -> None:
     """End the child's span with how it ended; nothing when it is not open (ended
     already, or cut off with an earlier turn's run)."""
-    span = ctx.state.get(STATE_KEY, {}).pop(child_session_id, None)
+    span = ctx.run.state.extensions.get(STATE_KEY, {}).pop(child_session_id, None)
     if span is None:
         return
-    ctx.hooks.on_delegation_end(
+    ctx.run.hooks.on_delegation_end(
         tool_call_id=span["tool_call_id"],
         child_session_id=child_session_id,
         status=status,
@@ -89,10 +88,10 @@ def end_delegation(
 async def reopen_delegations(ctx: ToolContext) -> None:
     """At a run's first step: open again the spans an earlier run of this turn left
     open (see the module docstring). One read of the refs, and only when there are any."""
-    if ctx.cache.get(_REOPENED_KEY) or ctx.hooks is NO_HOOKS:
+    if ctx.run.cache.get(_REOPENED_KEY) or ctx.run.hooks is NO_HOOKS:
         return
-    ctx.cache[_REOPENED_KEY] = True
-    spans, turn, opened = ctx.state.get(STATE_KEY), _turn(ctx), _opened(ctx)
+    ctx.run.cache[_REOPENED_KEY] = True
+    spans, turn, opened = ctx.run.state.extensions.get(STATE_KEY), _turn(ctx), _opened(ctx)
     if not spans:
         return
     for child_id in [c for c, span in spans.items() if span["turn"] != turn]:
@@ -101,7 +100,7 @@ async def reopen_delegations(ctx: ToolContext) -> None:
     if not left:
         return
     try:
-        listed = await ctx.store.list_subsession_refs(ctx.session_id)
+        listed = await ctx.run.store.list_subsession_refs(ctx.session_id)
     except HelixError:  # only traces would miss them: lost, never exported twice
         logger.warning("session %s: delegation spans not reopened", ctx.session_id)
         return
@@ -113,7 +112,7 @@ async def reopen_delegations(ctx: ToolContext) -> None:
             continue
         span = spans[child_id]
         opened.add(child_id)
-        ctx.hooks.on_delegation_start(
+        ctx.run.hooks.on_delegation_start(
             tool_call_id=span["tool_call_id"],
             child_session_id=child_id,
             agent_type=span["agent_type"],

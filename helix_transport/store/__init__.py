@@ -25,7 +25,6 @@ from helix_transport.store._base import (
 from helix_transport.store._records import (
     Checkpoint,
     ChildCommand,
-    RemoteCursor,
     SessionRecord,
     SessionUpdate,
     SubSessionRef,
@@ -56,7 +55,6 @@ __all__ = [
     "OutboxStore",
     "PostgresStore",
     "RedisStore",
-    "RemoteCursor",
     "SessionRecord",
     "SessionStore",
     "SessionUpdate",

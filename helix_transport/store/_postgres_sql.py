@@ -9,7 +9,6 @@ from typing import Any
 from helix_transport._events import SessionStatus
 from helix_transport.store._records import (
     Checkpoint,
-    RemoteCursor,
     SessionRecord,
     SessionUpdate,
     SubSessionRef,
@@ -22,8 +21,9 @@ _SESSION_COLUMNS = [f.name for f in dataclasses.fields(SessionRecord)]
 # What append may change; leases are written only by the lease methods.
 _STATE_COLUMNS = [f.name for f in dataclasses.fields(SessionUpdate)]
 _STATE_COLUMNS += ["last_sequence", "updated_at", "finished_at"]
-_REF_COLUMNS = [f.name for f in dataclasses.fields(SubSessionRef) if f.name != "remote"]
-_REF_COLUMNS += ["remote_stream_id", "remote_last_sequence"]
+# The remote_stream_id and remote_last_sequence columns are no longer written (a cursor
+# nothing read); rows written before keep them, and reading ignores them.
+_REF_COLUMNS = [f.name for f in dataclasses.fields(SubSessionRef)]
 
 
 def _upsert(table: str, columns: list[str], keys: tuple[str, ...], *, replace: bool) -> str:
@@ -144,10 +144,6 @@ def _columns(obj: Any) -> dict[str, Any]:
     values: dict[str, Any] = {}
     for f in dataclasses.fields(obj):
         value = getattr(obj, f.name)
-        if f.name == "remote":  # a SubSessionRef's cursor: two nullable columns
-            values["remote_stream_id"] = None if value is None else value.stream_id
-            values["remote_last_sequence"] = None if value is None else value.last_sequence
-            continue
         if isinstance(value, SessionStatus):
             value = value.value
         elif isinstance(value, Usage):
@@ -168,6 +164,4 @@ def _session_from_row(row: Any) -> SessionRecord:
 
 def _ref_from_row(row: Any) -> SubSessionRef:
     fields = {name: row[name] for name in _REF_COLUMNS}
-    stream_id, last = fields.pop("remote_stream_id"), fields.pop("remote_last_sequence")
-    remote = None if stream_id is None else RemoteCursor(stream_id=stream_id, last_sequence=last)
-    return SubSessionRef(**fields | {"status": SessionStatus(row["status"]), "remote": remote})
+    return SubSessionRef(**fields | {"status": SessionStatus(row["status"])})

@@ -147,16 +147,6 @@ class Checkpoint:
 
 
 @dataclass(frozen=True, kw_only=True)
-class RemoteCursor:
-    """Where a parent is in a remote child's stream."""
-
-    stream_id: str
-    """The child's session id on the remote service."""
-    last_sequence: int = 0
-    """The last child sequence the parent has recorded."""
-
-
-@dataclass(frozen=True, kw_only=True)
 class SubSessionRef:
     """A parent's record of one of its children."""
 
@@ -169,7 +159,6 @@ class SubSessionRef:
     """The child service's address, for a remote child."""
     started_at: float = field(default_factory=time.time)
     completed_at: float | None = None
-    remote: RemoteCursor | None = None
     output_json: str = ""
     error: str = ""
     failure_reason: str = ""

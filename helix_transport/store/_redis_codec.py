@@ -11,7 +11,6 @@ from helix_transport._events import SessionStatus
 from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
 from helix_transport.store._records import (
     Checkpoint,
-    RemoteCursor,
     SessionRecord,
     SessionUpdate,
     SubSessionRef,
@@ -90,8 +89,7 @@ def _ref_to_json(ref: SubSessionRef) -> str:
 def _ref_from_json(raw: bytes) -> SubSessionRef:
     data = json.loads(raw)
     data["status"] = SessionStatus(data["status"])
-    if data["remote"] is not None:
-        data["remote"] = RemoteCursor(**data["remote"])
+    data.pop("remote", None)  # a cursor refs written before carried; nothing read it
     return SubSessionRef(**data)
 
 

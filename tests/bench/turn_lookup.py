@@ -20,7 +20,8 @@ import time
 from pathlib import Path
 
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
-from helix_transport._turns import TURN_KEY, TURN_SEQUENCE_KEY, count_turns, read_turns
+from helix_transport._turns import count_turns, read_turns
+from helix_transport.agent.state import RunState, TurnState, joined_state
 from helix_transport.bench.streams import STORES, bench_store
 from helix_transport.store import Checkpoint, SessionRecord, Store
 
@@ -39,7 +40,7 @@ async def _build(store: Store, session_id: str, turns: int, deltas: int) -> int:
         state: dict[str, object] = {}
         if turn > 1:
             events.insert(0, pb.StreamEvent(turn_started=pb.TurnStarted(turn=turn, message="m")))
-            state = {TURN_KEY: turn, TURN_SEQUENCE_KEY: last + 1}
+            state = joined_state({}, RunState(turns=TurnState(turn=turn, sequence=last + 1)))
         for start in range(0, len(events), 500):
             last = await store.append(
                 session_id, events[start : start + 500], expected_sequence=last

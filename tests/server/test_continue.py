@@ -30,8 +30,8 @@ from helix_transport import (
     create_server,
 )
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
-from helix_transport._turns import TURN_SEQUENCE_KEY
 from helix_transport.agent.scripted import ScriptedTurn, finish, register_script
+from helix_transport.agent.state import RUN_STATE_KEY
 from helix_transport.store import Checkpoint, MemoryStore, Store
 from services.critic import agent as critic
 from tests.agents import counter, looper
@@ -320,7 +320,14 @@ class _CountsReads(MemoryStore):
     async def load_checkpoint(self, session_id: str) -> Checkpoint | None:
         checkpoint = await super().load_checkpoint(session_id)
         if checkpoint is not None and self.old_checkpoints:
-            checkpoint.state.pop(TURN_SEQUENCE_KEY, None)
+            # That version kept the turn as "helix.*" keys among the tools' state.
+            run = checkpoint.state.pop(RUN_STATE_KEY, None) or {"turns": {}, "extensions": {}}
+            turns = run["turns"]
+            checkpoint.state["helix.turn"] = turns.get("turn", 1)
+            checkpoint.state["helix.turn_base_step"] = turns.get("base_step", 0)
+            checkpoint.state["helix.turn_fresh"] = turns.get("fresh", False)
+            for name, value in run["extensions"].items():
+                checkpoint.state[f"helix.{name}"] = value
         return checkpoint
 
 

@@ -9,6 +9,7 @@ pass by silently not testing Redis.
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable
@@ -28,6 +29,7 @@ from helix_transport.store import (
     Checkpoint,
     SessionUpdate,
     Store,
+    SubSessionRef,
 )
 from helix_transport.store.redis import RedisStore
 from helix_transport.testing.store_suite import (
@@ -297,3 +299,23 @@ async def test_a_checkpoint_rides_in_its_appends_atomic_write(store: RedisStore)
     assert await store.load_checkpoint("s-1") == checkpoint
     record = await store.get_session("s-1")
     assert record is not None and record.status is SessionStatus.COMPLETED
+
+
+async def test_a_ref_written_with_a_stream_cursor_reads_without_it(
+    store: RedisStore, redis_client: aioredis.Redis, prefix: str
+) -> None:
+    # Refs of remote children once carried a cursor ("remote") nothing read.
+    ref = SubSessionRef(
+        parent_session_id="p", child_session_id="c", agent_type="a", tool_call_id="t"
+    )
+    await store.put_subsession_ref(ref)
+    key = f"{prefix}:refs:p"
+    stored = json.loads(await cast(Awaitable[bytes], redis_client.hget(key, "c")))
+    await cast(
+        Awaitable[int],
+        redis_client.hset(
+            key, "c", json.dumps({**stored, "remote": {"stream_id": "c", "last_sequence": 9}})
+        ),
+    )
+    assert await store.list_subsession_refs("p") == [ref]
+    assert await store.get_subsession_ref("p", "c") == ref

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import sqlite3
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from helix_transport._events import SessionStatus
 from helix_transport._exceptions import (
     SequenceConflict,
     SessionNotFound,
@@ -25,6 +27,7 @@ from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.store import (
     SqliteStore,
     Store,
+    SubSessionRef,
 )
 from helix_transport.store.sqlite import _log, _schema, _sessions, _worker
 from helix_transport.testing.store_suite import (
@@ -418,3 +421,25 @@ async def test_an_in_memory_database_has_no_checkpointer() -> None:
     store = await SqliteStore.open(":memory:")
     assert store._checkpointer is None
     await store.aclose()
+
+
+async def test_a_ref_written_with_a_stream_cursor_reads_without_it(tmp_path: Path) -> None:
+    # Refs of remote children once carried a cursor (remote_* columns) nothing read:
+    # rows written then still read, the cursor ignored, and a rewrite leaves them be.
+    path = str(tmp_path / "helix.db")
+    ref = SubSessionRef(
+        parent_session_id="p", child_session_id="c", agent_type="a", tool_call_id="t"
+    )
+    store = await SqliteStore.open(path)
+    await store.put_subsession_ref(ref)
+    await store.aclose()
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE subsession_refs SET remote_stream_id = 'c', remote_last_sequence = 9")
+    store = await SqliteStore.open(path)
+    try:
+        assert await store.list_subsession_refs("p") == [ref]
+        ended = dataclasses.replace(ref, status=SessionStatus.COMPLETED, output_json="{}")
+        await store.put_subsession_ref(ended)
+        assert await store.get_subsession_ref("p", "c") == ended
+    finally:
+        await store.aclose()

@@ -455,7 +455,8 @@ async def test_a_span_a_stopped_run_left_open_is_opened_again_and_exported_once(
     # earlier turn neither (that turn's run cut it off).
     import copy
 
-    from helix_transport.agent.tools import ToolContext
+    from helix_transport.agent.state import joined_state, split_state
+    from helix_transport.agent.tools import RunServices, ToolContext
     from helix_transport.delegation.spans import (
         end_delegation,
         open_delegation,
@@ -483,7 +484,10 @@ async def test_a_span_a_stopped_run_left_open_is_opened_again_and_exported_once(
             )
         )
 
-    def run(state: dict[str, Any]) -> tuple[SpanHooks, ToolContext]:
+    def run(stored: dict[str, Any], *, turn: int = 1) -> tuple[SpanHooks, ToolContext]:
+        """A run resumed from a checkpoint whose ``state`` is ``stored``, in ``turn``."""
+        state, run_state = split_state(stored)
+        run_state.turns.turn = turn
         hooks = SpanHooks(traced.tracing.tracer, agent_type="coordinator", record=record)
         hooks.on_run_start(resumed=True, step=1)
 
@@ -497,10 +501,9 @@ async def test_a_span_a_stopped_run_left_open_is_opened_again_and_exported_once(
             step=1,
             metadata={},
             emit=lambda event: None,
-            flush=flush,
-            store=store,
-            clients=ClientPool(),
-            hooks=hooks,
+            run=RunServices(
+                flush=flush, store=store, clients=ClientPool(), hooks=hooks, state=run_state
+            ),
             state=state,
         )
         return hooks, ctx
@@ -512,7 +515,7 @@ async def test_a_span_a_stopped_run_left_open_is_opened_again_and_exported_once(
     hooks, ctx = run({})
     await ref(SessionStatus.RUNNING)
     assert "traceparent" in open_delegation(ctx, child_session_id=child, agent_type="researcher")
-    checkpoint = copy.deepcopy(ctx.state)
+    checkpoint = copy.deepcopy(joined_state(ctx.state, ctx.run.state))
     hooks.on_run_end(status=SessionStatus.RUNNING, usage=Usage(), error="")
     assert delegations() == []
     # Run 2 opens it again at its first step (a re-run of the call too: the same span),
@@ -535,7 +538,7 @@ async def test_a_span_a_stopped_run_left_open_is_opened_again_and_exported_once(
     assert delegation.parent is not None  # under run 2's run span (its tool call is over)
     # A span of an earlier turn (cut off when that turn's run ended) stays closed.
     await ref(SessionStatus.RUNNING)
-    hooks, ctx = run({**copy.deepcopy(checkpoint), "helix.turn": 2})
+    hooks, ctx = run(copy.deepcopy(checkpoint), turn=2)
     await reopen_delegations(ctx)
     end_delegation(ctx, child_session_id=child, status=SessionStatus.COMPLETED)
     hooks.on_run_end(status=SessionStatus.COMPLETED, usage=Usage(), error="")

@@ -17,8 +17,8 @@ from helix_transport.agent.tools import (
 )
 
 PREFIX = "companion__"
-STATE_KEY = "helix.companions"
-"""Where the companions keep their children in the parent run's state."""
+STATE_KEY = "companions"
+"""The companions' entry of the parent run's ``RunState.extensions``: its children."""
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$"
 """Names become part of session ids, so they use the session-id alphabet."""
 MAX_INBOX = 16
@@ -145,10 +145,10 @@ class Child:
 
 
 class Children:
-    """The ``STATE_KEY`` entry of a run's state, with typed access."""
+    """The ``STATE_KEY`` entry of a run's ``RunState.extensions``, with typed access."""
 
-    def __init__(self, state: dict[str, Any]) -> None:
-        self.raw = state.setdefault(STATE_KEY, {"counters": {}, "children": {}})
+    def __init__(self, extensions: dict[str, Any]) -> None:
+        self.raw = extensions.setdefault(STATE_KEY, {"counters": {}, "children": {}})
 
     def get(self, name: str) -> Child | None:
         entry = self.raw["children"].get(name)
@@ -173,7 +173,7 @@ class Children:
                 return name
 
 
-_LOCKS_KEY = "helix.companions.locks"
+_LOCKS_KEY = "companions.locks"
 
 
 def lock(ctx: ToolContext, name: str) -> asyncio.Lock:
@@ -181,5 +181,5 @@ def lock(ctx: ToolContext, name: str) -> asyncio.Lock:
     the model called them, each on the child as the one before left it (concurrent
     calls used to write back stale copies: an outcome marked delivered was unmarked,
     and pushed twice)."""
-    locks: dict[str, asyncio.Lock] = ctx.cache.setdefault(_LOCKS_KEY, {})
+    locks: dict[str, asyncio.Lock] = ctx.run.cache.setdefault(_LOCKS_KEY, {})
     return locks.setdefault(name, asyncio.Lock())

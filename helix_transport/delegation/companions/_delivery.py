@@ -24,7 +24,7 @@ class Delivery(Lifecycle):
     ) -> list[dict[str, Any]]:
         """The step hook: one message about every child that finished undelivered."""
         await reopen_delegations(ctx)  # the spans of children a stopped run left open
-        children = Children(ctx.state).all()
+        children = Children(ctx.run.state.extensions).all()
         plain = [c for c in children if not c.delivered and not c.inbox]
         queued = [c for c in children if c.inbox]
         if not plain and not queued:
@@ -55,7 +55,7 @@ class Delivery(Lifecycle):
         of it (see "Queued messages" in the module docstring)."""
         name, count = child.name, len(child.inbox)
         try:
-            client = await ctx.clients.get(child.address)
+            client = await ctx.run.clients.get(child.address)
             # Asked only once the child is not running: a status is one record read, where
             # a Continue, refused while the turn runs, also reads the checkpoint and log.
             status = await client.get_status(child.session_id)
@@ -78,7 +78,7 @@ class Delivery(Lifecycle):
                 return []
             lines = [] if child.delivered else [self._notify(ctx, child)]
             child.inbox = []
-            Children(ctx.state).put(child)
+            Children(ctx.run.state.extensions).put(child)
             return [
                 *lines,
                 f"Sub-agent {name!r}: your {count} queued message(s) were dropped, as its "
@@ -86,7 +86,7 @@ class Delivery(Lifecycle):
             ]
         except SessionExists:  # someone else started that turn with other messages
             child.inbox = []
-            Children(ctx.state).put(child)
+            Children(ctx.run.state.extensions).put(child)
             return [f"Sub-agent {name!r}: your {count} queued message(s) were dropped, as "
                     "another caller started its next turn."]  # fmt: skip
         except HelixError:

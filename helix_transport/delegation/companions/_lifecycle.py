@@ -54,9 +54,11 @@ class Lifecycle:
         try:
             await reserve_children(ctx, [child.session_id])
         except ToolError:
-            Children(ctx.state).raw["children"].pop(name, None)  # free a reserved name
+            Children(ctx.run.state.extensions).raw["children"].pop(
+                name, None
+            )  # free a reserved name
             raise
-        client = await ctx.clients.get(address)
+        client = await ctx.run.clients.get(address)
         # One delegation span per child, not per turn: the child keeps the trace context
         # of its Start (Continue carries none), so every turn's run nests under it.
         trace_context = open_delegation(
@@ -65,7 +67,7 @@ class Lifecycle:
         metadata = child_metadata(ctx, trace_context)
         # The ref before the Start, so that an interrupt cascading while the Start is in
         # flight finds the child (see cascade.Cascade).
-        previous = await ctx.store.get_subsession_ref(ctx.session_id, child.session_id)
+        previous = await ctx.run.store.get_subsession_ref(ctx.session_id, child.session_id)
         await self._save_ref(ctx, child)
         try:
             await client.start(
@@ -88,7 +90,7 @@ class Lifecycle:
                 # before the parent crashed, say) still says what that session is; with
                 # none, a failed one keeps cascades away from a session not ours.
                 if previous is not None:
-                    await ctx.store.put_subsession_ref(previous)
+                    await ctx.run.store.put_subsession_ref(previous)
                 else:
                     child.status, child.error = "failed", f"could not start: {exc.message}"
                     await self._save_ref(ctx, child)
@@ -97,7 +99,9 @@ class Lifecycle:
                 ) from None
             child.status, child.error = "failed", f"could not start: {exc.message}"
             await self._save_ref(ctx, child)  # not running: nothing to cascade to
-            Children(ctx.state).raw["children"].pop(name, None)  # free a reserved name
+            Children(ctx.run.state.extensions).raw["children"].pop(
+                name, None
+            )  # free a reserved name
             raise ToolError(f"could not spawn {name!r}: {exc.message}") from exc
         # A spawn re-run by a resumed parent: its subagent_start may be in the log.
         logged = previous is not None and await start_logged(ctx, child.session_id)
@@ -114,7 +118,7 @@ class Lifecycle:
         re-running this call after a crash names the same turn and rejoins it.
         """
         config = self.types[child.agent_type]
-        client = await ctx.clients.get(child.address)
+        client = await ctx.run.clients.get(child.address)
         turn = child.turn + 1
         replaced = await self._running_ref(
             ctx, dataclasses.replace(child, tool_call_id=ctx.tool_call_id)
@@ -159,20 +163,20 @@ class Lifecycle:
         """Record ``child`` running before asking it for a turn, as ``_start`` does
         before a Start: an interrupt cascading while the request is in flight finds it
         (the turn starts even if the parent stops waiting). Returns the ref replaced."""
-        replaced = await ctx.store.get_subsession_ref(ctx.session_id, child.session_id)
+        replaced = await ctx.run.store.get_subsession_ref(ctx.session_id, child.session_id)
         await self._save_ref(ctx, dataclasses.replace(child, status="running", error=""))
         return replaced
 
     async def _put_back(self, ctx: ToolContext, replaced: SubSessionRef | None) -> None:
         """A turn refused: the child's ref goes back to what it said."""
         if replaced is not None:
-            await ctx.store.put_subsession_ref(replaced)
+            await ctx.run.store.put_subsession_ref(replaced)
 
     async def _began(
         self, ctx: ToolContext, child: Child, *, ref_saved: bool = False, logged: bool = False
     ) -> None:
         """Record the turn begun; ``logged``: its ``subagent_start`` is in the log already."""
-        Children(ctx.state).put(child)
+        Children(ctx.run.state.extensions).put(child)
         if not logged:
             ctx.emit(
                 subagent_started(
@@ -217,12 +221,12 @@ class Lifecycle:
         )
         ended = dataclasses.replace(child)
         try:
-            client = await ctx.clients.get(child.address)
+            client = await ctx.run.clients.get(child.address)
             await self._record_end(client, ended, following.from_sequence)
         except HelixError:
             return following, None, 0  # how it ended is out of reach; the turn goes on
         previous = self._unseen_outcome(ctx, ended)
-        Children(ctx.state).put(following)  # the entry is the new turn's again
+        Children(ctx.run.state.extensions).put(following)  # the entry is the new turn's again
         dropped = len(child.inbox) if ended.status != "completed" else 0
         return following, previous, dropped
 
@@ -252,7 +256,7 @@ class Lifecycle:
         A long poll (``AgentClient.wait``), not the child's stream: the parent keeps
         none of the child's events, so none of them cross the wire to it.
         """
-        client = await ctx.clients.get(child.address)
+        client = await ctx.run.clients.get(child.address)
         status = await client.wait(
             child.session_id, from_sequence=child.from_sequence, retry=_until_answered(client)
         )
@@ -262,7 +266,7 @@ class Lifecycle:
         """Bring a running child's status up to date (one ``GetStatus``)."""
         if child.status != "running":
             return
-        client = await ctx.clients.get(child.address)
+        client = await ctx.run.clients.get(child.address)
         try:
             status = await client.get_status(child.session_id)
         except HelixError:
@@ -278,7 +282,7 @@ class Lifecycle:
         child.status = SessionStatus.from_proto(status.status).value
         child.output_json = status.output_json if child.status == "completed" else ""
         child.error = status.error
-        Children(ctx.state).put(child)
+        Children(ctx.run.state.extensions).put(child)
         await self._save_ref(ctx, child)
         self._end_span(ctx, child)
 
@@ -310,9 +314,9 @@ class Lifecycle:
     # --- helpers ----------------------------------------------------------------------
 
     def _known(self, ctx: ToolContext, name: str) -> Child:
-        child = Children(ctx.state).get(name)
+        child = Children(ctx.run.state.extensions).get(name)
         if child is None:
-            known = ", ".join(c.name for c in Children(ctx.state).all()) or "none"
+            known = ", ".join(c.name for c in Children(ctx.run.state.extensions).all()) or "none"
             raise ToolError(f"no child agent named {name!r} (children: {known})")
         return child
 
@@ -343,7 +347,7 @@ class Lifecycle:
         if child.delivered:
             return
         child.delivered = True
-        Children(ctx.state).put(child)
+        Children(ctx.run.state.extensions).put(child)
         status = SessionStatus(child.status)
         self._end_span(ctx, child)
         ctx.emit(

@@ -7,16 +7,11 @@ import sqlite3
 from typing import Any
 
 from helix_transport._events import SessionStatus
-from helix_transport.store._records import (
-    RemoteCursor,
-    SubSessionRef,
-)
+from helix_transport.store._records import SubSessionRef
 
-_REF_COLUMNS = [
-    *(f.name for f in dataclasses.fields(SubSessionRef) if f.name != "remote"),
-    "remote_stream_id",
-    "remote_last_sequence",
-]
+# The remote_stream_id and remote_last_sequence columns are no longer written (a cursor
+# nothing read); rows written before keep them, and reading ignores them.
+_REF_COLUMNS = [f.name for f in dataclasses.fields(SubSessionRef)]
 # A new ref goes after the parent's others; a replaced one keeps its position.
 _PUT_REF = (
     f"INSERT INTO subsession_refs (position, {', '.join(_REF_COLUMNS)}) VALUES ("
@@ -30,21 +25,11 @@ _PUT_REF = (
 
 def _ref_params(ref: SubSessionRef) -> dict[str, Any]:
     params = {f.name: getattr(ref, f.name) for f in dataclasses.fields(ref)}
-    remote = params.pop("remote")
     params["status"] = ref.status.value
-    params["remote_stream_id"] = None if remote is None else remote.stream_id
-    params["remote_last_sequence"] = None if remote is None else remote.last_sequence
     return params
 
 
 def _ref_from_row(row: sqlite3.Row) -> SubSessionRef:
     fields = {name: row[name] for name in _REF_COLUMNS}
-    stream_id = fields.pop("remote_stream_id")
-    remote_last_sequence = fields.pop("remote_last_sequence")
     fields["status"] = SessionStatus(row["status"])
-    fields["remote"] = (
-        None
-        if stream_id is None
-        else RemoteCursor(stream_id=stream_id, last_sequence=remote_last_sequence)
-    )
     return SubSessionRef(**fields)

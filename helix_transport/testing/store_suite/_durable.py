@@ -8,7 +8,6 @@ import dataclasses
 from helix_transport._events import SessionStatus
 from helix_transport.store import (
     Checkpoint,
-    RemoteCursor,
     SessionUpdate,
     Store,
     SubSessionRef,
@@ -35,7 +34,6 @@ class DurableStoreConformance(StoreConformance):
             child_session_id="c-1",
             agent_type="critic",
             tool_call_id="call-1",
-            remote=RemoteCursor(stream_id="r-1", last_sequence=4),
         )
         await store.create_session(make_record(metadata={"k": "v"}))
         await store.append(

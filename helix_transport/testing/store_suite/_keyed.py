@@ -14,7 +14,6 @@ from helix_transport._exceptions import (
 from helix_transport.store import (
     Checkpoint,
     InterruptLookup,
-    RemoteCursor,
     SessionUpdate,
     Store,
     SubSessionRef,
@@ -170,7 +169,6 @@ class KeyedStateConformance:
             address="summarizer:50051",
             started_at=1_700_000_000.5,
             completed_at=None,
-            remote=RemoteCursor(stream_id="remote-42", last_sequence=17),
         )
         local = SubSessionRef(
             parent_session_id="p",
@@ -202,7 +200,6 @@ class KeyedStateConformance:
             address="summarizer:50051",
             started_at=1_700_000_000.5,
             completed_at=1_700_000_010.0,
-            remote=RemoteCursor(stream_id="remote-42", last_sequence=30),
             output_json='{"summary": "ok"}',
         )
         await store.put_subsession_ref(finished)
