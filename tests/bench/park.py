@@ -2,7 +2,7 @@
 
     .venv/bin/python -m tests.bench.park [--sessions 40] [--tasks 3] [--delay-ms 15]
 
-A coordinator (``tests.companion_agents``) dispatches ``--tasks`` researchers with
+A coordinator (``tests.agents.companions``) dispatches ``--tasks`` researchers with
 ``run_subagent``, ends its pass and parks. For each session: the delivery delay is
 the parent's first ``subagent_end`` event time minus the last child's ``finished_at``
 (both servers' clocks are this machine's), beside the children's own run time (from
@@ -30,7 +30,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from helix_transport import AgentClient, create_server
 from helix_transport.registry import address_env_var
 from helix_transport.store import MemoryStore
-from tests.companion_agents import coordinator
+from tests.agents.companions import coordinator
 from tests.helpers import ROOT, ServiceProcess, free_port
 
 TOPICS = ["event sourcing", "grpc streaming", "backoff", "leases", "fencing", "replay"]

@@ -3,7 +3,7 @@
 - The Node.js client example starts a session on a Python service, drops its
   connection on purpose, resumes from its last sequence and checks it saw every
   sequence exactly once.
-- A Python parent (tests.interop.agents:polyglot) delegates to the Node.js service
+- A Python parent (tests.agents.interop:polyglot) delegates to the Node.js service
   as a remote sub-agent; the child's events arrive nested in the parent's stream,
   also when the Node process is SIGKILLed mid-run and restarted.
 - The Node service's own log survives restarts (SIGKILL and SIGTERM).
@@ -27,8 +27,8 @@ from helix_transport.server import app as server_app
 from helix_transport.server._servicer import AgentServicer
 from helix_transport.store import MemoryStore
 from services.researcher.agent import agent as researcher
+from tests.agents.interop import NODE_AGENT_TYPE, polyglot
 from tests.helpers import stream_response
-from tests.interop.agents import NODE_AGENT_TYPE, polyglot
 from tests.interop.conftest import NODE_DIR, StartNode, require_node
 
 RESEARCH = json.dumps({"topic": "event log replay", "max_sources": 3})

@@ -27,8 +27,8 @@ from helix_transport.server.auth import AuthConfig, Presented, TokenFileAuthenti
 from helix_transport.store import MemoryStore
 from helix_transport.transport._auth import ClientAuth
 from tests.agents import counter
+from tests.cli.test_cli import cli
 from tests.security.conftest import AUDIENCE, JwtKeys, Pki, Tokens
-from tests.test_cli import cli
 
 INPUT = json.dumps({"steps": 1, "words": 1})
 

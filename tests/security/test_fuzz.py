@@ -36,8 +36,8 @@ from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.store import Store, open_store
 from helix_transport.testing.conformance import run_conformance
 from helix_transport.transport._auth import ClientAuth
+from tests.agents.hostile import echo
 from tests.helpers import ROOT, ServiceProcess, free_port
-from tests.security.agents import echo
 from tests.security.servers import BackgroundLoop, assert_store_consistent
 
 EXAMPLES = int(os.environ.get("HELIX_FUZZ_EXAMPLES", "60"))
@@ -283,7 +283,7 @@ def test_fuzz_helix_mesh_serve_process(
     (work / "tokens").write_text(f"{token} fuzzer acme\n")
     metadata = (("authorization", f"Bearer {token}"),)
     service = ServiceProcess(
-        "tests.security.agents:echo",
+        "tests.agents.hostile:echo",
         port=free_port(),
         store_url=store_url,
         log_path=log,

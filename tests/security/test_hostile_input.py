@@ -24,8 +24,8 @@ from helix_transport.agent.scripted import ScriptedTurn, finish, register_script
 from helix_transport.agent.scripted import call as scripted_call
 from helix_transport.server._validation import MAX_SEQUENCE, json_depth_exceeds
 from tests.agents import counter
+from tests.agents.hostile import echo
 from tests.conftest import Serve
-from tests.security.agents import echo
 from tests.security.servers import ServeSqlite, details
 
 SERVICE = "/helix.agent.v1.AgentService/"

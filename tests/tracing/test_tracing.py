@@ -395,7 +395,7 @@ async def test_each_dispatched_task_runs_under_its_delegation_span(
 ) -> None:
     # run_subagent's children were top-level spans of the trace: no delegate span.
     from services.researcher import agent as researcher
-    from tests.companion_agents import coordinator
+    from tests.agents.companions import coordinator
 
     topics = ["event sourcing", "grpc streaming"]
     async with _traced_pair(coordinator, researcher, monkeypatch) as (client, parent, child):
@@ -426,7 +426,7 @@ async def test_a_companion_s_turns_run_under_its_one_delegation_span(
 ) -> None:
     # Companion children were top-level spans of the trace, each turn's run alike.
     from services.critic import agent as critic
-    from tests.companion_agents import maker
+    from tests.agents.companions import maker
 
     drafts = ["a draft", "a draft with tests"]
     async with _traced_pair(maker, critic, monkeypatch) as (client, parent, child):

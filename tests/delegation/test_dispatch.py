@@ -23,7 +23,7 @@ from helix_transport.agent.tools import child_scope
 from helix_transport.registry import address_env_var
 from helix_transport.store import MemoryStore, SessionRecord, SubSessionRef
 from services.researcher import agent as researcher
-from tests.companion_agents import coordinator, quitter, stubborn
+from tests.agents.companions import coordinator, quitter, stubborn
 from tests.helpers import ROOT, ServiceProcess, assert_eventually, free_port
 
 TOPICS = ["event sourcing", "grpc streaming", "backoff"]
@@ -51,7 +51,7 @@ async def mesh(
         [],
     )
     coordinator = service(
-        f"tests.companion_agents:{parent}",
+        f"tests.agents.companions:{parent}",
         parent,
         {address_env_var("researcher"): researcher.address},
         ["--heartbeat-interval", "0.2"],

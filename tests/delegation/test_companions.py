@@ -25,7 +25,7 @@ from helix_transport.registry import address_env_var
 from helix_transport.store import MemoryStore, SubSessionRef
 from services.critic import agent as critic
 from tests.agents import counter
-from tests.companion_agents import planner
+from tests.agents.companions import planner
 
 
 async def run_plan(client: AgentClient, session_id: str, steps: list[list[dict[str, Any]]]) -> Any:

@@ -21,8 +21,8 @@ import pytest
 
 from helix_transport import AgentClient
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
+from tests.delegation.test_remote_crash import CHILD, STEPS, _service, _stream_until_child_step
 from tests.helpers import TcpProxy, free_port
-from tests.test_remote_crash import CHILD, STEPS, _service, _stream_until_child_step
 
 SHORT_OUTAGE_S = 35.0
 """Past the 30 s default reconnect deadline (``RetryConfig.deadline``)."""
@@ -166,7 +166,7 @@ async def test_the_shared_store_down_for_45_s_under_two_replicas_loses_nothing(
 ) -> None:
     from helix_transport import ClientConfig, RetryConfig
     from tests.helpers import ROOT, ServiceProcess
-    from tests.test_store_outage import RedisServer
+    from tests.store.test_store_outage import RedisServer
 
     redis = RedisServer(tmp_path)  # persists (AOF), as a production store must
     await redis.start()

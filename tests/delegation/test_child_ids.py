@@ -32,8 +32,8 @@ from helix_transport.delegation.remote import child_session_id as remote_id
 from helix_transport.registry import address_env_var
 from helix_transport.server import _validation as check
 from helix_transport.store import MemoryStore
+from tests.agents.trees import ODD_CALL_ID, companion_caller, echo, remote_caller, task_caller
 from tests.helpers import ROOT
-from tests.tree_agents import ODD_CALL_ID, companion_caller, echo, remote_caller, task_caller
 
 SCOPE = child_scope("researcher", "alice", "acme")
 KINDS = ("remote", "agent", "task")

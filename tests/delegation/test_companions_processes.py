@@ -76,7 +76,7 @@ def kinds(events: list[pb.StreamEvent]) -> list[str]:
 
 async def test_maker_reconsults_a_critic_that_remembers(tmp_path: Path) -> None:
     drafts = ["v1: code", "v2: code and tests"]
-    async with services("services.critic:agent", "tests.companion_agents:maker", tmp_path) as (
+    async with services("services.critic:agent", "tests.agents.companions:maker", tmp_path) as (
         critic,
         maker,
     ):
@@ -112,7 +112,7 @@ async def test_background_researchers_are_each_delivered_once(tmp_path: Path) ->
     async with (
         services(
             "services.researcher:agent",
-            "tests.companion_agents:lead",
+            "tests.agents.companions:lead",
             tmp_path,
             child_env={"HELIX_SCRIPTED_DELAY_MS": "20"},  # researchers take a while
         ) as (_, lead),
@@ -142,7 +142,7 @@ async def test_delivery_is_exactly_once_across_parent_sigkills(tmp_path: Path) -
     async with (
         services(
             "services.researcher:agent",
-            "tests.companion_agents:lead",
+            "tests.agents.companions:lead",
             tmp_path,
             child_env={"HELIX_SCRIPTED_DELAY_MS": "20"},  # it ends after the parent holds
         ) as (researcher, lead),
@@ -203,7 +203,7 @@ async def test_a_queue_handed_over_just_before_a_parent_sigkill_is_one_turn(
     async with (
         services(
             "services.critic:agent",
-            "tests.companion_agents:relay",
+            "tests.agents.companions:relay",
             tmp_path,
             child_env=slow,  # round 1 is still running when the draft is sent
             parent_env=slow,  # the kill lands inside the model call after the hand-over

@@ -24,7 +24,7 @@ from helix_transport.registry import address_env_var
 from helix_transport.store import MemoryStore, SessionRecord, SubSessionRef
 from services.researcher import agent as researcher
 from tests.agents import counter, delegator
-from tests.companion_agents import coordinator, planner
+from tests.agents.companions import coordinator, planner
 
 
 class SlowToCreate(MemoryStore):

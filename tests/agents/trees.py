@@ -41,7 +41,7 @@ echo = Agent(
     description="Answers with its input.",
     input_model=EchoInput,
     output_model=EchoOutput,
-    # Scripts are registered by name, process-wide: "echo" is tests/security/agents.py's.
+    # Scripts are registered by name, process-wide: "echo" is tests/agents/hostile.py's.
     model=register_script(
         "tree-echo", lambda m: finish(echo=EchoInput.model_validate(user_input(m)).text)
     ),

@@ -34,8 +34,8 @@ from helix_transport.delegation.remote import child_session_id
 from helix_transport.registry import address_env_var
 from helix_transport.server.limits import Limits
 from helix_transport.store import MemoryStore
+from tests.agents.trees import Down, capped, companion_caller, echo, ping, pong, selfish
 from tests.helpers import ROOT, ServiceProcess, free_port
-from tests.tree_agents import Down, capped, companion_caller, echo, ping, pong, selfish
 
 
 async def run_to_end(client: AgentClient, session_id: str, input_json: str = "{}") -> Any:
@@ -59,7 +59,7 @@ async def test_a_recursive_agent_stops_at_the_depth_limit_and_every_level_finish
 ) -> None:
     port = free_port()
     service = ServiceProcess(
-        "tests.tree_agents:selfish",
+        "tests.agents.trees:selfish",
         port=port,
         store_url=f"sqlite:///{tmp_path / 'selfish.db'}",
         log_path=tmp_path / "selfish.log",

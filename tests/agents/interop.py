@@ -1,4 +1,4 @@
-"""A Python parent that delegates to the Node.js agent service (tests.interop.agents:polyglot).
+"""A Python parent that delegates to the Node.js agent service (tests.agents.interop:polyglot).
 
 Like the orchestrator, it knows its child only through the contract: the
 ``translate`` tool is a remote sub-agent of type ``translator-node``, found through
