@@ -1,5 +1,5 @@
 """Where a run begins: a new session's first step, a checkpoint to resume from, or
-a continued session's new turn (``helix_transport._turns``).
+a continued session's new turn (``helix_transport.agent.turns``).
 
 A run is a function of its checkpoint and its log, never of memory: each of these
 rebuilds the run's state from the store, and tells the hooks where the run is.
@@ -12,16 +12,16 @@ from typing import Any
 
 from helix_transport._exceptions import HelixError
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
-from helix_transport._turns import (
+from helix_transport.agent._steps import FINISH_INSTRUCTIONS, RunProgress, resumed_event
+from helix_transport.agent.definition import Agent
+from helix_transport.agent.hooks import NO_HOOKS, RunHooks
+from helix_transport.agent.state import RunState, TurnState, split_state
+from helix_transport.agent.turns import (
     StartedTurn,
     heal,
     read_turns,
     turn_started_at,
 )
-from helix_transport.agent._steps import FINISH_INSTRUCTIONS, RunProgress, resumed_event
-from helix_transport.agent.definition import Agent
-from helix_transport.agent.hooks import NO_HOOKS, RunHooks
-from helix_transport.agent.state import RunState, TurnState, split_state
 from helix_transport.log import SessionWriter
 from helix_transport.store import Checkpoint, SessionRecord, Store
 
@@ -102,7 +102,7 @@ class RunStart:
     async def _begin_turn(
         self, checkpoint: Checkpoint, turn: StartedTurn, resume_reason: str
     ) -> tuple[RunProgress, bool]:
-        """Start a continued session's new turn (see ``helix_transport._turns``)."""
+        """Start a continued session's new turn (see ``helix_transport.agent.turns``)."""
         # Steps go on numbering across turns; the budget counts from the turn's start.
         base = max(checkpoint.step, self.record.step_count)
         if turn.fresh:

@@ -33,7 +33,7 @@ _LEGACY_TURN_KEYS = {
 
 @dataclass(kw_only=True)
 class TurnState:
-    """Which turn of a continued session the run is in (see ``helix_transport._turns``)."""
+    """Which turn of a continued session the run is in (see ``helix_transport.agent.turns``)."""
 
     turn: int = 1
     """The turn (1: the one ``Start`` began)."""

@@ -1,4 +1,4 @@
-"""A new turn of a finished session, as ``Continue`` asks (see ``helix_transport._turns``).
+"""A new turn of a finished session, as ``Continue`` asks (see ``helix_transport.agent.turns``).
 
 The ``turn_started`` event is appended with ``expected_sequence`` equal to the
 session's last sequence (its terminal event) together with the RUNNING status,
@@ -23,7 +23,7 @@ from helix_transport._exceptions import (
     SessionStateConflict,
 )
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
-from helix_transport._turns import StartedTurn, count_turns, find_turn
+from helix_transport.agent.turns import StartedTurn, count_turns, find_turn
 from helix_transport.server._ownership import visible
 from helix_transport.server._runner import SessionRunner
 from helix_transport.server._shield import outlive_caller

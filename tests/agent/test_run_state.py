@@ -14,7 +14,6 @@ from pydantic import BaseModel
 
 from helix_transport._events import SessionStatus
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
-from helix_transport._turns import count_turns
 from helix_transport.agent.definition import Agent
 from helix_transport.agent.loop import RunLoop
 from helix_transport.agent.scripted import ScriptedTurn, finish, register_script, tool_results
@@ -27,6 +26,7 @@ from helix_transport.agent.state import (
     split_state,
 )
 from helix_transport.agent.tools import ToolContext, tool
+from helix_transport.agent.turns import count_turns
 from helix_transport.log import EventHub, SessionWriter
 from helix_transport.store import Checkpoint, SessionRecord, SessionUpdate
 from helix_transport.store.memory import MemoryStore

@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
-from helix_transport._turns import count_turns, read_turns
 from helix_transport.agent.state import RunState, TurnState, joined_state
+from helix_transport.agent.turns import count_turns, read_turns
 from helix_transport.bench.streams import STORES, bench_store
 from helix_transport.store import Checkpoint, SessionRecord, Store
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
-from helix_transport._turns import heal, read_turns
+from helix_transport.agent.turns import heal, read_turns
 from helix_transport.delegation.forwarded import ForwardedSoFar
 from helix_transport.store import SessionRecord, Store, open_store
 
