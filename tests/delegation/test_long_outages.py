@@ -19,10 +19,17 @@ from pathlib import Path
 
 import pytest
 
-from helix_transport import AgentClient
+from helix_transport import AgentClient, ClientConfig, RetryConfig
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
-from tests.delegation.test_remote_crash import CHILD, STEPS, _service, _stream_until_child_step
-from tests.helpers import TcpProxy, free_port
+from tests.delegation.test_remote_crash import (
+    CHILD,
+    STEPS,
+    _service,
+    _stream_until_child_step,
+    interrupt_while_the_child_is_down,
+)
+from tests.helpers import ROOT, ServiceProcess, TcpProxy, free_port
+from tests.store.test_store_outage import RedisServer
 
 SHORT_OUTAGE_S = 35.0
 """Past the 30 s default reconnect deadline (``RetryConfig.deadline``)."""
@@ -129,34 +136,10 @@ async def test_connections_refused_for_45_s_lose_nothing(
 async def test_an_interrupt_sent_while_a_child_is_down_past_the_deadline_reaches_it(
     tmp_path: Path,
 ) -> None:
-    child = _service("counter", tmp_path, port=free_port(), env={"HELIX_SCRIPTED_DELAY_MS": "50"})
-    parent = _service(
-        "delegator", tmp_path, port=free_port(), env={"HELIX_AGENT_ADDRESS_COUNTER": child.address}
+    calls = await interrupt_while_the_child_is_down(
+        tmp_path, steps=50, outage_s=SHORT_OUTAGE_S, restart_parent=True
     )
-    long_input = json.dumps({"calls": [{"tool": "count", "args": {"steps": 50, "words": 2}}]})
-    await asyncio.gather(child.start(), parent.start())
-    try:
-        async with await AgentClient.connect(parent.address) as client:
-            await client.start(long_input, session_id="root")
-            events = await _stream_until_child_step(client, 2)
-            await child.kill()
-            reply = await client.interrupt("root", reason="the user stopped it")
-            assert reply.accepted
-            rest = [e async for e in client.stream("root", from_sequence=events[-1].sequence)]
-            assert rest[-1].WhichOneof("payload") == "interrupted"
-            # The parent's own process restarts too: the outbox is in its store.
-            await parent.kill()
-            await asyncio.sleep(SHORT_OUTAGE_S)
-            await parent.start()
-            await child.start()
-        async with await AgentClient.connect(child.address) as child_client:
-            async with asyncio.timeout(30):
-                status = await child_client.wait(CHILD)
-    finally:
-        await asyncio.gather(parent.stop(), child.stop())
-
-    assert status.status == pb.SESSION_STATUS_INTERRUPTED, status
-    assert _calls(tmp_path, "counter", CHILD) < 40, "the child ran on after its parent's interrupt"
+    assert calls < 40, "the child ran on after its parent's interrupt"
 
 
 @pytest.mark.slow
@@ -164,10 +147,6 @@ async def test_an_interrupt_sent_while_a_child_is_down_past_the_deadline_reaches
 async def test_the_shared_store_down_for_45_s_under_two_replicas_loses_nothing(
     tmp_path: Path,
 ) -> None:
-    from helix_transport import ClientConfig, RetryConfig
-    from tests.helpers import ROOT, ServiceProcess
-    from tests.store.test_store_outage import RedisServer
-
     redis = RedisServer(tmp_path)  # persists (AOF), as a production store must
     await redis.start()
     store_url = f"redis://127.0.0.1:{redis.port}/0"

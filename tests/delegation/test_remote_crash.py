@@ -187,16 +187,17 @@ async def test_network_drop_between_parent_and_child(tmp_path: Path) -> None:
     assert sum(1 for line in lines if line.split() == ["counter", CHILD]) == STEPS + 1
 
 
-async def test_a_child_whose_service_is_down_when_its_parent_is_interrupted_stops_when_back(
-    tmp_path: Path,
-) -> None:
-    # A long child (20 slow steps): resumed after its service restarts, it would run on
-    # for seconds for a parent that has ended, unless the cascade asks again.
+async def interrupt_while_the_child_is_down(
+    tmp_path: Path, *, steps: int, outage_s: float, restart_parent: bool
+) -> int:
+    """Interrupt the root while its child's service is down for ``outage_s`` (the parent's
+    process restarted meanwhile, with ``restart_parent``); once the child's service is
+    back, the child must end interrupted. Returns the child's model calls."""
     child = _service("counter", tmp_path, port=free_port(), env={"HELIX_SCRIPTED_DELAY_MS": "50"})
     parent = _service(
         "delegator", tmp_path, port=free_port(), env={"HELIX_AGENT_ADDRESS_COUNTER": child.address}
     )
-    long_input = json.dumps({"calls": [{"tool": "count", "args": {"steps": 20, "words": 2}}]})
+    long_input = json.dumps({"calls": [{"tool": "count", "args": {"steps": steps, "words": 2}}]})
     await asyncio.gather(child.start(), parent.start())
     try:
         async with await AgentClient.connect(parent.address) as client:
@@ -207,17 +208,30 @@ async def test_a_child_whose_service_is_down_when_its_parent_is_interrupted_stop
             assert reply.accepted
             rest = [e async for e in client.stream("root", from_sequence=events[-1].sequence)]
             assert rest[-1].WhichOneof("payload") == "interrupted"
-            await asyncio.sleep(1.0)  # the parent's service asks again meanwhile
+            if restart_parent:  # the outbox is in the parent's store, not its memory
+                await parent.kill()
+            await asyncio.sleep(outage_s)  # the parent's service asks again meanwhile
+            if restart_parent:
+                await parent.start()
             await child.start()
         async with await AgentClient.connect(child.address) as child_client:
-            async with asyncio.timeout(20):
+            async with asyncio.timeout(30):
                 status = await child_client.wait(CHILD)
     finally:
         await asyncio.gather(parent.stop(), child.stop())
-
     assert status.status == pb.SESSION_STATUS_INTERRUPTED, status
-    calls = sum(
+    return sum(
         1 for line in (tmp_path / "calls.log").read_text().splitlines()
         if line.split() == ["counter", CHILD]
     )  # fmt: skip
+
+
+async def test_a_child_whose_service_is_down_when_its_parent_is_interrupted_stops_when_back(
+    tmp_path: Path,
+) -> None:
+    # A long child (20 slow steps): resumed after its service restarts, it would run on
+    # for seconds for a parent that has ended, unless the cascade asks again.
+    calls = await interrupt_while_the_child_is_down(
+        tmp_path, steps=20, outage_s=1.0, restart_parent=False
+    )
     assert calls < 21, "the child ran to its end"
