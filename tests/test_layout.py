@@ -159,3 +159,21 @@ def test_no_private_module_imported_across_packages() -> None:
             if any(package[: len(owner)] != owner for owner in owners):
                 crossings.append(f"{name} imports {target}")
     assert crossings == [], "\n".join(crossings)
+
+
+MAX_FUNCTION_LINES = 80
+
+
+def test_no_function_over_80_lines() -> None:
+    """A function is read whole: past about 80 lines it does more than one thing."""
+    long = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if GENERATED in path.parents:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                lines = (node.end_lineno or node.lineno) - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    where = path.relative_to(ROOT).as_posix()
+                    long.append(f"{where}:{node.lineno} {node.name} ({lines} lines)")
+    assert long == [], f"over {MAX_FUNCTION_LINES} lines:\n" + "\n".join(long)

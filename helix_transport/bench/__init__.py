@@ -10,6 +10,10 @@ round trip (1-3 per store: memory, sqlite, redis, postgres, that is 9);
 children; 6. 500 sessions streaming at once; 7. interrupt three levels;
 8. recovery after SIGKILL of a child's service (restart, replica takeover).
 
+Narrower measurements, each its own script with its own arguments and printout
+(``python -m helix_transport.bench.<name> --help``): ``rejoin``, ``stream_cpu``,
+``turn_lookup`` and ``two_hops``; docs/performance.md says what each measures.
+
 Scripts, not timed tests: the default test suite only runs ``--quick`` and checks
 the JSON's shape (tests/bench/test_smoke.py).
 """

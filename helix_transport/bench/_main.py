@@ -10,10 +10,10 @@ import logging
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from helix_transport.bench._report import (
     Report,
@@ -25,6 +25,9 @@ from helix_transport.bench._report import (
     json_safe,
     to_document,
 )
+
+if TYPE_CHECKING:
+    from helix_transport.bench._measure import Ids
 
 SCENARIOS = ("1", "2", "3", "4", "5", "6", "7", "8")
 
@@ -170,36 +173,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 async def _run(report: Report, params: Params, scenarios: set[str], stores: list[str]) -> bool:
     """Run each selected scenario; one that crashes is noted and the rest still run."""
-    from helix_transport.bench import delegation, recovery, streams
+    from helix_transport.bench import recovery, streams
     from helix_transport.bench._measure import Ids
 
     ids = Ids()
     failed = False
-
-    async def attempt(name: str, scenario: Any) -> None:
-        nonlocal failed
-        try:
-            await scenario
-        except Exception as exc:
-            failed = True
-            problem = f"{type(exc).__name__}: {exc}"
-            report.notes.append(f"scenario {name} failed: {problem}")
-            # A row too, so the table cannot read as if the scenario was never asked for.
-            nan = float("nan")
-            report.rows.append(
-                Row(
-                    scenario=f"{name} FAILED: {problem[:100]}",
-                    setup="",
-                    unit="ms",
-                    value=nan,
-                    baseline=nan,
-                    baseline_is="",
-                    ratio=nan,
-                    target="completes",
-                    met=False,
-                )
-            )
-
     # Service processes inherit gc.freeze from `serve`; this process freezes its own
     # long-lived imports too, so a full collection does not walk them mid-measurement.
     gc.collect()
@@ -208,7 +186,8 @@ async def _run(report: Report, params: Params, scenarios: set[str], stores: list
         workdir = Path(tmp)
         if scenarios & {"1", "2", "3"}:
             for store in stores:
-                await attempt(
+                failed |= await _attempt(
+                    report,
                     f"1-3 ({store})",
                     streams.single_stream(
                         report,
@@ -221,40 +200,10 @@ async def _run(report: Report, params: Params, scenarios: set[str], stores: list
                     ),
                 )
         if scenarios & {"4", "5", "7"}:
-            services = delegation.Services(workdir / "chain")
-            (workdir / "chain").mkdir()
-            delegation.chain(services)
-            try:
-                await services.start(*services.procs)
-                if "5" in scenarios:  # first, so the services' memory growth is its own
-                    await attempt(
-                        "5",
-                        delegation.fan_out(
-                            report, services, ids, children=params.children, repeat=params.repeat
-                        ),
-                    )
-                if "4" in scenarios:
-                    await attempt(
-                        "4",
-                        delegation.two_hops(
-                            report,
-                            services,
-                            ids,
-                            events=params.events,
-                            sessions=params.delegations,
-                            repeat=params.repeat,
-                        ),
-                    )
-                if "7" in scenarios:
-                    await attempt(
-                        "7",
-                        delegation.interrupt_latency(report, services, ids, runs=params.interrupts),
-                    )
-            finally:
-                await services.stop()
-                report.notes += services.logged_problems()[:10]
+            failed |= await _run_delegation(report, params, scenarios, workdir, ids)
         if "6" in scenarios:
-            await attempt(
+            failed |= await _attempt(
+                report,
                 "6",
                 streams.concurrency(
                     report,
@@ -267,11 +216,84 @@ async def _run(report: Report, params: Params, scenarios: set[str], stores: list
                 ),
             )
         if "8" in scenarios:
-            await attempt(
-                "8 restart", recovery.restart(report, workdir, ids, runs=params.recoveries)
+            failed |= await _attempt(
+                report, "8 restart", recovery.restart(report, workdir, ids, runs=params.recoveries)
             )
-            await attempt(
-                "8 takeover", recovery.takeover(report, workdir, ids, runs=params.recoveries)
+            failed |= await _attempt(
+                report,
+                "8 takeover",
+                recovery.takeover(report, workdir, ids, runs=params.recoveries),
             )
     report.rows.sort(key=lambda r: r.scenario.split(" ")[0])  # stable: setups keep order
     return failed
+
+
+async def _run_delegation(
+    report: Report, params: Params, scenarios: set[str], workdir: Path, ids: Ids
+) -> bool:
+    """Scenarios 4, 5 and 7 against one chain of service processes; True if one crashed."""
+    from helix_transport.bench import delegation
+
+    failed = False
+    services = delegation.Services(workdir / "chain")
+    (workdir / "chain").mkdir()
+    delegation.chain(services)
+    try:
+        await services.start(*services.procs)
+        if "5" in scenarios:  # first, so the services' memory growth is its own
+            failed |= await _attempt(
+                report,
+                "5",
+                delegation.fan_out(
+                    report, services, ids, children=params.children, repeat=params.repeat
+                ),
+            )
+        if "4" in scenarios:
+            failed |= await _attempt(
+                report,
+                "4",
+                delegation.two_hops(
+                    report,
+                    services,
+                    ids,
+                    events=params.events,
+                    sessions=params.delegations,
+                    repeat=params.repeat,
+                ),
+            )
+        if "7" in scenarios:
+            failed |= await _attempt(
+                report,
+                "7",
+                delegation.interrupt_latency(report, services, ids, runs=params.interrupts),
+            )
+    finally:
+        await services.stop()
+        report.notes += services.logged_problems()[:10]
+    return failed
+
+
+async def _attempt(report: Report, name: str, scenario: Awaitable[object]) -> bool:
+    """Await one scenario; a crash is noted (and True returned), not raised."""
+    try:
+        await scenario
+    except Exception as exc:
+        problem = f"{type(exc).__name__}: {exc}"
+        report.notes.append(f"scenario {name} failed: {problem}")
+        # A row too, so the table cannot read as if the scenario was never asked for.
+        nan = float("nan")
+        report.rows.append(
+            Row(
+                scenario=f"{name} FAILED: {problem[:100]}",
+                setup="",
+                unit="ms",
+                value=nan,
+                baseline=nan,
+                baseline_is="",
+                ratio=nan,
+                target="completes",
+                met=False,
+            )
+        )
+        return True
+    return False

@@ -137,39 +137,8 @@ async def two_hops(
         await AgentClient.connect(services.procs["parent"].address) as parent_client,
         await AgentClient.connect(services.procs["leaf"].address) as leaf_client,
     ):
-
-        async def one_hop() -> float:
-            elapsed, count, final = await run_session(
-                leaf_client, leaf_input(mode="emit", n=events), ids("hop1")
-            )
-            check_completed(final)
-            return count / elapsed
-
-        async def two_hop() -> float:
-            session_id = ids("hop2")
-            started = time.perf_counter()
-            await parent_client.start(
-                parent_input("child", mode="emit", n=events), session_id=session_id
-            )
-            received: list[pb.StreamEvent] = []
-            async for event in parent_client.stream(session_id):
-                received.append(event)  # inspected after the clock stops, as in one_hop
-            elapsed = time.perf_counter() - started
-            if not received:
-                raise RuntimeError(f"session {session_id}: no events")
-            count, final = len(received), received[-1]
-            check_completed(final, expect_ok=1)
-            deltas = sum(
-                1
-                for event in received
-                if kind(event) == "child_event" and kind(event.child_event.event) == "text_delta"
-            )
-            if deltas != events:
-                raise RuntimeError(f"two hops: {deltas} of {events} deltas arrived")
-            return count / elapsed
-
-        await one_hop()
-        await two_hop()
+        await _one_hop(leaf_client, ids, events)
+        await _two_hop(parent_client, ids, events)
         rates1: list[float] = []
         rates2: list[float] = []
         pids: dict[str, int | str] = {
@@ -180,9 +149,9 @@ async def two_hops(
         meters = {"one hop": CpuMeter(pids), "two hops": CpuMeter(pids)}
         for _ in range(repeat):
             with meters["one hop"].measure():
-                rates1.append(await one_hop())
+                rates1.append(await _one_hop(leaf_client, ids, events))
             with meters["two hops"].measure():
-                rates2.append(await two_hop())
+                rates2.append(await _two_hop(parent_client, ids, events))
         report.add(
             f"4 two hops, {events:,} events",
             SETUP,
@@ -194,36 +163,74 @@ async def two_hops(
         )
         report.details["4 two hops events/s"] = {"one_hop": rates1, "two_hops": rates2}
         report.details["4 CPU busy %"] = {name: m.busy() for name, m in meters.items()}
+        await _delegation_overhead(report, parent_client, ids, sessions=sessions)
 
-        remote: list[float] = []
-        local: list[float] = []
 
-        async def once(tool_name: str) -> float:
-            elapsed, _, final = await run_session(
-                parent_client, parent_input(tool_name), ids(tool_name)
-            )
-            check_completed(final, expect_ok=1)
-            return elapsed * 1000
+async def _one_hop(leaf_client: AgentClient, ids: Ids, events: int) -> float:
+    """Events/s of the leaf's deltas streamed by the client straight from the leaf."""
+    elapsed, count, final = await run_session(
+        leaf_client, leaf_input(mode="emit", n=events), ids("hop1")
+    )
+    check_completed(final)
+    return count / elapsed
 
-        for tool_name in ("local", "child"):  # warm-up
-            await once(tool_name)
-        for _ in range(sessions):  # alternate, so drift hits both sides alike
-            local.append(await once("local"))
-            remote.append(await once("child"))
-        report.add(
-            f"4 delegate to a 1-step child p50, {sessions} sessions",
-            SETUP,
-            "ms",
-            percentile(remote, 50),
-            percentile(local, 50),
-            "same work in a local tool",
-        )
-        report.details["4 delegation ms"] = {"remote": summary(remote), "local": summary(local)}
+
+async def _two_hop(parent_client: AgentClient, ids: Ids, events: int) -> float:
+    """Events/s of the same deltas forwarded through a parent delegating to the leaf."""
+    session_id = ids("hop2")
+    started = time.perf_counter()
+    await parent_client.start(parent_input("child", mode="emit", n=events), session_id=session_id)
+    received: list[pb.StreamEvent] = []
+    async for event in parent_client.stream(session_id):
+        received.append(event)  # inspected after the clock stops, as in _one_hop
+    elapsed = time.perf_counter() - started
+    if not received:
+        raise RuntimeError(f"session {session_id}: no events")
+    count, final = len(received), received[-1]
+    check_completed(final, expect_ok=1)
+    deltas = sum(
+        1
+        for event in received
+        if kind(event) == "child_event" and kind(event.child_event.event) == "text_delta"
+    )
+    if deltas != events:
+        raise RuntimeError(f"two hops: {deltas} of {events} deltas arrived")
+    return count / elapsed
+
+
+async def _delegation_overhead(
+    report: Report, parent_client: AgentClient, ids: Ids, *, sessions: int
+) -> None:
+    """The parent delegating to a one-step leaf beside doing its work in a local tool."""
+    remote: list[float] = []
+    local: list[float] = []
+    for tool_name in ("local", "child"):  # warm-up
+        await _delegate_once(parent_client, ids, tool_name)
+    for _ in range(sessions):  # alternate, so drift hits both sides alike
+        local.append(await _delegate_once(parent_client, ids, "local"))
+        remote.append(await _delegate_once(parent_client, ids, "child"))
+    report.add(
+        f"4 delegate to a 1-step child p50, {sessions} sessions",
+        SETUP,
+        "ms",
+        percentile(remote, 50),
+        percentile(local, 50),
+        "same work in a local tool",
+    )
+    report.details["4 delegation ms"] = {"remote": summary(remote), "local": summary(local)}
+
+
+async def _delegate_once(parent_client: AgentClient, ids: Ids, tool_name: str) -> float:
+    """Milliseconds of one parent session calling ``tool_name`` once."""
+    elapsed, _, final = await run_session(parent_client, parent_input(tool_name), ids(tool_name))
+    check_completed(final, expect_ok=1)
+    return elapsed * 1000
 
 
 # ---------------------------------------------------------------- 5
 
 _KIB_MB = 1024 / 1e6
+"""KiB (what /proc reports) to MB (10**6 bytes, the unit of the issue's 400 MB)."""
 
 # What a process holds once it has imported litellm and made one streamed completion
 # through a custom provider, and nothing else: no gRPC, no store, no helix.
@@ -262,9 +269,6 @@ async def litellm_floor_kib() -> int:
     return int(out.split()[-1])
 
 
-"""KiB (what /proc reports) to MB (10**6 bytes, the unit of the issue's 400 MB)."""
-
-
 async def fan_out(
     report: Report, services: Services, ids: Ids, *, children: int, repeat: int
 ) -> None:
@@ -273,26 +277,9 @@ async def fan_out(
         await AgentClient.connect(services.procs["parent"].address) as parent_client,
         await AgentClient.connect(services.procs["leaf"].address) as leaf_client,
     ):
-
-        async def via_parent(n: int) -> float:
-            elapsed, _, final = await run_session(
-                parent_client, parent_input("child", count=n), ids("fan")
-            )
-            check_completed(final, expect_ok=n)
-            return elapsed
-
-        async def direct(n: int) -> float:
-            started = time.perf_counter()
-            finals = await asyncio.gather(
-                *(run_session(leaf_client, leaf_input(), ids("direct")) for _ in range(n))
-            )
-            elapsed = time.perf_counter() - started
-            for _, _, final in finals:
-                check_completed(final)
-            return elapsed
-
-        await via_parent(2)  # warm-up: channels, first litellm call, sqlite pages
-        await direct(2)
+        # warm-up: channels, first litellm call, sqlite pages
+        await _fan_out_via_parent(parent_client, ids, 2)
+        await _fan_out_direct(leaf_client, ids, 2)
         gc.collect()
         pids: dict[str, int | str] = {
             "parent service": services.pid("parent"),
@@ -302,8 +289,8 @@ async def fan_out(
         walls: list[float] = []
         with MemoryPoller(pids) as poller:
             for _ in range(repeat):
-                walls.append(await via_parent(children))
-        direct_walls = [await direct(children) for _ in range(repeat)]
+                walls.append(await _fan_out_via_parent(parent_client, ids, children))
+        direct_walls = [await _fan_out_direct(leaf_client, ids, children) for _ in range(repeat)]
     report.add(
         f"5 fan-out to {children:,} children: wall",
         SETUP,
@@ -313,6 +300,48 @@ async def fan_out(
         "client -> as many leaves directly",
         value_at_most(10_000),
     )
+    idle_rss = _add_fan_out_memory(report, children, idle=idle, poller=poller)
+    floor = [await litellm_floor_kib() for _ in pids]  # one after the other: no contention
+    report.add(
+        f"5 floor: {len(floor)} processes that only import litellm, one call each: RSS",
+        "no server, no store",
+        "MB",
+        sum(floor) * _KIB_MB,
+        idle_rss,
+        "the services' idle RSS (above)",
+    )
+    report.details[f"5 fan-out {children}"] = {
+        "wall_s": walls,
+        "direct_wall_s": direct_walls,
+        "idle_kib": idle,
+        "peak_kib": poller.peaks,
+        "litellm_floor_kib": floor,
+    }
+
+
+async def _fan_out_via_parent(parent_client: AgentClient, ids: Ids, n: int) -> float:
+    """Seconds for the parent to delegate to ``n`` one-step leaves in one step."""
+    elapsed, _, final = await run_session(parent_client, parent_input("child", count=n), ids("fan"))
+    check_completed(final, expect_ok=n)
+    return elapsed
+
+
+async def _fan_out_direct(leaf_client: AgentClient, ids: Ids, n: int) -> float:
+    """Seconds for the client to run ``n`` leaf sessions at once itself."""
+    started = time.perf_counter()
+    finals = await asyncio.gather(
+        *(run_session(leaf_client, leaf_input(), ids("direct")) for _ in range(n))
+    )
+    elapsed = time.perf_counter() - started
+    for _, _, final in finals:
+        check_completed(final)
+    return elapsed
+
+
+def _add_fan_out_memory(
+    report: Report, children: int, *, idle: dict[str, dict[str, int]], poller: MemoryPoller
+) -> float:
+    """The peak RSS and PSS rows beside the idle ones; returns the idle RSS (MB)."""
     peak_rss = sum(p["rss"] for p in poller.peaks.values()) * _KIB_MB
     idle_rss = sum(m["rss"] for m in idle.values()) * _KIB_MB
     report.add(
@@ -333,22 +362,7 @@ async def fan_out(
         "their idle PSS just before",
         value_at_most(400),
     )
-    floor = [await litellm_floor_kib() for _ in pids]  # one after the other: no contention
-    report.add(
-        f"5 floor: {len(floor)} processes that only import litellm, one call each: RSS",
-        "no server, no store",
-        "MB",
-        sum(floor) * _KIB_MB,
-        idle_rss,
-        "the services' idle RSS (above)",
-    )
-    report.details[f"5 fan-out {children}"] = {
-        "wall_s": walls,
-        "direct_wall_s": direct_walls,
-        "idle_kib": idle,
-        "peak_kib": poller.peaks,
-        "litellm_floor_kib": floor,
-    }
+    return idle_rss
 
 
 # ---------------------------------------------------------------- 7
@@ -359,62 +373,14 @@ async def interrupt_latency(report: Report, services: Services, ids: Ids, *, run
     names = ("root", "parent", "leaf")
     clients = {name: await AgentClient.connect(services.procs[name].address) for name in names}
     busy = leaf_input(mode="emit", n=100_000, pace_ms=5)
-
-    async def wait_emitting(client: AgentClient, session_id: str) -> None:
-        async with asyncio.timeout(60):
-            while True:
-                with contextlib.suppress(HelixError):
-                    async for event in client.stream(session_id):
-                        if kind(event) == "text_delta":
-                            return
-                await asyncio.sleep(0.01)  # the child session is not there yet
-
-    async def until_interrupted(client: AgentClient, session_id: str, t0: float) -> float:
-        async with asyncio.timeout(30):
-            while True:
-                status = await client.get_status(session_id)
-                if status.status == pb.SESSION_STATUS_INTERRUPTED:
-                    return (time.perf_counter() - t0) * 1000
-                if status.status != pb.SESSION_STATUS_RUNNING:
-                    raise RuntimeError(f"{session_id} ended {status.status}, not interrupted")
-                await asyncio.sleep(0.002)
-
-    async def three_levels() -> dict[str, float]:
-        root_id = ids("root")
-        parent_id = child_session_id(root_id, "call_1_0", child_scope(root.name, ""))
-        leaf_id = child_session_id(parent_id, "call_1_0", child_scope(parent.name, ""))
-        await clients["root"].start(
-            root_input(mode="emit", n=100_000, pace_ms=5), session_id=root_id
-        )
-        await wait_emitting(clients["leaf"], leaf_id)
-        t0 = time.perf_counter()
-        _, t_root, t_parent, t_leaf = await asyncio.gather(
-            clients["root"].interrupt(root_id, reason="bench"),
-            until_interrupted(clients["root"], root_id, t0),
-            until_interrupted(clients["parent"], parent_id, t0),
-            until_interrupted(clients["leaf"], leaf_id, t0),
-        )
-        return {"all": max(t_root, t_parent, t_leaf), "root": t_root, "leaf": t_leaf}
-
-    async def one_level() -> float:
-        session_id = ids("leaf")
-        await clients["leaf"].start(busy, session_id=session_id)
-        await wait_emitting(clients["leaf"], session_id)
-        t0 = time.perf_counter()
-        _, done = await asyncio.gather(
-            clients["leaf"].interrupt(session_id, reason="bench"),
-            until_interrupted(clients["leaf"], session_id, t0),
-        )
-        return done
-
     try:
-        await three_levels()  # warm-up
-        await one_level()
+        await _three_levels(clients, ids)  # warm-up
+        await _one_level(clients["leaf"], ids, busy)
         samples: list[dict[str, float]] = []
         baseline: list[float] = []
         for _ in range(runs):
-            samples.append(await three_levels())
-            baseline.append(await one_level())
+            samples.append(await _three_levels(clients, ids))
+            baseline.append(await _one_level(clients["leaf"], ids, busy))
     finally:
         for client in clients.values():
             await client.aclose()
@@ -435,3 +401,56 @@ async def interrupt_latency(report: Report, services: Services, ids: Ids, *, run
         "leaf": summary([s["leaf"] for s in samples]),
         "one_level": summary(baseline),
     }
+
+
+async def _wait_emitting(client: AgentClient, session_id: str) -> None:
+    """Until the session streams its first text delta."""
+    async with asyncio.timeout(60):
+        while True:
+            with contextlib.suppress(HelixError):
+                async for event in client.stream(session_id):
+                    if kind(event) == "text_delta":
+                        return
+            await asyncio.sleep(0.01)  # the child session is not there yet
+
+
+async def _until_interrupted(client: AgentClient, session_id: str, t0: float) -> float:
+    """Milliseconds from ``t0`` until GetStatus says the session is interrupted."""
+    async with asyncio.timeout(30):
+        while True:
+            status = await client.get_status(session_id)
+            if status.status == pb.SESSION_STATUS_INTERRUPTED:
+                return (time.perf_counter() - t0) * 1000
+            if status.status != pb.SESSION_STATUS_RUNNING:
+                raise RuntimeError(f"{session_id} ended {status.status}, not interrupted")
+            await asyncio.sleep(0.002)
+
+
+async def _three_levels(clients: dict[str, AgentClient], ids: Ids) -> dict[str, float]:
+    """Interrupt a root whose leaf emits; milliseconds until each level is interrupted."""
+    root_id = ids("root")
+    parent_id = child_session_id(root_id, "call_1_0", child_scope(root.name, ""))
+    leaf_id = child_session_id(parent_id, "call_1_0", child_scope(parent.name, ""))
+    await clients["root"].start(root_input(mode="emit", n=100_000, pace_ms=5), session_id=root_id)
+    await _wait_emitting(clients["leaf"], leaf_id)
+    t0 = time.perf_counter()
+    _, t_root, t_parent, t_leaf = await asyncio.gather(
+        clients["root"].interrupt(root_id, reason="bench"),
+        _until_interrupted(clients["root"], root_id, t0),
+        _until_interrupted(clients["parent"], parent_id, t0),
+        _until_interrupted(clients["leaf"], leaf_id, t0),
+    )
+    return {"all": max(t_root, t_parent, t_leaf), "root": t_root, "leaf": t_leaf}
+
+
+async def _one_level(leaf_client: AgentClient, ids: Ids, busy: str) -> float:
+    """Interrupt an emitting leaf directly; milliseconds until it is interrupted."""
+    session_id = ids("leaf")
+    await leaf_client.start(busy, session_id=session_id)
+    await _wait_emitting(leaf_client, session_id)
+    t0 = time.perf_counter()
+    _, done = await asyncio.gather(
+        leaf_client.interrupt(session_id, reason="bench"),
+        _until_interrupted(leaf_client, session_id, t0),
+    )
+    return done

@@ -142,107 +142,132 @@ async def single_stream(
         await create_server(leaf, store, allow_unauthenticated=True) as server,
         await AgentClient.connect(server.address) as client,
     ):
-        last: list[str] = []
+        one = _OneStore(client, raw, ids, store_name=store_name, events=events)
+        await _live_and_replay(report, one, server.address, setup, repeat=repeat)
+        await _round_trips(report, one, setup, sessions=sessions)
 
-        async def replay(session_id: str) -> int:
-            return sum([1 async for _ in client.stream(session_id, from_sequence=0)])
 
-        def live_session() -> str:
-            return ids(f"{store_name}-live")
+@dataclass
+class _OneStore:
+    """What scenarios 1-3 on one store share: the client, the raw baseline, the sizes."""
 
-        async def live() -> int:
-            session_id = live_session()
-            await client.start(leaf_input(mode="emit", n=events), session_id=session_id)
-            last.append(session_id)
-            return await replay(session_id)
+    client: AgentClient
+    raw: RawCall
+    ids: Ids
+    store_name: str
+    events: int
+    last: list[str] = field(default_factory=list)
+    """The live sessions started, in order (scenario 2 replays the last one)."""
 
-        async def _packing(address: str, session_id: str, *, live: bool = False) -> float:
-            """Events per message of one read of ``session_id`` from 0 (of a new live
-            session's, with ``live``), counted on the wire."""
-            if live:
-                await client.start(leaf_input(mode="emit", n=events), session_id=session_id)
-            async with grpc.aio.insecure_channel(address) as channel:
-                stub = pb_grpc.AgentServiceStub(channel)
-                messages = received = 0
-                async for response in stub.Stream(pb.StreamRequest(session_id=session_id)):
-                    if response.events:  # not a heartbeat
-                        messages += 1
-                        received += len(response.events)
-            return received / max(messages, 1)
+    async def replay(self, session_id: str) -> int:
+        return sum([1 async for _ in self.client.stream(session_id, from_sequence=0)])
 
-        async def once() -> None:
-            session_id = ids(f"{store_name}-once")
-            await client.start(leaf_input(), session_id=session_id)
-            final: pb.StreamEvent | None = None
-            async for event in client.stream(session_id):
-                final = event
-            assert final is not None
-            check_completed(final)
+    def live_session(self) -> str:
+        return self.ids(f"{self.store_name}-live")
 
-        async def raw_events() -> int:
-            return await raw_receive(raw, events)
+    async def live(self) -> int:
+        session_id = self.live_session()
+        await self.client.start(leaf_input(mode="emit", n=self.events), session_id=session_id)
+        self.last.append(session_id)
+        return await self.replay(session_id)
 
-        # Baseline measured just before each figure, so drift hits both alike.
-        base = await events_per_second(raw_events, repeat)
-        helix = await events_per_second(live, repeat)
+    async def packing(self, address: str, session_id: str, *, live: bool = False) -> float:
+        """Events per message of one read of ``session_id`` from 0 (of a new live
+        session's, with ``live``), counted on the wire."""
+        if live:
+            await self.client.start(leaf_input(mode="emit", n=self.events), session_id=session_id)
+        async with grpc.aio.insecure_channel(address) as channel:
+            stub = pb_grpc.AgentServiceStub(channel)
+            messages = received = 0
+            async for response in stub.Stream(pb.StreamRequest(session_id=session_id)):
+                if response.events:  # not a heartbeat
+                    messages += 1
+                    received += len(response.events)
+        return received / max(messages, 1)
+
+    async def once(self) -> None:
+        session_id = self.ids(f"{self.store_name}-once")
+        await self.client.start(leaf_input(), session_id=session_id)
+        final: pb.StreamEvent | None = None
+        async for event in self.client.stream(session_id):
+            final = event
+        assert final is not None
+        check_completed(final)
+
+    async def raw_events(self) -> int:
+        return await raw_receive(self.raw, self.events)
+
+
+async def _live_and_replay(
+    report: Report, one: _OneStore, address: str, setup: str, *, repeat: int
+) -> None:
+    """Scenarios 1 and 2, each beside raw at 1 event/message and raw packed alike."""
+    events, raw = one.events, one.raw
+    # Baseline measured just before each figure, so drift hits both alike.
+    base = await events_per_second(one.raw_events, repeat)
+    helix = await events_per_second(one.live, repeat)
+    report.add(
+        f"1 live stream, {events:,} events",
+        setup,
+        "events/s",
+        helix,
+        base,
+        "raw grpc.aio, 1 event/message",
+        ratio_at_least(0.9),
+    )
+    # The target's baseline sends one event per message; helix packs the events a
+    # reader is behind on (a fast emitter's, live too). Beside raw packed alike,
+    # the ratio is the per-event cost alone.
+    packed = await one.packing(address, one.live_session(), live=True)
+    await _beside_packed(report, raw, f"1 live stream, {events:,} events", setup, helix,
+                         packed, events, repeat)  # fmt: skip
+    finished = one.last[-1]
+    base = await events_per_second(one.raw_events, repeat)
+    helix = await events_per_second(lambda: one.replay(finished), repeat)
+    report.add(
+        f"2 replay {events:,}-event log",
+        setup,
+        "events/s",
+        helix,
+        base,
+        "raw grpc.aio, 1 event/message",
+        ratio_at_least(5),
+    )
+    packed = await one.packing(address, finished)
+    await _beside_packed(report, raw, f"2 replay {events:,}-event log", setup, helix,
+                         packed, events, repeat)  # fmt: skip
+
+
+async def _round_trips(report: Report, one: _OneStore, setup: str, *, sessions: int) -> None:
+    """Scenario 3: Start to completed of a one-step session, beside a raw 3-message stream."""
+    raw_ms = await latencies_ms(lambda: raw_receive(one.raw, 3), sessions)
+    helix_ms = await latencies_ms(one.once, sessions)
+    for p, target in ((50, ratio_at_most(1.5)), (99, None)):
         report.add(
-            f"1 live stream, {events:,} events",
+            f"3 Start->completed p{p}, {sessions} sessions",
             setup,
-            "events/s",
-            helix,
-            base,
-            "raw grpc.aio, 1 event/message",
-            ratio_at_least(0.9),
+            "ms",
+            percentile(helix_ms, p),
+            percentile(raw_ms, p),
+            "raw grpc.aio 3-message stream",
+            target,
         )
-        # The target's baseline sends one event per message; helix packs the events a
-        # reader is behind on (a fast emitter's, live too). Beside raw packed alike,
-        # the ratio is the per-event cost alone.
-        packed = await _packing(server.address, live_session(), live=True)
-        await _beside_packed(report, raw, f"1 live stream, {events:,} events", setup, helix,
-                             packed, events, repeat)  # fmt: skip
-        finished = last[-1]
-        base = await events_per_second(raw_events, repeat)
-        helix = await events_per_second(lambda: replay(finished), repeat)
+    report.details[f"3 round trip ms, {one.store_name}"] = {
+        "helix": summary(helix_ms),
+        "raw": summary(raw_ms),
+    }
+    if "3 model call ms" not in report.details:  # once per run
+        # The floor under 3: the one-step agent's single litellm call on its own.
+        model_ms = await latencies_ms(_model_call, sessions)
         report.add(
-            f"2 replay {events:,}-event log",
-            setup,
-            "events/s",
-            helix,
-            base,
-            "raw grpc.aio, 1 event/message",
-            ratio_at_least(5),
+            f"3 of which: the litellm call alone p50, {sessions} calls",
+            "no server, no store",
+            "ms",
+            percentile(model_ms, 50),
+            percentile(raw_ms, 50),
+            "raw grpc.aio 3-message stream",
         )
-        packed = await _packing(server.address, finished)
-        await _beside_packed(report, raw, f"2 replay {events:,}-event log", setup, helix,
-                             packed, events, repeat)  # fmt: skip
-        raw_ms = await latencies_ms(lambda: raw_receive(raw, 3), sessions)
-        helix_ms = await latencies_ms(once, sessions)
-        for p, target in ((50, ratio_at_most(1.5)), (99, None)):
-            report.add(
-                f"3 Start->completed p{p}, {sessions} sessions",
-                setup,
-                "ms",
-                percentile(helix_ms, p),
-                percentile(raw_ms, p),
-                "raw grpc.aio 3-message stream",
-                target,
-            )
-        report.details[f"3 round trip ms, {store_name}"] = {
-            "helix": summary(helix_ms),
-            "raw": summary(raw_ms),
-        }
-        if "3 model call ms" not in report.details:  # once per run
-            # The floor under 3: the one-step agent's single litellm call on its own.
-            model_ms = await latencies_ms(_model_call, sessions)
-            report.add(
-                f"3 of which: the litellm call alone p50, {sessions} calls",
-                "no server, no store",
-                "ms",
-                percentile(model_ms, 50),
-                percentile(raw_ms, 50),
-                "raw grpc.aio 3-message stream",
-            )
-            report.details["3 model call ms"] = summary(model_ms)
+        report.details["3 model call ms"] = summary(model_ms)
 
 
 async def _model_call() -> None:
@@ -399,30 +424,8 @@ async def concurrency(
             await _raw_concurrent(stub, raw_pid, sessions=n, events=events, pace_ms=pace_ms)
             for n in fewer
         ]
-    setup = "sqlite, service process"
-
-    def p99_row(
-        n: int, window: str, helix_ms: list[float], raw_ms: list[float], target: Target | None
-    ) -> None:
-        report.add(
-            f"6 {n} sessions at once: p99 event latency, {window}",
-            setup,
-            "ms",
-            percentile(helix_ms, 99),
-            percentile(raw_ms, 99),
-            f"{n} raw streams at once",
-            target,
-        )
-
-    def steady_p99(n: int, helix_n: _Concurrent, raw_n: _Concurrent, target: Target | None) -> None:
-        p99_row(n, "all streaming", helix_n.steady, raw_n.steady, target)
-        if helix_n.errors:
-            report.notes.append(
-                f"6 ({n}): {len(helix_n.errors)} sessions failed: {helix_n.errors[:3]}"
-            )
-
     for n, helix_n, raw_n in zip(fewer, lighter, raw_lighter, strict=True):
-        steady_p99(n, helix_n, raw_n, None)
+        _steady_p99(report, n, helix_n, raw_n, None)
         report.details[f"6 concurrency, {n} sessions"] = {
             "errors": helix_n.errors,
             "offered_events_per_s": round(n * 1000 / pace_ms),
@@ -431,18 +434,60 @@ async def concurrency(
             "raw_steady_latency_ms": summary(raw_n.steady),
             "cpu_busy_pct": {"helix": helix_n.busy, "raw": raw_n.busy},
         }
-    label = f"{sessions} raw streams at once"
+    _add_full_load(report, helix, raw, sessions=sessions, events=events, pace_ms=pace_ms)
+
+
+_CONCURRENCY_SETUP = "sqlite, service process"
+
+
+def _p99_row(
+    report: Report,
+    n: int,
+    window: str,
+    helix_ms: list[float],
+    raw_ms: list[float],
+    target: Target | None,
+) -> None:
+    report.add(
+        f"6 {n} sessions at once: p99 event latency, {window}",
+        _CONCURRENCY_SETUP,
+        "ms",
+        percentile(helix_ms, 99),
+        percentile(raw_ms, 99),
+        f"{n} raw streams at once",
+        target,
+    )
+
+
+def _steady_p99(
+    report: Report, n: int, helix_n: _Concurrent, raw_n: _Concurrent, target: Target | None
+) -> None:
+    _p99_row(report, n, "all streaming", helix_n.steady, raw_n.steady, target)
+    if helix_n.errors:
+        report.notes.append(f"6 ({n}): {len(helix_n.errors)} sessions failed: {helix_n.errors[:3]}")
+
+
+def _add_full_load(
+    report: Report,
+    helix: _Concurrent,
+    raw: _Concurrent,
+    *,
+    sessions: int,
+    events: int,
+    pace_ms: float,
+) -> None:
+    """Scenario 6's rows and details at the full load (``sessions`` at once)."""
     report.add(
         f"6 {sessions} sessions at once: aggregate",
-        setup,
+        _CONCURRENCY_SETUP,
         "events/s",
         helix.rate,
         raw.rate,
-        label,
+        f"{sessions} raw streams at once",
     )
-    steady_p99(sessions, helix, raw, value_at_most(50))
-    p99_row(sessions, "before any session ends", helix.streaming, raw.streaming, None)
-    p99_row(sessions, "incl. the start burst", helix.latencies, raw.latencies, None)
+    _steady_p99(report, sessions, helix, raw, value_at_most(50))
+    _p99_row(report, sessions, "before any session ends", helix.streaming, raw.streaming, None)
+    _p99_row(report, sessions, "incl. the start burst", helix.latencies, raw.latencies, None)
     report.details["6 concurrency"] = {
         "sessions": sessions,
         "events_per_session": events,

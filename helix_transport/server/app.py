@@ -63,27 +63,7 @@ class AgentServer:
         self.config = config
         self.auth = auth
         options = [*config.limits.grpc_options(), ("grpc.so_reuseport", 0)]
-        # Authentication first (outermost): the principal is set before anything else runs;
-        # then error mapping, so a limit's refusal leaves with its details; then the limits,
-        # which charge the authenticated principal.
-        interceptors: list[grpc.aio.ServerInterceptor] = []
-        if auth.authenticator is not None:
-            interceptors.append(AuthInterceptor(auth.authenticator))
-        interceptors += [ErrorMappingInterceptor(), LimitsInterceptor(config.limits)]
-        self._server = grpc.aio.server(interceptors=interceptors, options=options)
-        bind = f"{config.host}:{config.port}"
-        try:
-            if auth.server_credentials is not None:
-                self.port = self._server.add_secure_port(bind, auth.server_credentials)
-            else:
-                self.port = self._server.add_insecure_port(bind)
-        except RuntimeError:  # grpc's "Failed to bind", with a hint about its debug logs
-            self.port = 0
-        if self.port == 0:
-            raise UsageError(
-                f"cannot listen on {bind}: the port is in use (another server?) "
-                "or the host is not an address of this machine"
-            )
+        self._server, self.port = _listening_server(config, auth, options)
         self.hub = EventHub()
         replica_id = config.replica_id or f"{socket.gethostname()}:{self.port}"
         self.clients = ClientPool(config=config.client, auth=client_auth)
@@ -119,23 +99,7 @@ class AgentServer:
         add_agent_service(self.servicer, self._server)
         self.health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
-        self._health_server: grpc.aio.Server | None = None
-        self.health_port: int | None = None
-        if config.health_port is not None:
-            # Error mapping here too: a probe's undecodable request is INVALID_ARGUMENT,
-            # not a traceback in the log.
-            self._health_server = grpc.aio.server(
-                interceptors=[ErrorMappingInterceptor()], options=options
-            )
-            health_pb2_grpc.add_HealthServicer_to_server(self.health, self._health_server)
-            try:  # grpc raises RuntimeError or returns 0, depending on the version
-                self.health_port = self._health_server.add_insecure_port(
-                    f"{config.host}:{config.health_port}"
-                )
-            except RuntimeError:
-                self.health_port = 0
-            if self.health_port == 0:
-                raise UsageError(f"cannot bind {config.host}:{config.health_port} (health port)")
+        self._health_server, self.health_port = _health_listener(config, self.health, options)
         if config.reflection:
             names = (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME)
             reflection.enable_server_reflection(names, self._server)
@@ -202,6 +166,53 @@ class AgentServer:
         tb: TracebackType | None,
     ) -> None:
         await self.shutdown()
+
+
+def _listening_server(
+    config: ServerConfig, auth: ServerAuth, options: list[tuple[str, int]]
+) -> tuple[grpc.aio.Server, int]:
+    """The agent's gRPC server with its interceptors, bound to ``config``'s address."""
+    # Authentication first (outermost): the principal is set before anything else runs;
+    # then error mapping, so a limit's refusal leaves with its details; then the limits,
+    # which charge the authenticated principal.
+    interceptors: list[grpc.aio.ServerInterceptor] = []
+    if auth.authenticator is not None:
+        interceptors.append(AuthInterceptor(auth.authenticator))
+    interceptors += [ErrorMappingInterceptor(), LimitsInterceptor(config.limits)]
+    server = grpc.aio.server(interceptors=interceptors, options=options)
+    bind = f"{config.host}:{config.port}"
+    try:
+        if auth.server_credentials is not None:
+            port = server.add_secure_port(bind, auth.server_credentials)
+        else:
+            port = server.add_insecure_port(bind)
+    except RuntimeError:  # grpc's "Failed to bind", with a hint about its debug logs
+        port = 0
+    if port == 0:
+        raise UsageError(
+            f"cannot listen on {bind}: the port is in use (another server?) "
+            "or the host is not an address of this machine"
+        )
+    return server, port
+
+
+def _health_listener(
+    config: ServerConfig, servicer: health.aio.HealthServicer, options: list[tuple[str, int]]
+) -> tuple[grpc.aio.Server | None, int | None]:
+    """The health-only server on ``config.health_port`` and its port (None, None without)."""
+    if config.health_port is None:
+        return None, None
+    # Error mapping here too: a probe's undecodable request is INVALID_ARGUMENT,
+    # not a traceback in the log.
+    server = grpc.aio.server(interceptors=[ErrorMappingInterceptor()], options=options)
+    health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
+    try:  # grpc raises RuntimeError or returns 0, depending on the version
+        port = server.add_insecure_port(f"{config.host}:{config.health_port}")
+    except RuntimeError:
+        port = 0
+    if port == 0:
+        raise UsageError(f"cannot bind {config.host}:{config.health_port} (health port)")
+    return server, port
 
 
 async def create_server(

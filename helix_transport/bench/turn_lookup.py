@@ -1,6 +1,6 @@
 """How ``Continue`` finds a session's turns, beside reading the whole log, per store.
 
-    .venv/bin/python -m tests.bench.turn_lookup [--stores memory,sqlite,redis,postgres]
+    python -m helix_transport.bench.turn_lookup [--stores memory,sqlite,redis,postgres]
 
 Builds one session per shape (turns x text deltas per turn) as the run loop would
 leave it: each turn's ``turn_started``, its deltas, a checkpoint at the turn's end

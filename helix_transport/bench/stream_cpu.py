@@ -1,6 +1,6 @@
 """A service's CPU per streamed event, with many sessions streaming at once.
 
-    .venv/bin/python -m tests.bench.stream_cpu [--sessions 300] [--events 300]
+    python -m helix_transport.bench.stream_cpu [--sessions 300] [--events 300]
         [--pace-ms 50] [--window-s 8] [--runs 3] [--store sqlite]
 
 Scenario 6 of ``helix-mesh bench`` reports latency, which on a saturated process

@@ -1,6 +1,6 @@
 """What a resumed parent reads to rejoin its running children, shared or one scan each.
 
-    .venv/bin/python -m tests.bench.rejoin [--children 1000] [--events 10] [--store sqlite]
+    python -m helix_transport.bench.rejoin [--children 1000] [--events 10] [--store sqlite]
 
 A parent that crashed mid-fan-out rejoins every child still running, and each
 needs the last of its events the parent's log holds. Builds such a log

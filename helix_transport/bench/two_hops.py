@@ -1,6 +1,6 @@
 """Where the time of a two-hop stream goes: one hop and two hops, alternating, with stages.
 
-    .venv/bin/python -m tests.bench.two_hops [--runs 15] [--events 10000] [--store sqlite]
+    python -m helix_transport.bench.two_hops [--runs 15] [--events 10000] [--store sqlite]
 
 Starts the benchmark's leaf and parent services (``helix-mesh bench`` scenario 4's
 setup), then alternates one hop (leaf -> client) and two hops (leaf -> parent ->
@@ -8,7 +8,7 @@ client) of ``--events`` text deltas. For every run it prints the wall time from
 Start to the terminal event and, for two hops, when the leaf stamped its first and
 last delta, when the parent stamped them (forwarded) and when this client received
 them, all in ms after Start, plus the CPU of each service (``/proc``) and of this client for each run. The
-medians at the end are the figures the README quotes for two-hop changes; compare
+medians at the end are the figures docs/performance.md quotes for two-hop changes; compare
 runs of two versions of the code alternated on one host, not across hosts.
 """
 
