@@ -37,7 +37,9 @@ POLL_S = 1.0
 that died)."""
 MAX_BACKOFF_S = 1.0
 """The longest wait between two attempts at one command."""
-_BATCH = 100
+_BATCH = 1000
+"""Commands read per pass, oldest first: more than this many undeliverable ones (to services
+gone for good) would keep newer ones from their retries (each still gets its first ask)."""
 _CONCURRENCY = 16
 
 

@@ -177,12 +177,11 @@ class _ChildCall:
             last = logged.last_sequence
             if logged.end is not None:  # its end is in the log: the call is over
                 return await self._ended_before(logged.end)
-            await self._save()  # this process's address for the child
-        else:
-            # The ref before anything else: an interrupt cascading while the Start is in
-            # flight finds the child (see Cascade), and a parent resumed after its
-            # subagent_start reached the log rejoins (the log is read only then).
-            await self._save()
+        # The ref before anything else (a rejoined child's with this process's address):
+        # an interrupt cascading while the Start is in flight finds the child (see
+        # Cascade), and a parent resumed after its subagent_start reached the log rejoins
+        # (the log is read only then).
+        await self._save()
         if self.child_id not in logged.started:
             ctx.emit(
                 subagent_started(
