@@ -50,7 +50,6 @@ class Cascade:
         self._store = store
         self._clients = clients
         self._next_attempt: dict[tuple[str, str, str], float] = {}
-        self._wake = asyncio.Event()
         self._slots = asyncio.Semaphore(_CONCURRENCY)
         self._in_flight: set[tuple[str, str, str]] = set()
 
@@ -80,7 +79,6 @@ class Cascade:
         """Ask each child once, concurrently; what a child's service did not take stays
         in the outbox for ``run``."""
         if commands:
-            self._wake.set()
             await asyncio.gather(*(self._deliver(command) for command in commands))
 
     async def run(self) -> None:
@@ -96,16 +94,14 @@ class Cascade:
                 commands = []
             else:
                 failing = False
+            if len(commands) < _BATCH:  # the whole outbox: forget what another replica took
+                listed = {_key(c) for c in commands}
+                self._next_attempt = {k: t for k, t in self._next_attempt.items() if k in listed}
             now = time.monotonic()
             due = [c for c in commands if self._next_attempt.get(_key(c), 0.0) <= now]
             if due:
                 await asyncio.gather(*(self._deliver(command) for command in due))
-            self._wake.clear()
-            try:
-                async with asyncio.timeout(POLL_S):
-                    await self._wake.wait()
-            except TimeoutError:
-                pass
+            await asyncio.sleep(POLL_S)
 
     async def _deliver(self, command: ChildCommand) -> None:
         """One attempt at ``command``: gone from the outbox once it has an answer."""
@@ -164,9 +160,6 @@ class Cascade:
             )
         with contextlib.suppress(HelixError):
             await self._store.record_attempt(command)
-
-    async def aclose(self) -> None:
-        """Nothing to release: pending commands stay in the store for the next process."""
 
 
 def _key(command: ChildCommand) -> tuple[str, str, str]:

@@ -478,7 +478,6 @@ class SessionRunner:
                 task.cancel()
             if pending:
                 await asyncio.wait(pending)
-        await self.cascade.aclose()
         for housekeeping in (self._renewer, self._watcher):
             if housekeeping is not None:
                 housekeeping.cancel()
