@@ -176,6 +176,7 @@ parent = Agent(
     ],
     model=register_script("bench-parent", _parent),
     max_steps=3,
+    max_live_children=0,  # scenario 5 fans out to --children (1,000) leaves at once
 )
 
 
