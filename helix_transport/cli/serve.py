@@ -22,6 +22,7 @@ from helix_transport.transport import SUBSTITUTE, ClientAuth
 
 if TYPE_CHECKING:
     from helix_transport._config import ServerConfig
+    from helix_transport.metrics import MetricsEndpoint
     from helix_transport.server.auth import AuthConfig
 
 _OFF = ("0", "off", "false", "no")
@@ -56,10 +57,29 @@ def run(args: argparse.Namespace) -> int:
         tls_server_name=env.get("HELIX_CLIENT_TLS_SERVER_NAME", ""),
         identity=args.client_identity or env.get("HELIX_CLIENT_IDENTITY", "") or SUBSTITUTE,
     )
-    asyncio.run(
-        serve(agent, store_url=store_url, config=config, auth=auth, client_auth=client_auth)
-    )
+    metrics = _start_metrics(args, agent.name)
+    try:
+        asyncio.run(
+            serve(agent, store_url=store_url, config=config, auth=auth, client_auth=client_auth)
+        )
+    finally:
+        if metrics is not None:
+            metrics.shutdown()
     return 0
+
+
+def _start_metrics(args: argparse.Namespace, service_name: str) -> MetricsEndpoint | None:
+    """Serve ``/metrics`` when ``--metrics-port`` or ``HELIX_METRICS_PORT`` asks for it."""
+    from helix_transport.metrics import MetricsConfig, start_metrics
+
+    config = MetricsConfig.from_env(
+        host=args.host, port=args.metrics_port, service_name=service_name
+    )
+    if config.port is None:
+        return None
+    endpoint = start_metrics(config)
+    print(f"helix-mesh: metrics on {endpoint.url}", flush=True)
+    return endpoint
 
 
 def _server_config(args: argparse.Namespace) -> ServerConfig:
@@ -160,6 +180,13 @@ def _listen_options(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=os.environ.get("HELIX_HEALTH_PORT") or None,  # converted as --port's
         help="plaintext health-only port, 0 to pick one (HELIX_HEALTH_PORT)",
+    )
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,  # HELIX_METRICS_PORT is read with the rest of MetricsConfig
+        help="serve Prometheus /metrics on this port, 0 to pick one (HELIX_METRICS_PORT; "
+        "default off)",
     )
     parser.add_argument(
         "--allow-volatile-store",

@@ -17,6 +17,7 @@ from helix_transport._events import is_terminal, stamp
 from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
 from helix_transport._wire import sequenced_all
 from helix_transport.log.hub import EventHub
+from helix_transport.metrics.instruments import instruments
 from helix_transport.store import Checkpoint, SessionUpdate, Store
 
 
@@ -145,6 +146,7 @@ class SessionWriter:
             encoded=encoded,
             checkpoint=checkpoint,
         )
+        instruments().events_appended.add(len(encoded))
         if not self._closed:
             self._hub.publish_encoded(self.session_id, first, encoded, terminal=terminal)
 

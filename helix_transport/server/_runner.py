@@ -19,6 +19,7 @@ from helix_transport.agent.hooks import NO_HOOKS, RunHooks
 from helix_transport.agent.loop import MAX_RESULT_BYTES, RunLoop
 from helix_transport.delegation.cascade import CASCADE_TIMEOUT_S, Cascade
 from helix_transport.log import EventHub, SessionWriter
+from helix_transport.metrics.instruments import instruments
 from helix_transport.server._ownership import caller_id
 from helix_transport.store import (
     InterruptLookup,
@@ -394,6 +395,8 @@ class SessionRunner:
             reason = "restart" if record.owner in ("", self.owner) else "takeover"
             if await self.start(record, resume_reason=reason):
                 resumed += 1
+                labels = {"helix.agent_type": self.agent.name, "helix.resume.reason": reason}
+                instruments().sessions_resumed.add(1, labels)
             elif record.owner:  # held elsewhere (as read before the attempt)
                 next_lapse = min(next_lapse, record.lease_expires_at)
         self._next_lapse = next_lapse

@@ -25,6 +25,7 @@ from helix_transport._exceptions import (
 from helix_transport.agent.definition import Agent
 from helix_transport.delegation.cascade import CASCADE_TIMEOUT_S
 from helix_transport.log import EventHub, follow
+from helix_transport.metrics.instruments import instruments
 from helix_transport.server._continue import ContinuedTurn, TurnRequest, continue_session
 from helix_transport.server._ownership import visible
 from helix_transport.server._runner import SessionRunner
@@ -101,6 +102,8 @@ class Sessions:
             existing, created = await outlive_caller(
                 self._create_and_run(record), what=f"starting session {session_id}"
             )
+            if created:
+                instruments().sessions_started.add(1, {"helix.agent_type": self.agent.name})
         # A pre-namespace session of another principal under a bare id (see _ownership).
         if (
             not visible(existing)

@@ -25,7 +25,11 @@ from helix_transport.agent.definition import Agent
 from helix_transport.agent.litellm import warm_up
 from helix_transport.agent.loop import MAX_RESULT_BYTES
 from helix_transport.log import EventHub
+from helix_transport.metrics import metrics_enabled, watch_running
+from helix_transport.metrics.hooks import metered_hooks
+from helix_transport.metrics.store import metered_store
 from helix_transport.server._encoding import add_agent_service
+from helix_transport.server._rpc_metrics import RpcMetricsInterceptor
 from helix_transport.server._runner import SessionRunner
 from helix_transport.server._servicer import AgentServicer
 from helix_transport.server._sessions import Sessions
@@ -58,6 +62,8 @@ class AgentServer:
         client_auth: ClientAuth | None = None,
         hooks: HooksFactory | None = None,
     ) -> None:
+        if metrics_enabled():  # one seam each: every store call, every run's hooks
+            store, hooks = metered_store(store), metered_hooks(hooks)
         self.agent = agent
         self.store = store
         self.config = config
@@ -84,6 +90,7 @@ class AgentServer:
             # Half a message: room for the wrapping of every parent that forwards it.
             max_result_bytes=min(MAX_RESULT_BYTES, config.limits.max_message_bytes // 2),
         )
+        watch_running(self.runner)  # helix.sessions.running reads its count at each scrape
         self.sessions = Sessions(
             agent,
             store,
@@ -175,7 +182,10 @@ def _listening_server(
     # Authentication first (outermost): the principal is set before anything else runs;
     # then error mapping, so a limit's refusal leaves with its details; then the limits,
     # which charge the authenticated principal.
-    interceptors: list[grpc.aio.ServerInterceptor] = []
+    # Metrics outermost of all: they see every answer, authentication's refusals too.
+    interceptors: list[grpc.aio.ServerInterceptor] = (
+        [RpcMetricsInterceptor()] if metrics_enabled() else []
+    )
     if auth.authenticator is not None:
         interceptors.append(AuthInterceptor(auth.authenticator))
     interceptors += [ErrorMappingInterceptor(), LimitsInterceptor(config.limits)]
