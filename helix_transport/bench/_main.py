@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import json
 import logging
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Awaitable, Iterator, Sequence
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -100,6 +101,13 @@ def _parser() -> argparse.ArgumentParser:
         help="print each row beside the same row of a run saved with --save",
     )
     parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run")
+    parser.add_argument(
+        "--metrics",
+        choices=("off", "on", "both"),
+        default="off",
+        help="1-3 with metrics recorded (a /metrics endpoint on a free port), or each "
+        "store once without and once with them, rows marked 'metrics on' (default off)",
+    )
     for name, default in Params().__dict__.items():
         flag = "--" + name.replace("_", "-")
         kind = _int_list if isinstance(default, tuple) else type(default)
@@ -144,7 +152,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("LiteLLM").setLevel(logging.WARNING)
     started = time.perf_counter()
     report = Report()
-    failed = asyncio.run(_run(report, params, scenarios, stores))
+    failed = asyncio.run(_run(report, params, scenarios, stores, metrics=args.metrics))
     elapsed = time.perf_counter() - started
     shown: dict[str, Any] = {
         **params.__dict__,
@@ -171,7 +179,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 1 if failed else 0
 
 
-async def _run(report: Report, params: Params, scenarios: set[str], stores: list[str]) -> bool:
+async def _run(
+    report: Report, params: Params, scenarios: set[str], stores: list[str], *, metrics: str
+) -> bool:
     """Run each selected scenario; one that crashes is noted and the rest still run."""
     from helix_transport.bench import recovery, streams
     from helix_transport.bench._measure import Ids
@@ -185,20 +195,27 @@ async def _run(report: Report, params: Params, scenarios: set[str], stores: list
     with tempfile.TemporaryDirectory(prefix="helix-bench-") as tmp:
         workdir = Path(tmp)
         if scenarios & {"1", "2", "3"}:
-            for store in stores:
-                failed |= await _attempt(
-                    report,
-                    f"1-3 ({store})",
-                    streams.single_stream(
+            modes = {"off": (False,), "on": (True,), "both": (False, True)}[metrics]
+            for store, metered in ((s, m) for s in stores for m in modes):
+                first = len(report.rows)
+                with _metrics(metered):
+                    failed |= await _attempt(
                         report,
-                        store,
-                        workdir,
-                        ids,
-                        events=params.events,
-                        sessions=params.sessions,
-                        repeat=params.repeat,
-                    ),
-                )
+                        f"1-3 ({store})",
+                        streams.single_stream(
+                            report,
+                            store,
+                            workdir,
+                            ids,
+                            events=params.events,
+                            sessions=params.sessions,
+                            repeat=params.repeat,
+                        ),
+                    )
+                if metered:
+                    report.rows[first:] = [
+                        replace(row, setup=f"{row.setup}, metrics on") for row in report.rows[first:]
+                    ]
         if scenarios & {"4", "5", "7"}:
             failed |= await _run_delegation(report, params, scenarios, workdir, ids)
         if "6" in scenarios:
@@ -271,6 +288,21 @@ async def _run_delegation(
         await services.stop()
         report.notes += services.logged_problems()[:10]
     return failed
+
+
+@contextlib.contextmanager
+def _metrics(on: bool) -> Iterator[None]:
+    """Metrics recorded (and served, as ``serve --metrics-port`` does) while it lasts."""
+    if not on:
+        yield
+        return
+    from helix_transport.metrics import MetricsConfig, start_metrics
+
+    endpoint = start_metrics(MetricsConfig(port=0, service_name="bench"))
+    try:
+        yield
+    finally:
+        endpoint.shutdown()
 
 
 async def _attempt(report: Report, name: str, scenario: Awaitable[object]) -> bool:
