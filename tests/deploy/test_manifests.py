@@ -651,8 +651,9 @@ def test_containers_serve_their_agent_on_the_probed_port(which: str) -> None:
         assert args.agent == f"services.{package}:agent"
         assert args.host == "0.0.0.0", f"{name} must listen on all interfaces"
         assert args.store == "", f"{name}: the store URL comes from the Secret, not args"
-        (port,) = container["ports"]
-        assert port["name"] == "grpc"
+        ports = {p["name"]: p for p in container["ports"]}
+        assert set(ports) <= {"grpc", "metrics"}  # metrics: tests/deploy/test_metrics_manifests
+        port = ports["grpc"]
         assert args.port == port["containerPort"] == default_port == 50051
         for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
             spec = container[probe]
@@ -785,6 +786,7 @@ async def test_the_rendered_container_command_serves_and_stops_cleanly(tmp_path:
     env.update(effective_env(container, objects))
     env.update(HELIX_HOST="127.0.0.1", HELIX_REPLICA_ID=f"{AGENT_TYPES[0]}-7d9f8-abcde")
     env.pop("HELIX_MODEL", None)  # offline: the scripted model
+    env["HELIX_METRICS_PORT"] = str(metrics_port := free_port())  # not the manifest's 9464
     # The image puts the example services on PYTHONPATH (/opt/helix): the wheel has none.
     env["PYTHONPATH"] = str(ROOT)
     # The Secret helix-auth, as mounted: the manifest's paths under a temporary root.
@@ -807,11 +809,24 @@ async def test_the_rendered_container_command_serves_and_stops_cleanly(tmp_path:
     )
     try:
         await service.start(timeout_s=90)
+        assert "helix_sessions_running" in await scrape(f"http://127.0.0.1:{metrics_port}/metrics")
         budget = deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
         assert await service.terminate(timeout_s=budget - prestop_seconds(container)) == 0
     finally:
         await service.stop()
     assert "listening on 127.0.0.1" in (tmp_path / "serve.log").read_text()
+
+
+async def scrape(url: str) -> str:
+    """The text of ``url`` (a /metrics endpoint)."""
+    import asyncio
+    import urllib.request
+
+    def get() -> str:
+        with urllib.request.urlopen(url, timeout=10) as reply:
+            return str(reply.read().decode())
+
+    return await asyncio.to_thread(get)
 
 
 # --- pods are locked down ----------------------------------------------------------------
