@@ -54,6 +54,7 @@ if TYPE_CHECKING:
     from helix_transport.delegation.companions import PersistentChild, with_companions
     from helix_transport.delegation.dispatch import SubagentType, with_dispatch
     from helix_transport.delegation.remote import remote_agent_tool, remote_agent_tool_from_service
+    from helix_transport.metrics import MetricsConfig, start_metrics
     from helix_transport.server.app import AgentServer, create_server
     from helix_transport.server.auth import AuthConfig
     from helix_transport.store import Store, open_store
@@ -75,6 +76,7 @@ _LAZY = {
     "LeaseLost": "helix_transport._exceptions",
     "Limits": "helix_transport._config",
     "MaxStepsExceeded": "helix_transport._exceptions",
+    "MetricsConfig": "helix_transport.metrics",
     "ModelAPIError": "helix_transport._exceptions",
     "PersistentChild": "helix_transport.delegation.companions",
     "RemoteError": "helix_transport._exceptions",
@@ -105,6 +107,7 @@ _LAZY = {
     "open_store": "helix_transport.store",
     "remote_agent_tool": "helix_transport.delegation.remote",
     "remote_agent_tool_from_service": "helix_transport.delegation.remote",
+    "start_metrics": "helix_transport.metrics",
     "tool": "helix_transport.agent.tools",
     "with_companions": "helix_transport.delegation.companions",
     "with_dispatch": "helix_transport.delegation.dispatch",
@@ -126,6 +129,7 @@ __all__ = [
     "LeaseLost",
     "Limits",
     "MaxStepsExceeded",
+    "MetricsConfig",
     "ModelAPIError",
     "PersistentChild",
     "RemoteError",
@@ -156,6 +160,7 @@ __all__ = [
     "open_store",
     "remote_agent_tool",
     "remote_agent_tool_from_service",
+    "start_metrics",
     "tool",
     "with_companions",
     "with_dispatch",

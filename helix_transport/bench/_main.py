@@ -214,7 +214,8 @@ async def _run(
                     )
                 if metered:
                     report.rows[first:] = [
-                        replace(row, setup=f"{row.setup}, metrics on") for row in report.rows[first:]
+                        replace(row, setup=f"{row.setup}, metrics on")
+                        for row in report.rows[first:]
                     ]
         if scenarios & {"4", "5", "7"}:
             failed |= await _run_delegation(report, params, scenarios, workdir, ids)

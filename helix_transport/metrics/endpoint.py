@@ -102,7 +102,7 @@ def start_metrics(config: MetricsConfig) -> MetricsEndpoint:
         raise UsageError("metrics are already served by this process")
     # Imported here: a process without metrics never loads the SDK's metrics side.
     from opentelemetry.exporter.prometheus import PrometheusMetricReader
-    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics import AlwaysOffExemplarFilter, MeterProvider
     from opentelemetry.sdk.resources import Resource
     from prometheus_client import CollectorRegistry, start_http_server
     from prometheus_client.process_collector import ProcessCollector
@@ -114,7 +114,11 @@ def start_metrics(config: MetricsConfig) -> MetricsEndpoint:
     # Scope labels (otel_scope_name...) would repeat one constant on every series.
     reader = PrometheusMetricReader(scope_info_enabled=False, registry=registry)
     resource = Resource.create({"service.name": config.service_name})
-    provider = MeterProvider(metric_readers=[reader], resource=resource)
+    # No exemplars: the text format we serve drops them, and sampling them costs every
+    # record a look at the current span.
+    provider = MeterProvider(
+        metric_readers=[reader], resource=resource, exemplar_filter=AlwaysOffExemplarFilter()
+    )
     try:
         server, _thread = start_http_server(config.port, addr=config.host, registry=registry)
     except OSError as exc:

@@ -31,6 +31,7 @@ __all__ = [
     "TOKEN_BUCKETS",
     "Instruments",
     "RunCounter",
+    "Tally",
     "install",
     "instruments",
     "metrics_enabled",
@@ -78,6 +79,25 @@ def watch_running(source: RunCounter) -> None:
 def _observe_running(options: CallbackOptions) -> Iterable[Observation]:
     sources = (ref() for ref in tuple(_running_sources))
     yield Observation(sum(source.running for source in sources if source is not None))
+
+
+class Tally:
+    """A counter kept as a plain int and read at each scrape (an observable counter).
+
+    For the hot path: ``add`` is one integer addition (~0.1 µs) where the SDK's
+    ``Counter.add`` measured 10-20 µs a call on the loaded bench machine, once per
+    store write of the log.
+    """
+
+    def __init__(self) -> None:
+        self.total = 0
+
+    def add(self, amount: int) -> None:
+        """Count ``amount`` more."""
+        self.total += amount
+
+    def observe(self, options: CallbackOptions) -> Iterable[Observation]:
+        yield Observation(self.total)
 
 
 class Instruments:
@@ -129,11 +149,17 @@ class Instruments:
             unit="{session}",
             description="Sessions running on this replica now (the autoscaling signal).",
         )
-        self.events_appended = meter.create_counter(
+        self.events_appended = Tally()
+        meter.create_observable_counter(
             "helix.events.appended",
+            callbacks=[self.events_appended.observe],
             unit="{event}",
             description="Events appended to session logs by this replica's writers.",
         )
+        self._durations(meter)
+
+    def _durations(self, meter: Meter) -> None:
+        """The work's own instruments: steps, tool, child and model calls, tokens, store."""
         self.step_duration = _histogram(meter, "helix.step.duration", "One step of a run.")
         """Labels: ``helix.agent_type``."""
         self.tool_duration = _histogram(meter, "helix.tool.duration", "One tool call.")

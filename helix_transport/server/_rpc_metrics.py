@@ -9,9 +9,10 @@ from the ``ErrorInfo`` reason the limits put in its details (``rate_limit``,
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 import grpc
 
@@ -67,13 +68,15 @@ class RpcMetricsInterceptor(grpc.aio.ServerInterceptor):
             started = time.perf_counter()
             if streams:
                 instruments().stream_readers.add(1, labels)
-            context.add_done_callback(lambda _: _done(context, labels, started, streams))
+            done = functools.partial(_done, labels=labels, started=started, streams=streams)
+            # The stubs want their own _DoneCallback class; grpc takes any callable.
+            context.add_done_callback(cast(Any, done))
             return request
 
         return wrap_handler(handler, before=before)
 
 
-def _done(context: _Context, labels: dict[str, str], started: float, streams: bool) -> None:
+def _done(context: _Context, *, labels: dict[str, str], started: float, streams: bool) -> None:
     """The call is over (answered, refused, failed or cancelled): record it."""
     record = instruments()
     if streams:

@@ -7,6 +7,7 @@ one test and puts the no-op instruments back after it.
 
 from __future__ import annotations
 
+import socket
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -17,10 +18,10 @@ from opentelemetry.sdk.metrics.export import HistogramDataPoint, InMemoryMetricR
 from pydantic import BaseModel
 
 from helix_transport import Agent, AgentClient, create_server
-from helix_transport._exceptions import SessionNotFound
+from helix_transport._exceptions import SessionNotFound, UsageError
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.agent.scripted import ScriptedTurn, call, finish, register_script, tool_results
-from helix_transport.metrics import metered_store, metrics_enabled
+from helix_transport.metrics import MetricsConfig, metered_store, metrics_enabled, start_metrics
 from helix_transport.metrics.instruments import install
 from helix_transport.metrics.store import MeteredStore
 from helix_transport.store import MemoryStore, SessionUpdate, SqliteStore, Store
@@ -125,7 +126,7 @@ async def test_a_tool_the_model_made_up_is_labelled_unknown(
             status = await client.wait(started.session_id)
     assert status.status == pb.SessionStatus.SESSION_STATUS_COMPLETED
     tools = {
-        tuple(sorted(p.attributes.items())): p.count
+        tuple(sorted((p.attributes or {}).items())): p.count
         for p in points(recorded, "helix.tool.duration")
         if isinstance(p, HistogramDataPoint)
     }
@@ -143,3 +144,30 @@ async def test_with_metrics_off_nothing_is_wrapped() -> None:
         async with await AgentClient.connect(server.address) as client:
             started = await client.start('{"text": "hi"}')
             await client.wait(started.session_id)
+
+
+def test_the_metrics_port_is_read_from_the_environment_and_checked() -> None:
+    assert MetricsConfig.from_env({}).port is None  # off by default
+    assert MetricsConfig.from_env({"HELIX_METRICS_PORT": "9464"}).port == 9464
+    assert MetricsConfig.from_env({"HELIX_METRICS_PORT": "9464"}, port=0).port == 0  # the flag
+    with pytest.raises(UsageError, match="HELIX_METRICS_PORT"):
+        MetricsConfig.from_env({"HELIX_METRICS_PORT": "nine"})
+    with pytest.raises(UsageError, match="0-65535"):
+        MetricsConfig(port=70000)
+
+
+def test_a_busy_port_or_a_second_endpoint_is_a_usage_error() -> None:
+    endpoint = start_metrics(MetricsConfig(port=0))
+    try:
+        assert metrics_enabled()
+        with pytest.raises(UsageError, match="already"):
+            start_metrics(MetricsConfig(port=0))
+    finally:
+        endpoint.shutdown()
+    assert not metrics_enabled()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        with pytest.raises(UsageError, match="cannot serve metrics"):
+            start_metrics(MetricsConfig(port=taken.getsockname()[1]))
+    assert not metrics_enabled()

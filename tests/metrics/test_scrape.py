@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from helix_transport import AgentClient, ClientAuth, RetryConfig
+from helix_transport import AgentClient, ClientAuth, EventStream, RetryConfig
 from helix_transport._exceptions import InvalidArgument, ResourceExhausted, Unauthenticated
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from tests.helpers import ROOT, ServiceProcess, assert_eventually, free_port
@@ -166,7 +166,7 @@ async def test_a_delegation_moves_the_counters_by_what_happened(mesh: Mesh) -> N
     assert seen_parent.value("helix_stream_readers") == 0
 
 
-async def _collect(stream: AsyncIterator[pb.StreamEvent]) -> list[pb.StreamEvent]:
+async def _collect(stream: EventStream) -> list[pb.StreamEvent]:
     return [event async for event in stream]
 
 
