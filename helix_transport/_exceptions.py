@@ -10,6 +10,7 @@ Every error the library raises on purpose is a ``HelixError``::
     ├── ServerUnavailable          the server is draining or not ready -> UNAVAILABLE
     ├── StoreError                 the state store failed or refused
     │   ├── SessionNotFound        no such session                -> NOT_FOUND
+    │   │   └── SessionExpired     it finished and retention removed it
     │   ├── SessionExists          same id, different input       -> ALREADY_EXISTS
     │   ├── SessionStateConflict   not possible in the session's state -> FAILED_PRECONDITION
     │   ├── SequenceConflict       the log moved under a writer (another owner wrote)
@@ -33,6 +34,7 @@ fields, say whether retrying can help (``retryable``) and pickle cleanly.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -122,6 +124,24 @@ class SessionNotFound(StoreError):
 
     def _fields(self) -> dict[str, Any]:
         return {"session_id": self.session_id}
+
+
+class SessionExpired(SessionNotFound):
+    """The session finished and was removed after the service's retention time; only its
+    tombstone says so, for a while (then it is simply not found)."""
+
+    def __init__(self, session_id: str, expired_at: float) -> None:
+        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(expired_at))
+        StoreError.__init__(
+            self,
+            f"session {session_id!r} expired: it finished and was removed at {when} "
+            "(finished sessions are kept for the service's retention time)",
+        )
+        self.session_id = session_id
+        self.expired_at = expired_at
+
+    def _fields(self) -> dict[str, Any]:
+        return {"session_id": self.session_id, "expired_at": self.expired_at}
 
 
 class SessionExists(StoreError):

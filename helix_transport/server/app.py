@@ -11,6 +11,7 @@ import os
 import signal
 import socket
 import sys
+from datetime import timedelta
 from types import TracebackType
 from typing import Self
 
@@ -26,6 +27,7 @@ from helix_transport.agent.litellm import warm_up
 from helix_transport.agent.loop import MAX_RESULT_BYTES
 from helix_transport.log import EventHub
 from helix_transport.server._encoding import add_agent_service
+from helix_transport.server._expiry import retention_store, sweep_periodically
 from helix_transport.server._runner import SessionRunner
 from helix_transport.server._servicer import AgentServicer
 from helix_transport.server._sessions import Sessions
@@ -106,6 +108,7 @@ class AgentServer:
         self._stopped = asyncio.Event()
         self._orphan_watch: asyncio.Task[None] | None = None
         self._outbox: asyncio.Task[None] | None = None
+        self._retention: asyncio.Task[None] | None = None
         self._credential_watches: list[asyncio.Task[None]] = []
 
     @property
@@ -122,6 +125,11 @@ class AgentServer:
         self._orphan_watch = asyncio.create_task(self.runner.watch_orphans(), name="orphan-watch")
         # Interrupts for children left undelivered, by this process or one that died.
         self._outbox = asyncio.create_task(self.runner.cascade.run(), name="outbox")
+        if self.config.retention_s is not None:
+            retention = timedelta(seconds=self.config.retention_s)
+            retention_store(self.store)  # refused at start, not at the first sweep
+            sweeping = sweep_periodically(self.store, retention)
+            self._retention = asyncio.create_task(sweeping, name="retention")
         for reload in (self.auth.reload, self._client_reload):
             if reload is not None:
                 watch = asyncio.create_task(reload.watch(), name="credential-watch")
@@ -140,7 +148,7 @@ class AgentServer:
         grace = self.config.graceful_shutdown_timeout_s if grace_s is None else grace_s
         self.sessions.accepting = False
         await self.health.enter_graceful_shutdown()
-        for watch in (self._orphan_watch, self._outbox, *self._credential_watches):
+        for watch in (self._orphan_watch, self._outbox, self._retention, *self._credential_watches):
             if watch is not None:
                 watch.cancel()
         await self.runner.shutdown(grace_s=grace)
