@@ -63,6 +63,8 @@ class AgentServer:
         self.agent = agent
         self.store = store
         self.config = config
+        if config.retention_s is not None:
+            retention_store(store)  # refused here, not at the first sweep
         self.auth = auth
         options = [*config.limits.grpc_options(), ("grpc.so_reuseport", 0)]
         self._server, self.port = _listening_server(config, auth, options)
@@ -127,7 +129,6 @@ class AgentServer:
         self._outbox = asyncio.create_task(self.runner.cascade.run(), name="outbox")
         if self.config.retention_s is not None:
             retention = timedelta(seconds=self.config.retention_s)
-            retention_store(self.store)  # refused at start, not at the first sweep
             sweeping = sweep_periodically(self.store, retention)
             self._retention = asyncio.create_task(sweeping, name="retention")
         for reload in (self.auth.reload, self._client_reload):
