@@ -19,7 +19,6 @@ from helix_transport._events import SessionStatus
 from helix_transport._exceptions import (
     SequenceConflict,
     SessionExists,
-    SessionNotFound,
     SessionStateConflict,
 )
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb

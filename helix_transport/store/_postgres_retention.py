@@ -30,7 +30,9 @@ FINISHED = (
 )
 # The sessions and their roots, locked in one order (by id) so that two replicas'
 # sweeps wait for each other instead of deadlocking; a Continue of either waits too.
-_LOCK = "SELECT * FROM {s}.sessions WHERE session_id = ANY($1::text[]) ORDER BY session_id FOR UPDATE"
+_LOCK = (
+    "SELECT * FROM {s}.sessions WHERE session_id = ANY($1::text[]) ORDER BY session_id FOR UPDATE"
+)
 # Everything keyed by the removed sessions; the refs and commands they hold as parents.
 _REMOVE = (
     "DELETE FROM {s}.sessions WHERE session_id = ANY($1::text[])",

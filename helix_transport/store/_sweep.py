@@ -81,9 +81,7 @@ async def sweep(
     return SweepReport(expired=expired, tombstones_dropped=dropped, dry_run=dry_run)
 
 
-async def _would_expire(
-    store: Store, candidates: list[Candidate], cutoff: float
-) -> list[str]:
+async def _would_expire(store: Store, candidates: list[Candidate], cutoff: float) -> list[str]:
     """The candidates the rule allows now, read without removing anything."""
     found = []
     for each in candidates:
@@ -91,8 +89,6 @@ async def _would_expire(
         root = None
         if each.root_session_id != each.session_id:
             root = await store.get_session(each.root_session_id)
-        if expirable(
-            record, root, root_session_id=each.root_session_id, finished_before=cutoff
-        ):
+        if expirable(record, root, root_session_id=each.root_session_id, finished_before=cutoff):
             found.append(each.session_id)
     return found

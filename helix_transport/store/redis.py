@@ -58,7 +58,6 @@ from helix_transport.store._records import (
     Usage,
     merge_commands,
 )
-from helix_transport.store._retention import Candidate, Tombstone
 from helix_transport.store._redis_codec import (
     _checkpoint_json,
     _decode_session,
@@ -68,8 +67,8 @@ from helix_transport.store._redis_codec import (
     _serialize_unsequenced,
 )
 from helix_transport.store._redis_outbox import RedisOutbox
-from helix_transport.store._redis_retention import RedisRetention
 from helix_transport.store._redis_persistence import require_persistence, volatile_allowed
+from helix_transport.store._redis_retention import RedisRetention
 from helix_transport.store._redis_scripts import (
     _ACQUIRE_LEASE,
     _APPEND,
@@ -79,6 +78,7 @@ from helix_transport.store._redis_scripts import (
     _SAVE_CHECKPOINT_LUA,
     _UPDATE,
 )
+from helix_transport.store._retention import Candidate, Tombstone
 
 
 @contextmanager

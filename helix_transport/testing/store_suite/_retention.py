@@ -98,7 +98,9 @@ class RetentionConformance:
         await _start(store, "p")
         await _start(store, "other")
         await store.append("p", [make_event("a"), make_event("b")], expected_sequence=0)
-        await store.save_checkpoint(Checkpoint(session_id="p", step=1, messages=[], last_sequence=2))
+        await store.save_checkpoint(
+            Checkpoint(session_id="p", step=1, messages=[], last_sequence=2)
+        )
         await store.set_interrupt("p", "stop")
         ref = SubSessionRef(
             parent_session_id="p", child_session_id="c", agent_type="critic", tool_call_id="t"
