@@ -5,6 +5,8 @@ Keys, under the store's prefix:
 - ``status:finished-at``: a sorted set of finished session ids scored by ``finished_at``,
   which the store's update scripts add to when a session ends (a continued session
   stays in it; the sweep drops it there while it runs, and its next end adds it back).
+- ``status:finished-at:indexed``: set once sessions that ended before the index existed
+  (before retention) have been added to it, by the first sweep.
 - ``expired:{id}``: an expired session's tombstone, a JSON string that Redis itself
   removes when its time is up (``PX``).
 
@@ -18,11 +20,12 @@ frees a long log's memory off Redis's main thread.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Awaitable, Sequence
+from typing import Any, cast
 
 import redis.asyncio as aioredis
 
+from helix_transport._events import SessionStatus
 from helix_transport.store._records import SessionRecord
 from helix_transport.store._redis_codec import _decode_session
 from helix_transport.store._retention import Candidate, Tombstone, finished_by
@@ -84,6 +87,29 @@ class RedisRetention:
         self._index = f"{prefix}:status:finished-at"
         self._expire = client.register_script(_EXPIRE)
         self._forget = client.register_script(_FORGET)
+        self._indexed = False
+
+    async def _index_older_sessions(self) -> None:
+        """Add to the index the finished sessions stored before it existed (once per
+        store; replicas doing it at once add the same scores)."""
+        marker = f"{self._index}:indexed"
+        if self._indexed or await self._client.exists(marker):
+            self._indexed = True
+            return
+        for status in SessionStatus:
+            if not status.is_terminal:
+                continue
+            found = f"{self._prefix}:status:{status.value}"
+            async for member in self._client.sscan_iter(found, count=500):
+                session_id = bytes(member).decode()
+                raw = await cast(
+                    "Awaitable[bytes | None]",
+                    self._client.hget(self._session(session_id), "finished_at"),
+                )
+                if raw:  # NX: an end indexed since is newer
+                    await self._client.zadd(self._index, {session_id: float(raw)}, nx=True)
+        await self._client.set(marker, "1")
+        self._indexed = True
 
     async def finished_sessions(
         self, finished_before: float, after: tuple[float, str] | None, limit: int
@@ -91,6 +117,7 @@ class RedisRetention:
         """Finished sessions ended by ``finished_before``, by (finished_at, session_id)."""
         if limit < 1:
             return []
+        await self._index_older_sessions()
         low: float | str = after[0] if after is not None else "-inf"
         offset = 0
         while True:
