@@ -130,11 +130,16 @@ class SessionExpired(SessionNotFound):
     """The session finished and was removed after the service's retention time; only its
     tombstone says so, for a while (then it is simply not found)."""
 
-    def __init__(self, session_id: str, expired_at: float) -> None:
-        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(expired_at))
+    def __init__(self, session_id: str, expired_at: float | None = None) -> None:
+        # A client knows the time only from the server's message (``expired_at`` None).
+        when = (
+            ""
+            if expired_at is None
+            else time.strftime(" at %Y-%m-%dT%H:%M:%SZ", time.gmtime(expired_at))
+        )
         StoreError.__init__(
             self,
-            f"session {session_id!r} expired: it finished and was removed at {when} "
+            f"session {session_id!r} expired: it finished and was removed{when} "
             "(finished sessions are kept for the service's retention time)",
         )
         self.session_id = session_id

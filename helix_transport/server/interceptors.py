@@ -16,6 +16,7 @@ from helix_transport._exceptions import (
     ResourceExhausted,
     ServerUnavailable,
     SessionExists,
+    SessionExpired,
     SessionNotFound,
     SessionStateConflict,
     StoreUnavailable,
@@ -67,6 +68,10 @@ def rich_trailer(code: grpc.StatusCode, exc: HelixError) -> _rich_status.Metadat
     if isinstance(exc, ResourceExhausted):
         return _rich_status.trailing_metadata(
             code, exc.message, retry_after_s=exc.retry_after_s, reason=exc.limit
+        )
+    if isinstance(exc, SessionExpired):  # for clients to tell it from "never existed"
+        return _rich_status.trailing_metadata(
+            code, exc.message, reason=_rich_status.SESSION_EXPIRED
         )
     return ()
 

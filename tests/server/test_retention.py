@@ -13,7 +13,16 @@ import grpc
 import pytest
 from pydantic import BaseModel
 
-from helix_transport import Agent, ServerConfig, ToolContext, UsageError, create_server, tool
+from helix_transport import (
+    Agent,
+    ServerConfig,
+    SessionExpired,
+    SessionNotFound,
+    ToolContext,
+    UsageError,
+    create_server,
+    tool,
+)
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._proto.helix.agent.v1 import agent_pb2_grpc as pb_grpc
 from helix_transport.agent.scripted import (
@@ -97,6 +106,12 @@ async def test_an_expired_session_is_not_found_saying_so(serve: Serve, store: St
             stream = stub.Stream(pb.StreamRequest(session_id="old"))
             code, details = await _code_and_details(_drain(stream))
             assert code is grpc.StatusCode.NOT_FOUND and "'old' expired" in details
+            # The client tells it from an id that never existed.
+            with pytest.raises(SessionExpired, match="'old' expired"):
+                await client.get_status("old")
+            with pytest.raises(SessionNotFound) as never:
+                await client.get_status("never")
+            assert not isinstance(never.value, SessionExpired)
             # An id that never existed is plainly not found.
             code, details = await _code_and_details(
                 stub.GetStatus(pb.GetStatusRequest(session_id="never"))
