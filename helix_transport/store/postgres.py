@@ -235,7 +235,7 @@ class PostgresStore:
         row = await self._call("fetchrow", sql, *args)
         if row is not None:
             return _session_from_row(row)
-        # Sessions are never deleted, so missing an existing id means the status differed.
+        # Gone (never created, or expired since): not found; else the status differed.
         if await self.get_session(session_id) is None:
             raise SessionNotFound(session_id)
         return None
