@@ -248,6 +248,9 @@ class ServerConfig:
     """``serve``: accept a Redis store that keeps nothing on disk (no AOF, no save
     rules), which a Redis restart empties; ``None``: ``HELIX_ALLOW_VOLATILE_STORE=1``
     decides. Refused by default, naming the fix."""
+    admins: tuple[str, ...] = ()
+    """Principals (of no tenant) allowed to call ``helix.admin.v1.AdminService``
+    (``helix-mesh gc ADDRESS``); none by default, and never ``anonymous``."""
     retention_s: float | None = None
     """Remove sessions finished this many seconds ago (with their tree's root, when it is in the
     same store), sweeping in the background; ``None`` keeps them forever."""

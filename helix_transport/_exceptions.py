@@ -6,6 +6,7 @@ Every error the library raises on purpose is a ``HelixError``::
     ├── UsageError                 a developer mistake (bad config, bad agent definition)
     ├── InvalidArgument            a request field is malformed   -> INVALID_ARGUMENT
     ├── Unauthenticated            no credential, or a bad one     -> UNAUTHENTICATED
+    ├── PermissionDenied           authenticated, not allowed      -> PERMISSION_DENIED
     ├── ResourceExhausted          a limit was hit (rate, capacity, size) -> RESOURCE_EXHAUSTED
     ├── ServerUnavailable          the server is draining or not ready -> UNAVAILABLE
     ├── StoreError                 the state store failed or refused
@@ -109,6 +110,10 @@ class Unauthenticated(HelixError):
     The message says what was wrong (missing, unknown, expired, wrong audience...)
     and never contains the credential itself.
     """
+
+
+class PermissionDenied(HelixError):
+    """The caller is authenticated but may not do this (an admin call by a non-admin)."""
 
 
 class StoreError(HelixError):

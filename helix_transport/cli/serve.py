@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from helix_transport._exceptions import HelixError
 from helix_transport.cli.flags import positive_seconds, seconds
-from helix_transport.cli.gc import retention_from_env, retention_option
+from helix_transport.cli.gc import admin_option, admins, retention_from_env, retention_option
 from helix_transport.store import STORE_URL_ENV
 from helix_transport.transport import SUBSTITUTE, ClientAuth
 
@@ -79,6 +79,7 @@ def _server_config(args: argparse.Namespace) -> ServerConfig:
         reflection=reflection,
         health_port=args.health_port,
         retention_s=_retention_s(args),
+        admins=admins(args),
         # Unset (None) leaves it to HELIX_ALLOW_VOLATILE_STORE.
         allow_volatile_store=True if args.allow_volatile_store else None,
         limits=Limits.from_env(
@@ -169,6 +170,7 @@ def _listen_options(parser: argparse.ArgumentParser) -> None:
         help="plaintext health-only port, 0 to pick one (HELIX_HEALTH_PORT)",
     )
     retention_option(parser, what="remove sessions finished this long ago; unset: keep them")
+    admin_option(parser)
     parser.add_argument(
         "--allow-volatile-store",
         action="store_true",

@@ -21,11 +21,14 @@ from grpc_reflection.v1alpha import reflection
 
 from helix_transport._config import ServerConfig
 from helix_transport._exceptions import UsageError
+from helix_transport._proto.helix.admin.v1 import admin_pb2_grpc
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.agent.definition import Agent
 from helix_transport.agent.litellm import warm_up
 from helix_transport.agent.loop import MAX_RESULT_BYTES
 from helix_transport.log import EventHub
+from helix_transport.server._admin import SERVICE_NAME as ADMIN_SERVICE
+from helix_transport.server._admin import AdminServicer
 from helix_transport.server._encoding import add_agent_service
 from helix_transport.server._expiry import retention_store, sweep_periodically
 from helix_transport.server._runner import SessionRunner
@@ -101,11 +104,14 @@ class AgentServer:
             self.sessions, heartbeat_interval_s=config.heartbeat_interval_s
         )
         add_agent_service(self.servicer, self._server)
+        admin_pb2_grpc.add_AdminServiceServicer_to_server(
+            AdminServicer(store, config.admins), self._server
+        )
         self.health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
         self._health_server, self.health_port = _health_listener(config, self.health, options)
         if config.reflection:
-            names = (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME)
+            names = (SERVICE_NAME, ADMIN_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME)
             reflection.enable_server_reflection(names, self._server)
         self._stopped = asyncio.Event()
         self._orphan_watch: asyncio.Task[None] | None = None

@@ -13,6 +13,7 @@ from helix_transport import _rich_status
 from helix_transport._exceptions import (
     HelixError,
     InvalidArgument,
+    PermissionDenied,
     ResourceExhausted,
     ServerUnavailable,
     SessionExists,
@@ -32,6 +33,7 @@ logger = logging.getLogger("helix.server")
 _CODES: list[tuple[type[HelixError], grpc.StatusCode]] = [
     (InvalidArgument, grpc.StatusCode.INVALID_ARGUMENT),
     (Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
+    (PermissionDenied, grpc.StatusCode.PERMISSION_DENIED),
     (ResourceExhausted, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (SessionNotFound, grpc.StatusCode.NOT_FOUND),
     (SessionExists, grpc.StatusCode.ALREADY_EXISTS),

@@ -12,6 +12,7 @@ from helix_transport._exceptions import (
     DeadlineExceeded,
     HelixError,
     InvalidArgument,
+    PermissionDenied,
     RemoteError,
     ResourceExhausted,
     SessionExists,
@@ -53,6 +54,8 @@ def to_helix_error(exc: grpc.aio.AioRpcError, *, address: str, session_id: str =
         return InvalidArgument(field, problem) if problem else InvalidArgument("request", detail)
     if code == grpc.StatusCode.UNAUTHENTICATED:
         return Unauthenticated(f"UNAUTHENTICATED by {address}: {detail}")
+    if code == grpc.StatusCode.PERMISSION_DENIED:
+        return PermissionDenied(f"PERMISSION_DENIED by {address}: {detail}")
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
         rich = read_details(code, exc.trailing_metadata())
         return ResourceExhausted(
