@@ -44,8 +44,6 @@ class Candidate:
     session_id: str
     root_session_id: str
     """The tree's root (``session_id`` itself for a root)."""
-    finished_at: float
-    """Where the sweep's pages continue from (with ``session_id``)."""
 
 
 @runtime_checkable
@@ -93,11 +91,7 @@ def root_of(record: SessionRecord) -> str:
 
 def candidate(record: SessionRecord) -> Candidate:
     """``record`` as a candidate for ``expire_sessions``."""
-    return Candidate(
-        session_id=record.session_id,
-        root_session_id=root_of(record),
-        finished_at=record.finished_at or 0.0,
-    )
+    return Candidate(session_id=record.session_id, root_session_id=root_of(record))
 
 
 def finished_by(record: SessionRecord | None, finished_before: float) -> bool:

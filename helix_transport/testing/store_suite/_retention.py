@@ -131,14 +131,16 @@ class RetentionConformance:
         await _finish(store, "s", SessionStatus.COMPLETED)
         cutoff = time.time() + 1
         (candidate,) = await store.finished_sessions(finished_before=cutoff, after=None, limit=10)
-        each = Candidate(session_id="s", root_session_id="s", finished_at=0.0)
+        each = Candidate(session_id="s", root_session_id="s")
         assert candidate.session_id == "s"
-        removed = await store.expire_sessions([each], finished_before=cutoff, keep_tombstone_s=0.3)
+        # Kept 3 s: long enough to be read back on a loaded machine, short enough to wait for.
+        removed = await store.expire_sessions([each], finished_before=cutoff, keep_tombstone_s=3)
         assert removed == ["s"]
         tombstone = await store.get_tombstone("s")
         assert tombstone is not None
         assert (tombstone.principal, tombstone.tenant) == ("bob", "acme")
-        assert tombstone.expired_at <= time.time() < tombstone.kept_until
+        assert tombstone.expired_at <= time.time()
+        assert tombstone.kept_until - tombstone.expired_at == pytest.approx(3, abs=0.01)
         deadline = time.monotonic() + 30
         while await store.get_tombstone("s") is not None:  # a loaded machine: wait for it
             assert time.monotonic() < deadline, "the tombstone outlived its time"
