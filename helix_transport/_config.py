@@ -248,6 +248,12 @@ class ServerConfig:
     """``serve``: accept a Redis store that keeps nothing on disk (no AOF, no save
     rules), which a Redis restart empties; ``None``: ``HELIX_ALLOW_VOLATILE_STORE=1``
     decides. Refused by default, naming the fix."""
+    admins: tuple[str, ...] = ()
+    """Principals (of no tenant) allowed to call ``helix.admin.v1.AdminService``
+    (``helix-mesh gc ADDRESS``); none by default, and never ``anonymous``."""
+    retention_s: float | None = None
+    """Remove sessions finished this many seconds ago (with their tree's root, when it is in the
+    same store), sweeping in the background; ``None`` keeps them forever."""
 
     default: ClassVar[ServerConfig]
 
@@ -258,6 +264,8 @@ class ServerConfig:
             raise UsageError(f"health_port must be 0-65535, not {self.health_port}")
         if self.lease_ttl_s <= 0 or self.graceful_shutdown_timeout_s < 0:
             raise UsageError("lease_ttl_s must be positive and graceful_shutdown_timeout_s >= 0")
+        if self.retention_s is not None and not self.retention_s > 0:
+            raise UsageError(f"retention_s must be positive, not {self.retention_s}")
 
 
 ServerConfig.default = ServerConfig()

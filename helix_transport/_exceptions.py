@@ -6,10 +6,12 @@ Every error the library raises on purpose is a ``HelixError``::
     ├── UsageError                 a developer mistake (bad config, bad agent definition)
     ├── InvalidArgument            a request field is malformed   -> INVALID_ARGUMENT
     ├── Unauthenticated            no credential, or a bad one     -> UNAUTHENTICATED
+    ├── PermissionDenied           authenticated, not allowed      -> PERMISSION_DENIED
     ├── ResourceExhausted          a limit was hit (rate, capacity, size) -> RESOURCE_EXHAUSTED
     ├── ServerUnavailable          the server is draining or not ready -> UNAVAILABLE
     ├── StoreError                 the state store failed or refused
     │   ├── SessionNotFound        no such session                -> NOT_FOUND
+    │   │   └── SessionExpired     it finished and retention removed it
     │   ├── SessionExists          same id, different input       -> ALREADY_EXISTS
     │   ├── SessionStateConflict   not possible in the session's state -> FAILED_PRECONDITION
     │   ├── SequenceConflict       the log moved under a writer (another owner wrote)
@@ -33,6 +35,7 @@ fields, say whether retrying can help (``retryable``) and pickle cleanly.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -109,6 +112,10 @@ class Unauthenticated(HelixError):
     """
 
 
+class PermissionDenied(HelixError):
+    """The caller is authenticated but may not do this (an admin call by a non-admin)."""
+
+
 class StoreError(HelixError):
     """The state store failed or refused an operation."""
 
@@ -122,6 +129,29 @@ class SessionNotFound(StoreError):
 
     def _fields(self) -> dict[str, Any]:
         return {"session_id": self.session_id}
+
+
+class SessionExpired(SessionNotFound):
+    """The session finished and was removed after the service's retention time; only its
+    tombstone says so, for a while (then it is simply not found)."""
+
+    def __init__(self, session_id: str, expired_at: float | None = None) -> None:
+        # A client knows the time only from the server's message (``expired_at`` None).
+        when = (
+            ""
+            if expired_at is None
+            else time.strftime(" at %Y-%m-%dT%H:%M:%SZ", time.gmtime(expired_at))
+        )
+        StoreError.__init__(
+            self,
+            f"session {session_id!r} expired: it finished and was removed{when} "
+            "(finished sessions are kept for the service's retention time)",
+        )
+        self.session_id = session_id
+        self.expired_at = expired_at
+
+    def _fields(self) -> dict[str, Any]:
+        return {"session_id": self.session_id, "expired_at": self.expired_at}
 
 
 class SessionExists(StoreError):

@@ -38,6 +38,10 @@ def cut(text: str, most: int = MAX_MESSAGE) -> str:
     return text if len(text) <= most else text[: most - 1] + "…"
 
 
+SESSION_EXPIRED = "session_expired"
+"""``ErrorInfo.reason`` of a ``NOT_FOUND`` for a session retention removed."""
+
+
 def trailing_metadata(
     code: grpc.StatusCode,
     message: str,

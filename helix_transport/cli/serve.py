@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from helix_transport._exceptions import HelixError
 from helix_transport.cli.flags import positive_seconds, seconds
+from helix_transport.cli.gc import admin_option, admins, retention_from_env, retention_option
 from helix_transport.store import STORE_URL_ENV
 from helix_transport.transport import SUBSTITUTE, ClientAuth
 
@@ -97,6 +98,8 @@ def _server_config(args: argparse.Namespace) -> ServerConfig:
         heartbeat_interval_s=args.heartbeat_interval,
         reflection=reflection,
         health_port=args.health_port,
+        retention_s=_retention_s(args),
+        admins=admins(args),
         # Unset (None) leaves it to HELIX_ALLOW_VOLATILE_STORE.
         allow_volatile_store=True if args.allow_volatile_store else None,
         limits=Limits.from_env(
@@ -109,6 +112,11 @@ def _server_config(args: argparse.Namespace) -> ServerConfig:
             rate_burst=args.rate_burst,
         ),
     )
+
+
+def _retention_s(args: argparse.Namespace) -> float | None:
+    retention = args.retention or retention_from_env()
+    return None if retention is None else retention.total_seconds()
 
 
 def _auth_config(args: argparse.Namespace) -> AuthConfig:
@@ -181,6 +189,8 @@ def _listen_options(parser: argparse.ArgumentParser) -> None:
         default=os.environ.get("HELIX_HEALTH_PORT") or None,  # converted as --port's
         help="plaintext health-only port, 0 to pick one (HELIX_HEALTH_PORT)",
     )
+    retention_option(parser, what="remove sessions finished this long ago; unset: keep them")
+    admin_option(parser)
     parser.add_argument(
         "--metrics-port",
         type=int,

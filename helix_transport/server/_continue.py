@@ -19,11 +19,11 @@ from helix_transport._events import SessionStatus
 from helix_transport._exceptions import (
     SequenceConflict,
     SessionExists,
-    SessionNotFound,
     SessionStateConflict,
 )
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.agent.turns import StartedTurn, count_turns, find_turn
+from helix_transport.server._expiry import not_found
 from helix_transport.server._ownership import visible
 from helix_transport.server._runner import SessionRunner
 from helix_transport.server._shield import outlive_caller
@@ -77,7 +77,7 @@ async def continue_session(
     for _ in range(3):  # a lost race with a concurrent Continue is re-examined
         record = await store.get_session(key)
         if record is None or record.agent_type != runner.agent.name or not visible(record):
-            raise SessionNotFound(session_id)
+            raise await not_found(store, key, session_id)
         turns = await count_turns(store, key)
         current = turns.count
         if request.turn <= current:

@@ -27,6 +27,7 @@ from helix_transport.delegation.cascade import CASCADE_TIMEOUT_S
 from helix_transport.log import EventHub, follow
 from helix_transport.metrics.instruments import instruments
 from helix_transport.server._continue import ContinuedTurn, TurnRequest, continue_session
+from helix_transport.server._expiry import not_found
 from helix_transport.server._ownership import visible
 from helix_transport.server._runner import SessionRunner
 from helix_transport.server._shield import outlive_caller
@@ -73,7 +74,7 @@ class Sessions:
         # Continue. A session is its own type's service's to serve, whether or not the
         # deployment happens to share a store between types.
         if record is None or record.agent_type != self.agent.name or not visible(record):
-            raise SessionNotFound(session_id)
+            raise await not_found(self.store, key, session_id)
         return record
 
     async def start(self, record: SessionRecord, session_id: str) -> tuple[SessionRecord, bool]:

@@ -11,6 +11,7 @@ import os
 import signal
 import socket
 import sys
+from datetime import timedelta
 from types import TracebackType
 from typing import Self
 
@@ -20,6 +21,7 @@ from grpc_reflection.v1alpha import reflection
 
 from helix_transport._config import ServerConfig
 from helix_transport._exceptions import UsageError
+from helix_transport._proto.helix.admin.v1 import admin_pb2_grpc
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.agent.definition import Agent
 from helix_transport.agent.litellm import warm_up
@@ -28,7 +30,10 @@ from helix_transport.log import EventHub
 from helix_transport.metrics import metrics_enabled, watch_running
 from helix_transport.metrics.hooks import metered_hooks
 from helix_transport.metrics.store import metered_store
+from helix_transport.server._admin import SERVICE_NAME as ADMIN_SERVICE
+from helix_transport.server._admin import AdminServicer
 from helix_transport.server._encoding import add_agent_service
+from helix_transport.server._expiry import retention_store, sweep_periodically
 from helix_transport.server._rpc_metrics import RpcMetricsInterceptor
 from helix_transport.server._runner import SessionRunner
 from helix_transport.server._servicer import AgentServicer
@@ -67,6 +72,8 @@ class AgentServer:
         self.agent = agent
         self.store = store
         self.config = config
+        if config.retention_s is not None:
+            retention_store(store)  # refused here, not at the first sweep
         self.auth = auth
         options = [*config.limits.grpc_options(), ("grpc.so_reuseport", 0)]
         self._server, self.port = _listening_server(config, auth, options)
@@ -104,15 +111,19 @@ class AgentServer:
             self.sessions, heartbeat_interval_s=config.heartbeat_interval_s
         )
         add_agent_service(self.servicer, self._server)
+        admin_pb2_grpc.add_AdminServiceServicer_to_server(
+            AdminServicer(store, config.admins), self._server
+        )
         self.health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
         self._health_server, self.health_port = _health_listener(config, self.health, options)
         if config.reflection:
-            names = (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME)
+            names = (SERVICE_NAME, ADMIN_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME)
             reflection.enable_server_reflection(names, self._server)
         self._stopped = asyncio.Event()
         self._orphan_watch: asyncio.Task[None] | None = None
         self._outbox: asyncio.Task[None] | None = None
+        self._retention: asyncio.Task[None] | None = None
         self._credential_watches: list[asyncio.Task[None]] = []
 
     @property
@@ -129,6 +140,10 @@ class AgentServer:
         self._orphan_watch = asyncio.create_task(self.runner.watch_orphans(), name="orphan-watch")
         # Interrupts for children left undelivered, by this process or one that died.
         self._outbox = asyncio.create_task(self.runner.cascade.run(), name="outbox")
+        if self.config.retention_s is not None:
+            retention = timedelta(seconds=self.config.retention_s)
+            sweeping = sweep_periodically(self.store, retention)
+            self._retention = asyncio.create_task(sweeping, name="retention")
         for reload in (self.auth.reload, self._client_reload):
             if reload is not None:
                 watch = asyncio.create_task(reload.watch(), name="credential-watch")
@@ -147,7 +162,7 @@ class AgentServer:
         grace = self.config.graceful_shutdown_timeout_s if grace_s is None else grace_s
         self.sessions.accepting = False
         await self.health.enter_graceful_shutdown()
-        for watch in (self._orphan_watch, self._outbox, *self._credential_watches):
+        for watch in (self._orphan_watch, self._outbox, self._retention, *self._credential_watches):
             if watch is not None:
                 watch.cancel()
         await self.runner.shutdown(grace_s=grace)

@@ -13,9 +13,11 @@ from helix_transport import _rich_status
 from helix_transport._exceptions import (
     HelixError,
     InvalidArgument,
+    PermissionDenied,
     ResourceExhausted,
     ServerUnavailable,
     SessionExists,
+    SessionExpired,
     SessionNotFound,
     SessionStateConflict,
     StoreUnavailable,
@@ -31,6 +33,7 @@ logger = logging.getLogger("helix.server")
 _CODES: list[tuple[type[HelixError], grpc.StatusCode]] = [
     (InvalidArgument, grpc.StatusCode.INVALID_ARGUMENT),
     (Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
+    (PermissionDenied, grpc.StatusCode.PERMISSION_DENIED),
     (ResourceExhausted, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (SessionNotFound, grpc.StatusCode.NOT_FOUND),
     (SessionExists, grpc.StatusCode.ALREADY_EXISTS),
@@ -67,6 +70,10 @@ def rich_trailer(code: grpc.StatusCode, exc: HelixError) -> _rich_status.Metadat
     if isinstance(exc, ResourceExhausted):
         return _rich_status.trailing_metadata(
             code, exc.message, retry_after_s=exc.retry_after_s, reason=exc.limit
+        )
+    if isinstance(exc, SessionExpired):  # for clients to tell it from "never existed"
+        return _rich_status.trailing_metadata(
+            code, exc.message, reason=_rich_status.SESSION_EXPIRED
         )
     return ()
 

@@ -32,6 +32,8 @@ from helix_transport.store._records import (
     input_fingerprint,
     storable_text,
 )
+from helix_transport.store._retention import Candidate, RetentionStore, Tombstone
+from helix_transport.store._sweep import SweepReport, sweep
 from helix_transport.store.memory import MemoryStore
 from helix_transport.store.sqlite import SqliteStore
 
@@ -42,6 +44,7 @@ if TYPE_CHECKING:
 __all__ = [
     "READ_LIMIT",
     "STORE_URL_ENV",
+    "Candidate",
     "Checkpoint",
     "CheckpointStore",
     "ChildCommand",
@@ -55,18 +58,22 @@ __all__ = [
     "OutboxStore",
     "PostgresStore",
     "RedisStore",
+    "RetentionStore",
     "SessionRecord",
     "SessionStore",
     "SessionUpdate",
     "SqliteStore",
     "Store",
     "SubSessionRef",
+    "SweepReport",
+    "Tombstone",
     "Usage",
     "input_fingerprint",
     "open_store",
     "pages",
     "storable_text",
     "store_url_from_env",
+    "sweep",
 ]
 
 

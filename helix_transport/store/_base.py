@@ -197,7 +197,8 @@ class OutboxStore(Protocol):
         An upsert on (parent_session_id, child_session_id, kind): a repeated command
         keeps its first ``created_at`` and its ``attempts`` and takes the new
         ``address`` and ``reason``; so does a key repeated within ``commands``.
-        Commands are kept until ``delete_command``, whatever happens to the sessions.
+        Commands are kept until ``delete_command``, whatever happens to the sessions,
+        but for retention: an expired parent's commands go with it.
         """
         ...
 

@@ -6,6 +6,7 @@ from typing import Any
 
 from helix_transport._exceptions import StoreError
 from helix_transport.store import _postgres_outbox as outbox
+from helix_transport.store import _postgres_retention as retention
 
 # Migration N is _MIGRATIONS[N - 1]; "{s}" stands for the quoted schema. Never edit
 # a released migration: append a new one, so every database walks the same path.
@@ -46,6 +47,8 @@ _MIGRATIONS: tuple[str, ...] = (
     """,
     # 3: the outbox of commands for children (interrupts a child's service must take).
     outbox.MIGRATION,
+    # 4: retention (an index of finished sessions by their end, tombstones).
+    retention.MIGRATION,
 )
 
 SCHEMA_VERSION = len(_MIGRATIONS)

@@ -18,6 +18,8 @@ local function apply_update(key, index_prefix, now, terminal, first, last)
   redis.call('HSET', key, 'updated_at', now)
   if terminal == '1' then
     redis.call('HSET', key, 'finished_at', now)
+    -- Retention's index of finished sessions by their end (_redis_retention).
+    redis.call('ZADD', index_prefix .. 'finished-at', now, redis.call('HGET', key, 'session_id'))
   end
 end
 """

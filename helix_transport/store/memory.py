@@ -29,6 +29,7 @@ from helix_transport.store._records import (
     Usage,
     merge_commands,
 )
+from helix_transport.store._retention import Candidate, Tombstone, expirable, finished_by
 
 
 class MemoryStore:
@@ -53,6 +54,7 @@ class MemoryStore:
         # exactly the "order first stored" the Protocol asks of sub-session refs.
         self._refs: dict[str, dict[str, SubSessionRef]] = {}
         self._commands: dict[tuple[str, str, str], ChildCommand] = {}
+        self._tombstones: dict[str, Tombstone] = {}
         self._closed = False
 
     async def __aenter__(self) -> MemoryStore:
@@ -267,6 +269,62 @@ class MemoryStore:
         record = self._sessions.get(session_id)
         if record is not None and record.owner == owner:
             self._sessions[session_id] = dataclasses.replace(record, owner="", lease_expires_at=0.0)
+
+    async def finished_sessions(
+        self, *, finished_before: float, after: tuple[float, str] | None, limit: int
+    ) -> list[SessionRecord]:
+        """Finished sessions ended by ``finished_before``, oldest end first (``RetentionStore``)."""
+        self._check_open()
+        found = sorted(
+            (r.finished_at or 0.0, r.session_id)
+            for r in self._sessions.values()
+            if finished_by(r, finished_before)
+        )
+        keys = [key for key in found if after is None or key > after][: max(limit, 0)]
+        return [copy.deepcopy(self._sessions[session_id]) for _, session_id in keys]
+
+    async def expire_sessions(
+        self, candidates: Sequence[Candidate], *, finished_before: float, keep_tombstone_s: float
+    ) -> list[str]:
+        """Remove the candidates the rule still allows, with everything keyed by them."""
+        self._check_open()
+        removed, now = [], time.time()
+        for each in candidates:
+            record = self._sessions.get(each.session_id)
+            root = self._sessions.get(each.root_session_id)
+            if record is None or not expirable(
+                record, root, root_session_id=each.root_session_id, finished_before=finished_before
+            ):
+                continue
+            sid = each.session_id
+            for keyed in (self._sessions, self._events, self._checkpoints, self._interrupts):
+                keyed.pop(sid, None)
+            self._refs.pop(sid, None)
+            for key in [key for key in self._commands if key[0] == sid]:
+                del self._commands[key]
+            self._tombstones[sid] = Tombstone(
+                session_id=sid,
+                expired_at=now,
+                kept_until=now + keep_tombstone_s,
+                principal=record.principal,
+                tenant=record.tenant,
+            )
+            removed.append(sid)
+        return removed
+
+    async def get_tombstone(self, session_id: str) -> Tombstone | None:
+        """The tombstone of an expired session, while it is kept."""
+        self._check_open()
+        tombstone = self._tombstones.get(session_id)
+        return tombstone if tombstone is not None and tombstone.kept_until > time.time() else None
+
+    async def drop_tombstones(self, *, kept_until: float, limit: int) -> int:
+        """Remove up to ``limit`` tombstones kept until ``kept_until`` or before."""
+        self._check_open()
+        old = [t.session_id for t in self._tombstones.values() if t.kept_until <= kept_until]
+        for session_id in old[: max(limit, 0)]:
+            del self._tombstones[session_id]
+        return min(len(old), max(limit, 0))
 
     async def aclose(self) -> None:
         """Mark the store closed; later calls raise ``UsageError``. Idempotent."""

@@ -32,6 +32,7 @@ from helix_transport._exceptions import (
 )
 from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
 from helix_transport.store import _postgres_outbox as outbox
+from helix_transport.store import _postgres_retention as retention
 from helix_transport.store._base import (
     READ_LIMIT,
     appended_count,
@@ -81,6 +82,7 @@ from helix_transport.store._records import (
     Usage,
     merge_commands,
 )
+from helix_transport.store._retention import Candidate, Tombstone
 
 __all__ = ["SCHEMA_VERSION", "PostgresStore"]
 
@@ -233,7 +235,7 @@ class PostgresStore:
         row = await self._call("fetchrow", sql, *args)
         if row is not None:
             return _session_from_row(row)
-        # Sessions are never deleted, so missing an existing id means the status differed.
+        # Gone (never created, or expired since): not found; else the status differed.
         if await self.get_session(session_id) is None:
             raise SessionNotFound(session_id)
         return None
@@ -415,6 +417,32 @@ class PostgresStore:
     async def release_lease(self, session_id: str, owner: str) -> None:
         """Drop the lease if ``owner`` holds it; otherwise do nothing."""
         await self._call("execute", _RELEASE_LEASE, session_id, owner)
+
+    async def finished_sessions(
+        self, *, finished_before: float, after: tuple[float, str] | None, limit: int
+    ) -> list[SessionRecord]:
+        """Finished sessions ended by ``finished_before``, oldest end first (``RetentionStore``)."""
+        args = (finished_before, *retention.after_args(after), max(limit, 0))
+        return [_session_from_row(r) for r in await self._call("fetch", retention.FINISHED, *args)]
+
+    async def expire_sessions(
+        self, candidates: Sequence[Candidate], *, finished_before: float, keep_tombstone_s: float
+    ) -> list[str]:
+        """Remove the candidates the rule still allows, in one transaction."""
+        async with self._transaction() as conn:
+            return await retention.expire(
+                conn, self._q, candidates, finished_before, keep_tombstone_s
+            )
+
+    async def get_tombstone(self, session_id: str) -> Tombstone | None:
+        """The tombstone of an expired session, while it is kept."""
+        row = await self._call("fetchrow", retention.GET_TOMBSTONE, session_id, time.time())
+        return retention.tombstone(row)
+
+    async def drop_tombstones(self, *, kept_until: float, limit: int) -> int:
+        """Remove up to ``limit`` tombstones kept until ``kept_until`` or before."""
+        status = await self._call("execute", retention.DROP_TOMBSTONES, kept_until, max(limit, 0))
+        return int(status.rpartition(" ")[2])
 
     async def wait_for_events(
         self, session_id: str, *, from_sequence: int, timeout_s: float

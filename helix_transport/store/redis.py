@@ -10,6 +10,7 @@ Every key starts with the store's prefix (``{prefix}:...``):
 - ``refs:{parent}`` / ``refs-order:{parent}``: refs by child id, and child ids in
   the order they were first stored.
 - ``commands`` / ``command:{member}``: the outbox of child commands (see ``_redis_outbox``).
+- ``status:finished-at`` / ``expired:{id}``: retention (see ``_redis_retention``).
 
 Each write that touches more than one key, or reads before it writes, is one Lua
 script, so it is atomic on the server without WATCH/MULTI round trips. Scripts touch
@@ -67,6 +68,7 @@ from helix_transport.store._redis_codec import (
 )
 from helix_transport.store._redis_outbox import RedisOutbox
 from helix_transport.store._redis_persistence import require_persistence, volatile_allowed
+from helix_transport.store._redis_retention import RedisRetention
 from helix_transport.store._redis_scripts import (
     _ACQUIRE_LEASE,
     _APPEND,
@@ -76,6 +78,7 @@ from helix_transport.store._redis_scripts import (
     _SAVE_CHECKPOINT_LUA,
     _UPDATE,
 )
+from helix_transport.store._retention import Candidate, Tombstone
 
 
 @contextmanager
@@ -131,6 +134,7 @@ class RedisStore:
         self._acquire = client.register_script(_ACQUIRE_LEASE)
         self._release = client.register_script(_RELEASE_LEASE)
         self._outbox = RedisOutbox(client, prefix)
+        self._retention = RedisRetention(client, prefix)
 
     @classmethod
     async def from_url(
@@ -506,6 +510,34 @@ class RedisStore:
         self._check_open()
         with _map_redis_errors():
             await self._release(keys=[self._key("session", session_id)], args=[owner])
+
+    async def finished_sessions(
+        self, *, finished_before: float, after: tuple[float, str] | None, limit: int
+    ) -> list[SessionRecord]:
+        """Finished sessions ended by ``finished_before``, oldest end first (``RetentionStore``)."""
+        self._check_open()
+        with _map_redis_errors():
+            return await self._retention.finished_sessions(finished_before, after, limit)
+
+    async def expire_sessions(
+        self, candidates: Sequence[Candidate], *, finished_before: float, keep_tombstone_s: float
+    ) -> list[str]:
+        """Remove the candidates the rule still allows, one script each."""
+        self._check_open()
+        with _map_redis_errors():
+            return await self._retention.expire(
+                candidates, finished_before, keep_tombstone_s, time.time()
+            )
+
+    async def get_tombstone(self, session_id: str) -> Tombstone | None:
+        """The tombstone of an expired session, while Redis keeps it."""
+        self._check_open()
+        with _map_redis_errors():
+            return await self._retention.get_tombstone(session_id)
+
+    async def drop_tombstones(self, *, kept_until: float, limit: int) -> int:
+        """Nothing to do: tombstones are keys Redis expires itself."""
+        return 0
 
     async def aclose(self) -> None:
         """Close the client if the store owns it (``from_url``). Idempotent."""

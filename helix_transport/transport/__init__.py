@@ -9,6 +9,7 @@ from helix_transport.transport._auth import (
     read_token_file,
     set_bearer_token,
 )
+from helix_transport.transport._errors import map_grpc_errors
 from helix_transport.transport._pool import ClientPool
 from helix_transport.transport.client import AgentClient
 from helix_transport.transport.stream import EventStream
@@ -20,6 +21,7 @@ __all__ = [
     "ClientAuth",
     "ClientPool",
     "EventStream",
+    "map_grpc_errors",
     "open_channel",
     "read_token_file",
     "set_bearer_token",

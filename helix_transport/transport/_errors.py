@@ -12,14 +12,16 @@ from helix_transport._exceptions import (
     DeadlineExceeded,
     HelixError,
     InvalidArgument,
+    PermissionDenied,
     RemoteError,
     ResourceExhausted,
     SessionExists,
+    SessionExpired,
     SessionNotFound,
     SessionStateConflict,
     Unauthenticated,
 )
-from helix_transport._rich_status import read_details
+from helix_transport._rich_status import SESSION_EXPIRED, read_details
 
 RESUMABLE = frozenset(
     {
@@ -36,6 +38,8 @@ def to_helix_error(exc: grpc.aio.AioRpcError, *, address: str, session_id: str =
     """The most specific ``HelixError`` for a failed call."""
     code, detail = exc.code(), exc.details() or ""
     if code == grpc.StatusCode.NOT_FOUND and session_id:
+        if read_details(code, exc.trailing_metadata()).reason == SESSION_EXPIRED:
+            return SessionExpired(session_id)
         return SessionNotFound(session_id)
     if code == grpc.StatusCode.ALREADY_EXISTS and session_id:
         return SessionExists(session_id)
@@ -50,6 +54,8 @@ def to_helix_error(exc: grpc.aio.AioRpcError, *, address: str, session_id: str =
         return InvalidArgument(field, problem) if problem else InvalidArgument("request", detail)
     if code == grpc.StatusCode.UNAUTHENTICATED:
         return Unauthenticated(f"UNAUTHENTICATED by {address}: {detail}")
+    if code == grpc.StatusCode.PERMISSION_DENIED:
+        return PermissionDenied(f"PERMISSION_DENIED by {address}: {detail}")
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
         rich = read_details(code, exc.trailing_metadata())
         return ResourceExhausted(

@@ -29,7 +29,9 @@ from helix_transport.store._records import (
     SubSessionRef,
     merge_commands,
 )
+from helix_transport.store._retention import Candidate, Tombstone
 from helix_transport.store.sqlite import _outbox as outbox
+from helix_transport.store.sqlite import _retention as retention
 from helix_transport.store.sqlite._checkpointer import Checkpointer
 from helix_transport.store.sqlite._checkpoints import (
     _checkpoint_params,
@@ -327,6 +329,30 @@ class SqliteStore:
             "WHERE session_id = ? AND owner = ?"
         )
         await self._run(lambda conn: _write(conn, sql, (session_id, owner)))
+
+    async def finished_sessions(
+        self, *, finished_before: float, after: tuple[float, str] | None, limit: int
+    ) -> list[SessionRecord]:
+        """Finished sessions ended by ``finished_before``, oldest end first (``RetentionStore``)."""
+        return await self._run(
+            lambda conn: retention.finished_sessions(conn, finished_before, after, limit)
+        )
+
+    async def expire_sessions(
+        self, candidates: Sequence[Candidate], *, finished_before: float, keep_tombstone_s: float
+    ) -> list[str]:
+        """Remove the candidates the rule still allows, in one transaction."""
+        return await self._run(
+            lambda conn: retention.expire(conn, candidates, finished_before, keep_tombstone_s)
+        )
+
+    async def get_tombstone(self, session_id: str) -> Tombstone | None:
+        """The tombstone of an expired session, while it is kept."""
+        return await self._run(lambda conn: retention.get_tombstone(conn, session_id))
+
+    async def drop_tombstones(self, *, kept_until: float, limit: int) -> int:
+        """Remove up to ``limit`` tombstones kept until ``kept_until`` or before."""
+        return await self._run(lambda conn: retention.drop_tombstones(conn, kept_until, limit))
 
     async def aclose(self) -> None:
         """Close the connection and stop the worker thread. Idempotent."""

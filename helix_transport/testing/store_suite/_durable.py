@@ -19,10 +19,11 @@ from helix_transport.testing.store_suite._helpers import (
     make_event,
     make_record,
 )
+from helix_transport.testing.store_suite._retention import DurableRetentionConformance
 from helix_transport.testing.store_suite._suite import StoreConformance
 
 
-class DurableStoreConformance(StoreConformance):
+class DurableStoreConformance(StoreConformance, DurableRetentionConformance):
     """The suite plus what only a store whose data outlives its object can show."""
 
     async def test_data_survives_a_new_instance(self, store: Store, reopen: Reopen) -> None:

@@ -8,6 +8,7 @@ from helix_transport.testing.store_suite._keyed import KeyedStateConformance
 from helix_transport.testing.store_suite._leases import LeaseConformance
 from helix_transport.testing.store_suite._log import EventLogConformance
 from helix_transport.testing.store_suite._outbox import OutboxConformance
+from helix_transport.testing.store_suite._retention import RetentionConformance
 from helix_transport.testing.store_suite._sessions import SessionConformance
 
 
@@ -17,6 +18,7 @@ class StoreConformance(
     KeyedStateConformance,
     OutboxConformance,
     LeaseConformance,
+    RetentionConformance,
 ):
     """The ``Store`` contract as tests; needs a ``store`` fixture (see the package docstring)."""
 
