@@ -26,7 +26,7 @@ async def test_the_table_and_json_lines_newest_first() -> None:
         code, out, err = await cli("sessions", address)
         assert code == 0, err
         header, *rows = out.splitlines()
-        assert header.split() == "SESSION ID AGENT TYPE STATUS CREATED DURATION LAST SEQ".split()
+        assert " ".join(header.split()) == "SESSION ID AGENT TYPE STATUS CREATED DURATION LAST SEQ"
         assert [row.split()[0] for row in rows] == ["c-3", "c-2", "c-1"]
         assert all(row.split()[1:3] == ["counter", "completed"] for row in rows)
 

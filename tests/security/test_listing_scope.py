@@ -10,7 +10,7 @@ from pathlib import Path
 
 from helix_transport import AgentClient, ClientAuth, create_server
 from helix_transport.server.auth import AuthConfig
-from helix_transport.store import open_store
+from helix_transport.store import SqliteStore
 from tests.agents import counter
 from tests.security.conftest import Tokens
 
@@ -26,7 +26,7 @@ async def _listed(client: AgentClient, **filters: object) -> list[str]:
 
 
 async def test_each_owner_lists_only_its_own_sessions(tokens: Tokens, tmp_path: Path) -> None:
-    store = await open_store(f"sqlite:///{tmp_path}/scope.db")
+    store = await SqliteStore.open(str(tmp_path / "scope.db"))
     server = await create_server(counter, store, auth=AuthConfig(tokens_file=str(tokens.path)))
     steps = json.dumps({"steps": 1, "words": 1})
     async with server, store:
