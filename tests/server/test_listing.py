@@ -115,30 +115,44 @@ async def test_a_large_page_size_is_served_as_the_maximum(serve: Serve, store: S
         assert len((await client.list_sessions()).sessions) == 50  # the default
 
 
-@pytest.mark.parametrize(
-    ("request_fields", "field"),
-    [
-        ({"page_size": -1}, "page_size"),
-        ({"page_token": "bm90IGEgdG9rZW4"}, "page_token"),
-        ({"page_token": "%%%"}, "page_token"),
-        ({"page_token": "x" * 5000}, "page_token"),
-        ({"statuses": [pb.SESSION_STATUS_UNSPECIFIED]}, "statuses[0]"),
-        ({"statuses": [pb.SESSION_STATUS_RUNNING, 42]}, "statuses[1]"),
-        ({"agent_type": "Not A Type"}, "agent_type"),
-    ],
-)
-async def test_bad_requests_name_the_field(
-    serve: Serve, request_fields: dict[str, object], field: str
-) -> None:
+BAD_REQUESTS = [
+    ({"page_size": -1}, "page_size"),
+    ({"page_token": "bm90IGEgdG9rZW4"}, "page_token"),
+    ({"page_token": "%%%"}, "page_token"),
+    ({"page_token": "x" * 5000}, "page_token"),
+    ({"statuses": [pb.SESSION_STATUS_UNSPECIFIED]}, "statuses[0]"),
+    ({"statuses": [pb.SESSION_STATUS_RUNNING, 42]}, "statuses[1]"),
+    ({"agent_type": "Not A Type"}, "agent_type"),
+    ({"agent_type": "looper", "page_token": "forged"}, "page_token"),
+]
+
+
+async def test_bad_requests_name_the_field(serve: Serve) -> None:
     async with (
         serve(counter) as (server, _),
         grpc.aio.insecure_channel(server.address) as channel,
     ):
         stub = pb_grpc.AgentServiceStub(channel)
-        with pytest.raises(grpc.aio.AioRpcError) as caught:
-            await stub.ListSessions(pb.ListSessionsRequest(**request_fields), timeout=30)  # type: ignore[arg-type]
-    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert (caught.value.details() or "").startswith(f"{field}: ")
+        for fields, field in BAD_REQUESTS:
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                await stub.ListSessions(pb.ListSessionsRequest(**fields), timeout=30)  # type: ignore[arg-type]
+            assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT, fields
+            assert (caught.value.details() or "").startswith(f"{field}: "), fields
+
+
+async def test_pages_continue_on_another_replica(serve: Serve) -> None:
+    async with serve(counter) as (_, first), serve(counter) as (_, second):
+        for n in range(5):
+            await _finished(first if n % 2 else second, f"s-{n}")
+        page = await first.list_sessions(page_size=2)
+        rest = await second.list_sessions(page_size=10, page_token=page.next_page_token)
+        assert [s.session_id for s in (*page.sessions, *rest.sessions)] == [
+            "s-4",
+            "s-3",
+            "s-2",
+            "s-1",
+            "s-0",
+        ]
 
 
 async def test_bad_timestamps_and_tokens_of_other_filters_are_refused(serve: Serve) -> None:
