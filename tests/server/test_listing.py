@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 import grpc
 import pytest
 
-from helix_transport import AgentClient, InvalidArgument, SessionStatus
+from helix_transport import AgentClient, ClientConfig, InvalidArgument, SessionStatus
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._proto.helix.agent.v1 import agent_pb2_grpc as pb_grpc
 from helix_transport.server._listing import reported_at_or_after
@@ -106,7 +106,11 @@ async def test_a_large_page_size_is_served_as_the_maximum(serve: Serve, store: S
                 f"s-{n:03}", agent_type="counter", principal="anonymous", created_at=float(n)
             )
         )
-    async with serve(counter) as (_, client):
+    patient = ClientConfig(rpc_timeout=timedelta(seconds=60))  # 500 at once, on a busy machine
+    async with (
+        serve(counter) as (server, _),
+        await AgentClient.connect(server.address, config=patient) as client,
+    ):
         page = await client.list_sessions(page_size=100_000)
         assert len(page.sessions) == 500 and page.sessions[0].session_id == "s-504"
         rest = await client.list_sessions(page_size=100_000, page_token=page.next_page_token)
