@@ -5,6 +5,7 @@ helix-mesh call 127.0.0.1:50061 --input '{"topic": "gRPC"}'
 helix-mesh status 127.0.0.1:50061 SESSION_ID
 helix-mesh interrupt 127.0.0.1:50061 SESSION_ID --reason "user stop"
 helix-mesh describe 127.0.0.1:50061
+helix-mesh sessions 127.0.0.1:50061 [--status running] [--since 1h] [--json]
 helix-mesh conformance 127.0.0.1:50061 --input '{"topic": "gRPC"}'
 helix-mesh gc sqlite:///.helix/researcher.db --retention 7d [--dry-run]
 """
@@ -19,7 +20,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from helix_transport._exceptions import ConnectError, HelixError
-from helix_transport.cli import client, conformance, gc, serve
+from helix_transport.cli import client, conformance, gc, serve, sessions
 
 _COMMANDS: dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, int]]] = {
     "call": client.call,
@@ -28,6 +29,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, int]]] =
     "describe": client.describe,
     "conformance": conformance.conformance,
     "gc": gc.gc,
+    "sessions": sessions.sessions,
 }
 
 
@@ -38,6 +40,7 @@ def _parser() -> argparse.ArgumentParser:
     client.add_commands(sub)
     conformance.add_command(sub)
     gc.add_command(sub)
+    sessions.add_command(sub)
     # Listed for --help only: main() hands `bench ...` to helix_transport.bench whole.
     sub.add_parser("bench", help="run the benchmark suite (helix-mesh bench --help)")
     return parser

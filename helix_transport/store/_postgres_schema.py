@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from helix_transport._exceptions import StoreError
+from helix_transport.store import _postgres_listing as listing
 from helix_transport.store import _postgres_outbox as outbox
 from helix_transport.store import _postgres_retention as retention
 
@@ -49,6 +50,8 @@ _MIGRATIONS: tuple[str, ...] = (
     outbox.MIGRATION,
     # 4: retention (an index of finished sessions by their end, tombstones).
     retention.MIGRATION,
+    # 5: an index on (owner, created_at) for ListSessions.
+    listing.MIGRATION,
 )
 
 SCHEMA_VERSION = len(_MIGRATIONS)

@@ -6,6 +6,7 @@ import pytest
 
 from helix_transport.testing.store_suite._keyed import KeyedStateConformance
 from helix_transport.testing.store_suite._leases import LeaseConformance
+from helix_transport.testing.store_suite._listing import ListingConformance
 from helix_transport.testing.store_suite._log import EventLogConformance
 from helix_transport.testing.store_suite._outbox import OutboxConformance
 from helix_transport.testing.store_suite._retention import RetentionConformance
@@ -19,6 +20,7 @@ class StoreConformance(
     OutboxConformance,
     LeaseConformance,
     RetentionConformance,
+    ListingConformance,
 ):
     """The ``Store`` contract as tests; needs a ``store`` fixture (see the package docstring)."""
 
