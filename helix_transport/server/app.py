@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
 import importlib
 import logging
@@ -26,6 +25,7 @@ from helix_transport.agent.definition import Agent
 from helix_transport.agent.litellm import warm_up
 from helix_transport.agent.loop import MAX_RESULT_BYTES
 from helix_transport.log import EventHub
+from helix_transport.server import _logging
 from helix_transport.server._encoding import add_agent_service
 from helix_transport.server._identity import current_principal
 from helix_transport.server._ownership import storage_id
@@ -316,6 +316,7 @@ async def serve(
     provider's ``shutdown``, say, so its last values are exported too.
     """
     server_auth = await asyncio.to_thread(auth.load)  # fail closed before touching the store
+    _logging.bind_service(agent_type=agent.name)
     tracing = setup_tracing(agent.name)
     store = await open_store(store_url, allow_volatile=config.allow_volatile_store)
     try:
@@ -347,11 +348,7 @@ async def serve(
                 logger.warning("shutdown hook %r failed", hook, exc_info=True)
 
 
-def configure_logging() -> None:
-    """Plain logging for services; ``HELIX_LOG_LEVEL`` sets the level."""
-    logging.basicConfig(
-        level=os.environ.get("HELIX_LOG_LEVEL", "INFO").upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    with contextlib.suppress(Exception):
-        logging.getLogger("LiteLLM").setLevel(logging.WARNING)
+def configure_logging(log_format: str | None = None) -> None:
+    """Service logging: ``log_format`` ``text`` or ``json`` (default ``$HELIX_LOG_FORMAT``,
+    else text) at ``$HELIX_LOG_LEVEL``; see ``server._logging``."""
+    _logging.configure_logging(log_format)

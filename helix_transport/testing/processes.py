@@ -14,6 +14,11 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 
+STOP_TIMEOUT_S = 20.0
+"""How long ``ServiceProcess.stop`` waits after SIGTERM: the default drain (10 s), then
+the exporters' flush, with room to spare on a loaded machine."""
+
+
 def free_port() -> int:
     """A TCP port free on 127.0.0.1 right now."""
     with socket.socket() as s:
@@ -121,6 +126,21 @@ class ServiceProcess:
         self.proc = None
         return code
 
-    async def stop(self) -> None:
-        """Kill the process if it is still running (test cleanup)."""
-        await self.kill()
+    async def stop(self, *, timeout_s: float = STOP_TIMEOUT_S) -> int | None:
+        """Stop the process if it is still running, as an orchestrator would: SIGTERM
+        (it drains its runs and flushes its traces and metrics), then SIGKILL if it has
+        not exited within ``timeout_s``. Returns its exit code (``-9`` when killed),
+        ``None`` when it was not running. A test that means a crash calls ``kill``."""
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return None
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                async with asyncio.timeout(timeout_s):
+                    await proc.wait()
+            except TimeoutError:
+                if proc.returncode is None:
+                    proc.send_signal(signal.SIGKILL)
+                await proc.wait()
+        return proc.returncode
