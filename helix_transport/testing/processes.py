@@ -13,7 +13,6 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-
 STOP_TIMEOUT_S = 20.0
 """How long ``ServiceProcess.stop`` waits after SIGTERM: the default drain (10 s), then
 the exporters' flush, with room to spare on a loaded machine."""
