@@ -32,7 +32,7 @@ from helix_transport.agent.tools import child_scope
 from helix_transport.registry import address_env_var
 from helix_transport.store import MemoryStore, SessionRecord, Usage
 from helix_transport.tracing import NO_HOOKS, RunHooks, setup_tracing
-from helix_transport.tracing.otel import trace_id_for
+from helix_transport.tracing.ids import trace_id_for
 from tests.agents import counter
 from tests.helpers import ROOT, BlinkingStore, ServiceProcess, free_port
 from tests.tracing.otlp_receiver import OtlpReceiver, ReceivedSpan
