@@ -51,10 +51,10 @@ from helix_transport.store import Usage
 from helix_transport.tracing.ids import Ids, forced_ids, span_id_for, trace_id_for
 from helix_transport.tracing.rpc import (
     TRACE_MODE_KEY,
-    ClientSpans,
     ServerSpans,
     SessionKey,
     caller_span_context,
+    client_spans,
 )
 
 if TYPE_CHECKING:
@@ -99,7 +99,7 @@ class OtelTracing:
 
     def client_interceptors(self) -> list[grpc.aio.ClientInterceptor]:
         """CLIENT spans for the calls the service makes to its children."""
-        return [ClientSpans(self.tracer)]
+        return client_spans(self.tracer)
 
     def flush(self, timeout_s: float = 10.0) -> bool:
         """Export every ended span now; False when the exporters did not finish in time."""

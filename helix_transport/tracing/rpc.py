@@ -148,15 +148,16 @@ class _Call:
             # The context is current for the handler: a run the call starts inherits it.
             token = otel_context.attach(trace.set_span_in_context(span))
             caller = _CALLER.set(self.caller)
+            code = grpc.StatusCode.OK  # unless it raises: grpc sets OK after the return
             try:
                 return await inner(request, context)
             except BaseException as exc:
-                _failed(span, exc, context)
+                code = _outcome(exc, context)
                 raise
             finally:
                 _CALLER.reset(caller)
                 otel_context.detach(token)
-                _end(span, context)
+                _end(span, code)
 
         return unary
 
@@ -165,14 +166,15 @@ class _Call:
             # Not made current: a generator's context is not its own across yields,
             # and a stream starts no call of its own.
             span = self._start(request)
+            code = grpc.StatusCode.OK
             try:
                 async for response in inner(request, context):
                     yield response
             except BaseException as exc:
-                _failed(span, exc, context)
+                code = _outcome(exc, context)
                 raise
             finally:
-                _end(span, context)
+                _end(span, code)
 
         return stream
 
@@ -197,21 +199,18 @@ def _status_code(context: grpc.aio.ServicerContext[Any, Any]) -> grpc.StatusCode
     return next((c for c in grpc.StatusCode if c.value[0] == code), None)
 
 
-def _failed(span: Span, exc: BaseException, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+def _outcome(exc: BaseException, context: grpc.aio.ServicerContext[Any, Any]) -> grpc.StatusCode:
+    """The status a handler that raised ``exc`` leaves with."""
     if isinstance(exc, asyncio.CancelledError | GeneratorExit):
-        span.set_attribute("helix.cancelled", True)  # the caller left: not an error
-    elif _status_code(context) is None:
-        span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+        return grpc.StatusCode.CANCELLED  # the caller left
+    return _status_code(context) or grpc.StatusCode.UNKNOWN
 
 
-def _end(span: Span, context: grpc.aio.ServicerContext[Any, Any]) -> None:
-    code = _status_code(context)
-    if code is not None:
-        span.set_attribute("rpc.grpc.status_code", code.value[0])
-        if code is not grpc.StatusCode.OK:
-            # OTel's rule for SERVER spans: only server faults are errors.
-            server_fault = code in _SERVER_FAULTS
-            span.set_status(Status(StatusCode.ERROR if server_fault else StatusCode.UNSET))
+def _end(span: Span, code: grpc.StatusCode) -> None:
+    span.set_attribute("rpc.grpc.status_code", code.value[0])
+    # OTel's rule for SERVER spans: only the server's faults are errors.
+    if code in _SERVER_FAULTS:
+        span.set_status(Status(StatusCode.ERROR, code.name))
     span.end()
 
 
@@ -227,10 +226,16 @@ _SERVER_FAULTS = frozenset(
 )
 
 
-class ClientSpans(grpc.aio.UnaryUnaryClientInterceptor, grpc.aio.UnaryStreamClientInterceptor):
-    """A CLIENT span around every call a service makes within a trace, written into the
-    call's ``traceparent`` with ``helix-trace: parent``: the child's SERVER span nests
-    under it."""
+def client_spans(tracer: trace.Tracer) -> list[grpc.aio.ClientInterceptor]:
+    """The interceptors of a service's channels: a CLIENT span around every call it
+    makes within a trace (one object per call kind: grpc.aio files each interceptor
+    under the first kind it is an instance of)."""
+    return [_UnaryClientSpans(tracer), _StreamClientSpans(tracer)]
+
+
+class _ClientSpans:
+    """A CLIENT span, written into the call's ``traceparent`` with ``helix-trace:
+    parent``: the child's SERVER span nests under it."""
 
     def __init__(self, tracer: trace.Tracer) -> None:
         self.tracer = tracer
@@ -257,7 +262,7 @@ class ClientSpans(grpc.aio.UnaryUnaryClientInterceptor, grpc.aio.UnaryStreamClie
             details.method, details.timeout, metadata, details.credentials, details.wait_for_ready
         )
 
-    async def intercept_unary_unary(
+    async def _intercept(
         self, continuation: Any, client_call_details: grpc.aio.ClientCallDetails, request: Any
     ) -> Any:
         span, details = self._begin(client_call_details)
@@ -266,14 +271,19 @@ class ClientSpans(grpc.aio.UnaryUnaryClientInterceptor, grpc.aio.UnaryStreamClie
             call.add_done_callback(lambda done: _end_client(span, done))
         return call
 
+
+class _UnaryClientSpans(_ClientSpans, grpc.aio.UnaryUnaryClientInterceptor):
+    async def intercept_unary_unary(
+        self, continuation: Any, client_call_details: grpc.aio.ClientCallDetails, request: Any
+    ) -> Any:
+        return await self._intercept(continuation, client_call_details, request)
+
+
+class _StreamClientSpans(_ClientSpans, grpc.aio.UnaryStreamClientInterceptor):
     async def intercept_unary_stream(
         self, continuation: Any, client_call_details: grpc.aio.ClientCallDetails, request: Any
     ) -> Any:
-        span, details = self._begin(client_call_details)
-        call = await continuation(details, request)
-        if span is not None:
-            call.add_done_callback(lambda done: _end_client(span, done))
-        return call
+        return await self._intercept(continuation, client_call_details, request)
 
 
 def _end_client(span: Span, call: Any) -> None:
