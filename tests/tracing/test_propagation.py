@@ -119,17 +119,6 @@ async def test_spans_join_across_three_services_and_a_tracing_client(
     caller = gateway["gateway linked"].get_span_context()
     joined = gateway["gateway joined"].get_span_context()
     assert caller is not None and joined is not None
-    for s in spans:
-        print(
-            "DBG",
-            s.trace_id[:8],
-            s.service_name,
-            s.kind,
-            s.name,
-            s.parent_span_id,
-            s.attributes.get("helix.session_id"),
-            s.links,
-        )
     # Two traces: the linked session's own, and the joining caller's.
     assert {s.trace_id for s in spans} == {linked_trace, _hex(joined.trace_id, 32)}
     linked = [s for s in spans if s.trace_id == linked_trace]
