@@ -54,8 +54,7 @@ async def main(question: str) -> int:
             services["orchestrator"].env[address_env_var(name)] = services[name].address
         started = time.perf_counter()
         try:
-            # Three processes importing litellm at once take a while on a busy machine.
-            await asyncio.gather(*(s.start(timeout_s=120) for s in services.values()))
+            await asyncio.gather(*(s.start() for s in services.values()))
             for name, service in services.items():
                 print(f"  {name:<13} serving on {service.address}")
             print(f"  (started in {time.perf_counter() - started:.1f}s)\n")

@@ -60,8 +60,9 @@ class ServiceProcess:
         """``127.0.0.1:port``."""
         return f"127.0.0.1:{self.port}"
 
-    async def start(self, *, timeout_s: float = 30.0) -> None:
-        """Start the process and wait until its health check says SERVING.
+    async def start(self, *, timeout_s: float = 120.0) -> None:
+        """Start the process and wait until its health check says SERVING (within
+        ``timeout_s``: importing litellm alone took 20 s on a loaded 2-core machine).
 
         Raises:
             RuntimeError: it is already running (a second start would orphan it).

@@ -40,7 +40,7 @@ async def test_a_failed_session_in_json_logs_says_why_and_leaks_nothing(tmp_path
         extra_args=["--log-format", "json"],
         env={"OPENAI_API_KEY": api_key, "HELIX_LOG_LEVEL": "INFO"},
     )
-    await service.start(timeout_s=120)
+    await service.start()
     try:
         async with await AgentClient.connect(
             service.address, auth=ClientAuth(token=token)

@@ -70,7 +70,7 @@ async def mesh(
     }
     for name in ("researcher", "summarizer"):
         services["orchestrator"].env[address_env_var(name)] = services[name].address
-    await asyncio.gather(*(s.start(timeout_s=120) for s in services.values()))
+    await asyncio.gather(*(s.start() for s in services.values()))
     try:
         yield services
     finally:
