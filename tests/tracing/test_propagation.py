@@ -225,3 +225,38 @@ def _check_generations(spans: list[ReceivedSpan]) -> None:
         assert attributes["gen_ai.response.finish_reasons"] in (["stop"], ["tool_calls"])
         assert attributes["gen_ai.usage.input_tokens"] > 0
         assert attributes["gen_ai.usage.cost"] == 0.0  # litellm's map: scripted is free
+
+
+def test_a_joined_root_s_resumed_run_stays_under_the_caller_s_span() -> None:
+    # What a joined Start recorded with the session is all a resumed run (another
+    # process, no RPC in sight) has: it must land under the caller's span again.
+    from helix_transport._events import SessionStatus
+    from helix_transport.store import SessionRecord, Usage
+    from helix_transport.tracing.otel import SpanHooks, make_provider
+
+    exporter = InMemorySpanExporter()
+    provider = make_provider("counter")
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    caller_trace, caller_span = 0x1234, 0x5678
+    traceparent = f"00-{caller_trace:032x}-{caller_span:016x}-01"
+    for metadata in (
+        {"traceparent": traceparent, "helix.trace": "parent"},
+        {"traceparent": traceparent},  # not asked for: ignored, the session's own trace
+    ):
+        record = SessionRecord(
+            session_id="root-1",
+            agent_type="counter",
+            input_json="{}",
+            input_hash="",
+            metadata=metadata,
+        )
+        hooks = SpanHooks(provider.get_tracer("test"), agent_type="counter", record=record)
+        hooks.on_run_start(resumed=True, step=3)
+        hooks.on_run_end(status=SessionStatus.COMPLETED, usage=Usage(), error="")
+    joined, own = exporter.get_finished_spans()
+    assert joined.context is not None and joined.parent is not None
+    assert (joined.context.trace_id, joined.parent.span_id) == (caller_trace, caller_span)
+    assert joined.attributes is not None and joined.attributes["langfuse.session.id"] == "root-1"
+    assert own.context is not None and own.parent is None
+    assert own.context.trace_id == trace_id_for("root-1")
+    provider.shutdown()
