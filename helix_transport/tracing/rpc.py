@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -36,6 +37,8 @@ from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, Statu
 from helix_transport._metadata import ROOT_SESSION_KEY
 from helix_transport._trace_context import PARENT, TRACE_HEADER
 from helix_transport.tracing.ids import forced_ids, trace_id_for
+
+logger = logging.getLogger("helix.tracing")
 
 SERVICE = "helix.agent.v1.AgentService"
 TRACE_MODE_KEY = "helix.trace"
@@ -111,7 +114,16 @@ class _Call:
         self.parented = self.caller is not None and headers.get(TRACE_HEADER) == PARENT
 
     def _start(self, request: Any) -> Span:
+        try:
+            return self._span(request)
+        except Exception:  # tracing must never fail a call
+            logger.warning("no SERVER span for %s", self.name, exc_info=True)
+            return trace.INVALID_SPAN
+
+    def _span(self, request: Any) -> Span:
+        # The request may stand in for one that did not parse (see ErrorMappingInterceptor).
         session_id = str(getattr(request, "session_id", "") or "")
+        parent_session_id = str(getattr(request, "parent_session_id", "") or "")
         attributes: dict[str, str] = {
             "rpc.system": "grpc",
             "rpc.service": SERVICE,
@@ -121,24 +133,24 @@ class _Call:
             attributes["helix.session_id"] = session_id
         name = f"{SERVICE}/{self.name}"
         if self.parented:
-            if self.name == "Start" and not request.parent_session_id:
+            if self.name == "Start" and not parent_session_id and hasattr(request, "metadata"):
                 _record_parent(request, self.incoming)
             return self.spans.tracer.start_span(
                 name, context=self.incoming, kind=SpanKind.SERVER, attributes=attributes
             )
-        trace_id = self._session_trace(request, session_id)
+        trace_id = self._session_trace(request, session_id, parent_session_id)
         links = [Link(self.caller)] if self.caller is not None else []
         with forced_ids(trace_id=trace_id):
             return self.spans.tracer.start_span(
                 name, context=Context(), kind=SpanKind.SERVER, attributes=attributes, links=links
             )
 
-    def _session_trace(self, request: Any, session_id: str) -> int | None:
+    def _session_trace(self, request: Any, session_id: str, parent_session_id: str) -> int | None:
         if not session_id:
             return None  # Describe, or a Start that lets the server name it
-        if self.name == "Start" and request.parent_session_id:
+        if self.name == "Start" and parent_session_id:
             root = request.metadata.get(ROOT_SESSION_KEY)
-            if root:
+            if root:  # a child started without asking for its parent's context
                 return trace_id_for(root)
         return trace_id_for(self.spans.session_key(session_id))
 
@@ -265,7 +277,11 @@ class _ClientSpans:
     async def _intercept(
         self, continuation: Any, client_call_details: grpc.aio.ClientCallDetails, request: Any
     ) -> Any:
-        span, details = self._begin(client_call_details)
+        try:
+            span, details = self._begin(client_call_details)
+        except Exception:  # tracing must never fail a call
+            logger.warning("no CLIENT span for %s", client_call_details.method, exc_info=True)
+            span, details = None, client_call_details
         call = await continuation(details, request)
         if span is not None:
             call.add_done_callback(lambda done: _end_client(span, done))
