@@ -9,12 +9,14 @@ the failure reason, and neither the key, nor the token, nor the content.
 
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
 import secrets
 from pathlib import Path
 
 import pytest
+from opentelemetry.trace import Span, Tracer
 
 from helix_transport import AgentClient
 from helix_transport.server import _logging
@@ -76,16 +78,16 @@ async def test_a_failed_session_in_json_logs_says_why_and_leaks_nothing(tmp_path
 def test_an_unexpected_exception_is_one_json_line_with_its_traceback(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+
     monkeypatch.setenv("SOME_SERVICE_TOKEN", "tok-planted-0123456789")
+    tracer = TracerProvider().get_tracer("test")
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
     try:
         configure_logging("json")
-        _logging.bind(session_id="s-42")
-        try:
-            raise RuntimeError("boom with tok-planted-0123456789 inside")
-        except RuntimeError:
-            logging.getLogger("helix.runner").exception("session %s: run loop crashed", "s-42")
+        # In a context of its own, as a run's task: the binding ends with it.
+        span = contextvars.copy_context().run(_crash_in_a_run, tracer)
         # The handler writes to the stderr of when it was made: pytest's capture.
         err = capsys.readouterr().err
     finally:
@@ -97,9 +99,20 @@ def test_an_unexpected_exception_is_one_json_line_with_its_traceback(
     (line,) = [line for line in err.splitlines() if line.strip()]
     record = json.loads(line)
     assert record["level"] == "ERROR" and record["session_id"] == "s-42"
+    assert record["trace_id"] == f"{span.get_span_context().trace_id:032x}"
     assert record["exc_info"].startswith("Traceback (most recent call last)")
     assert "RuntimeError: boom with [redacted] inside" in record["exc_info"]
     assert "tok-planted" not in line
+
+
+def _crash_in_a_run(tracer: Tracer) -> Span:
+    _logging.bind(session_id="s-42")
+    with tracer.start_as_current_span("run") as span:  # what a traced run's task has
+        try:
+            raise RuntimeError("boom with tok-planted-0123456789 inside")
+        except RuntimeError:
+            logging.getLogger("helix.runner").exception("session %s: run loop crashed", "s-42")
+    return span
 
 
 def test_an_unknown_log_format_is_a_usage_error() -> None:
