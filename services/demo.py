@@ -6,6 +6,9 @@ the other two through the mesh registry (HELIX_AGENT_ADDRESS_<TYPE>), asks it on
 question and prints every event as it arrives: the orchestrator's own, and its
 children's, indented under it. Offline it runs on the scripted model; set
 HELIX_MODEL (e.g. openai/gpt-4o-mini) and the provider's key for a real one.
+
+The services inherit the environment, tracing included (``OTEL_EXPORTER_OTLP_ENDPOINT``,
+``LANGFUSE_*``), and are stopped with SIGTERM, so each flushes its spans on the way out.
 """
 
 from __future__ import annotations
@@ -62,7 +65,10 @@ async def main(question: str) -> int:
                     print(f"--- {service.agent} log ---\n{service.log_path.read_text()[-2000:]}")
             raise
         finally:
-            await asyncio.gather(*(s.stop() for s in services.values()))
+            codes = await asyncio.gather(*(s.stop() for s in services.values()))
+            for name, code in zip(services, codes, strict=True):
+                if code not in (0, None):  # killed after its grace: its last spans are lost
+                    print(f"  {name} did not stop cleanly (exit code {code})")
 
 
 async def _ask(address: str, question: str) -> int:

@@ -82,6 +82,7 @@ async def stream_completion(
     text: list[str] = []
     calls: dict[int, dict[str, str]] = {}
     usage = Usage()
+    seen = _Seen()
     with _map_litellm_errors(model):
         stream = await litellm.acompletion(
             model=model,
@@ -99,6 +100,7 @@ async def stream_completion(
         async for chunk in _aiter(stream):
             if getattr(chunk, "usage", None):
                 usage = _usage(chunk.usage)
+            seen.chunk(chunk)
             if not chunk.choices:
                 continue
             delta = chunk.choices[0].delta
@@ -124,7 +126,52 @@ async def stream_completion(
         )
         for _, c in sorted(calls.items())
     ]
-    return ModelResponse(text="".join(text), tool_calls=tool_calls, usage=usage)
+    return ModelResponse(
+        text="".join(text),
+        tool_calls=tool_calls,
+        usage=usage,
+        provider=seen.provider or _provider(model),
+        response_model=seen.model,
+        finish_reasons=tuple(seen.finish_reasons),
+        cost_usd=_cost(model, usage),
+    )
+
+
+class _Seen:
+    """What the chunks of a stream said about the call (for tracing's gen_ai.* attributes)."""
+
+    def __init__(self) -> None:
+        self.provider = ""
+        self.model = ""
+        self.finish_reasons: list[str] = []
+
+    def chunk(self, chunk: Any) -> None:
+        self.model = getattr(chunk, "model", None) or self.model
+        hidden = getattr(chunk, "_hidden_params", None) or {}
+        self.provider = hidden.get("custom_llm_provider") or self.provider
+        for choice in chunk.choices or ():
+            if choice.finish_reason:
+                self.finish_reasons.append(str(choice.finish_reason))
+
+
+def _provider(model: str) -> str:
+    try:
+        return str(litellm.get_llm_provider(model)[1])
+    except Exception:  # an unknown name: tracing shows none
+        return ""
+
+
+def _cost(model: str, usage: Usage) -> float | None:
+    """The call's cost from litellm's cost map (``None`` for a model it does not know)."""
+    try:
+        prompt, completion = litellm.cost_per_token(
+            model=model,
+            prompt_tokens=usage.prompt_tokens,
+            completion_tokens=usage.completion_tokens,
+        )
+    except Exception:  # litellm raises for models missing from its map
+        return None
+    return float(prompt + completion)
 
 
 def _aiter(stream: Any) -> AsyncIterator[Any]:

@@ -342,6 +342,8 @@ class RunLoop:
     async def _fail(self, state: RunProgress, error: str, reason: str) -> SessionStatus:
         error = clipped(storable_text(error))  # the event says what the record will
         state.error = error
+        # What an operator acts on: the reason (a stable word) and the status's error.
+        logger.warning("session %s failed (%s): %s", self.session_id, reason, error)
         await self.writer.finish(
             pb.StreamEvent(failed=pb.Failed(error=error, failure_reason=reason)),
             SessionUpdate(

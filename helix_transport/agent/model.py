@@ -32,6 +32,14 @@ class ModelResponse:
     text: str = ""
     tool_calls: list[ToolCall] = field(default_factory=list)
     usage: Usage = field(default_factory=Usage)
+    provider: str = ""
+    """The provider that answered, as litellm names it (``openai``, ``scripted``)."""
+    response_model: str = ""
+    """The model the provider says answered (may differ from the one asked for)."""
+    finish_reasons: tuple[str, ...] = ()
+    """Why the generation stopped (``stop``, ``tool_calls``, ``length``...)."""
+    cost_usd: float | None = None
+    """What the call cost, when litellm's cost map knows the model."""
 
     def to_message(self) -> dict[str, Any]:
         """The assistant message to append to the conversation."""

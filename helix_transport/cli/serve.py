@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     # Imported here: the client commands never load the server (or litellm).
     from helix_transport.server.app import configure_logging, load_agent, serve
 
-    configure_logging()
+    configure_logging(args.log_format)
     agent = load_agent(args.agent)
     store_url = args.store or os.environ.get(STORE_URL_ENV) or f"sqlite:///.helix/{agent.name}.db"
     config = _server_config(args)
@@ -197,6 +197,12 @@ def _listen_options(parser: argparse.ArgumentParser) -> None:
         default=None,  # HELIX_METRICS_PORT is read with the rest of MetricsConfig
         help="serve Prometheus /metrics on this port, 0 to pick one (HELIX_METRICS_PORT; "
         "default off)",
+    )
+    parser.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default=None,
+        help="text, or one JSON object per line (default $HELIX_LOG_FORMAT, else text)",
     )
     parser.add_argument(
         "--allow-volatile-store",

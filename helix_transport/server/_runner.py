@@ -20,6 +20,7 @@ from helix_transport.agent.loop import MAX_RESULT_BYTES, RunLoop
 from helix_transport.delegation.cascade import CASCADE_TIMEOUT_S, Cascade
 from helix_transport.log import EventHub, SessionWriter
 from helix_transport.metrics.instruments import instruments
+from helix_transport.server._logging import bind as bind_log_context
 from helix_transport.server._ownership import caller_id
 from helix_transport.store import (
     InterruptLookup,
@@ -288,6 +289,7 @@ class SessionRunner:
 
     async def _run(self, loop: RunLoop, resume_reason: str) -> None:
         session_id = loop.session_id
+        bind_log_context(session_id=session_id)  # this task's lines, and its tools'
         ended: SessionStatus | None = None  # a durable end whose children must stop
         children: list[SubSessionRef] = []
         try:

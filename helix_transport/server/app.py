@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
 import importlib
 import logging
@@ -11,6 +10,7 @@ import os
 import signal
 import socket
 import sys
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from types import TracebackType
 from typing import Self
@@ -30,10 +30,13 @@ from helix_transport.log import EventHub
 from helix_transport.metrics import metrics_enabled, watch_running
 from helix_transport.metrics.hooks import metered_hooks
 from helix_transport.metrics.store import metered_store
+from helix_transport.server import _logging
 from helix_transport.server._admin import SERVICE_NAME as ADMIN_SERVICE
 from helix_transport.server._admin import AdminServicer
 from helix_transport.server._encoding import add_agent_service
 from helix_transport.server._expiry import retention_store, sweep_periodically
+from helix_transport.server._identity import current_principal
+from helix_transport.server._ownership import storage_id
 from helix_transport.server._rpc_metrics import RpcMetricsInterceptor
 from helix_transport.server._runner import SessionRunner
 from helix_transport.server._servicer import AgentServicer
@@ -42,7 +45,7 @@ from helix_transport.server.auth import AuthConfig, AuthInterceptor, ClientToken
 from helix_transport.server.interceptors import ErrorMappingInterceptor
 from helix_transport.server.limits import LimitsInterceptor
 from helix_transport.store import Store, open_store
-from helix_transport.tracing import HooksFactory, setup_tracing
+from helix_transport.tracing import HooksFactory, TracingHandle, setup_tracing
 from helix_transport.transport import ClientAuth, ClientPool
 
 logger = logging.getLogger("helix.server")
@@ -66,6 +69,7 @@ class AgentServer:
         auth: ServerAuth,
         client_auth: ClientAuth | None = None,
         hooks: HooksFactory | None = None,
+        tracing: TracingHandle | None = None,
     ) -> None:
         if metrics_enabled():  # one seam each: every store call, every run's hooks
             store, hooks = metered_store(store), metered_hooks(hooks)
@@ -76,10 +80,16 @@ class AgentServer:
             retention_store(store)  # refused here, not at the first sweep
         self.auth = auth
         options = [*config.limits.grpc_options(), ("grpc.so_reuseport", 0)]
-        self._server, self.port = _listening_server(config, auth, options)
+        self._server, self.port = _listening_server(config, auth, options, tracing)
         self.hub = EventHub()
         replica_id = config.replica_id or f"{socket.gethostname()}:{self.port}"
-        self.clients = ClientPool(config=config.client, auth=client_auth)
+        self.clients = ClientPool(
+            config=config.client,
+            auth=client_auth,
+            interceptors=tracing.client_interceptors() if tracing is not None else (),
+        )
+        if hooks is None and tracing is not None:
+            hooks = tracing.hooks_for
         self._client_reload = (
             ClientTokenReload(self.clients, client_auth, interval_s=auth.reload_interval_s)
             if client_auth is not None and client_auth.token_file and auth.reload_interval_s > 0
@@ -191,18 +201,24 @@ class AgentServer:
 
 
 def _listening_server(
-    config: ServerConfig, auth: ServerAuth, options: list[tuple[str, int]]
+    config: ServerConfig,
+    auth: ServerAuth,
+    options: list[tuple[str, int]],
+    tracing: TracingHandle | None = None,
 ) -> tuple[grpc.aio.Server, int]:
     """The agent's gRPC server with its interceptors, bound to ``config``'s address."""
-    # Authentication first (outermost): the principal is set before anything else runs;
-    # then error mapping, so a limit's refusal leaves with its details; then the limits,
-    # which charge the authenticated principal.
     # Metrics outermost of all: they see every answer, authentication's refusals too.
+    # Then authentication: the principal is set before anything else runs; then the
+    # SERVER span (it keys a session's trace on the caller's namespace, and sees the
+    # status the error mapping sets); then error mapping, so a limit's refusal leaves
+    # with its details; then the limits, which charge the authenticated principal.
     interceptors: list[grpc.aio.ServerInterceptor] = (
         [RpcMetricsInterceptor()] if metrics_enabled() else []
     )
     if auth.authenticator is not None:
         interceptors.append(AuthInterceptor(auth.authenticator))
+    if tracing is not None:
+        interceptors.append(tracing.server_interceptor(_session_key))
     interceptors += [ErrorMappingInterceptor(), LimitsInterceptor(config.limits)]
     server = grpc.aio.server(interceptors=interceptors, options=options)
     bind = f"{config.host}:{config.port}"
@@ -219,6 +235,11 @@ def _listening_server(
             "or the host is not an address of this machine"
         )
     return server, port
+
+
+def _session_key(session_id: str) -> str:
+    """The key of the caller's session ``session_id`` (its trace is derived from it)."""
+    return storage_id(current_principal(), session_id)
 
 
 def _health_listener(
@@ -249,6 +270,7 @@ async def create_server(
     allow_unauthenticated: bool = False,
     client_auth: ClientAuth | None = None,
     hooks: HooksFactory | None = None,
+    tracing: TracingHandle | None = None,
 ) -> AgentServer:
     """Bind an ``AgentServer`` for ``agent`` (not started yet).
 
@@ -259,7 +281,9 @@ async def create_server(
             ``anonymous``; one of ``auth`` or this is required (fail closed).
         client_auth: the credentials this server presents to the agent services it
             delegates to (substitute or forward identity).
-        hooks: makes the lifecycle hooks of each run (``setup_tracing(...).hooks_for``).
+        hooks: makes the lifecycle hooks of each run (default: ``tracing``'s).
+        tracing: a service's tracing (``setup_tracing(...)``): run spans, SERVER spans
+            for its RPCs and CLIENT spans for its calls to children.
 
     Raises:
         UsageError: neither ``auth`` nor ``allow_unauthenticated``, or a bad auth file.
@@ -275,6 +299,7 @@ async def create_server(
         auth=auth,
         client_auth=client_auth,
         hooks=hooks,
+        tracing=tracing,
     )
 
 
@@ -303,6 +328,7 @@ async def serve(
     config: ServerConfig,
     auth: AuthConfig,
     client_auth: ClientAuth | None = None,
+    shutdown_hooks: Sequence[Callable[[], object]] = (),
 ) -> None:
     """Serve ``agent`` until SIGTERM or SIGINT, then shut down gracefully.
 
@@ -310,15 +336,17 @@ async def serve(
     (or an explicit ``allow_unauthenticated``) the service refuses to start.
 
     Traces go to Langfuse / OTLP when configured (``LANGFUSE_*``,
-    ``OTEL_EXPORTER_OTLP_ENDPOINT``), and are flushed on the way out.
+    ``OTEL_EXPORTER_OTLP_ENDPOINT``), and are flushed on the way out; then each of
+    ``shutdown_hooks`` runs (in a thread; what one raises is logged): a meter
+    provider's ``shutdown``, say, so its last values are exported too.
     """
     server_auth = await asyncio.to_thread(auth.load)  # fail closed before touching the store
+    _logging.bind_service(agent_type=agent.name)
     tracing = setup_tracing(agent.name)
     store = await open_store(store_url, allow_volatile=config.allow_volatile_store)
     try:
-        hooks = tracing.hooks_for if tracing is not None else None
         server = await create_server(
-            agent, store, config, auth=server_auth, client_auth=client_auth, hooks=hooks
+            agent, store, config, auth=server_auth, client_auth=client_auth, tracing=tracing
         )
         await warm_up()
         await server.start()
@@ -338,13 +366,14 @@ async def serve(
         await store.aclose()
         if tracing is not None:  # after the runs ended: their spans are all queued
             await asyncio.to_thread(tracing.shutdown)
+        for hook in shutdown_hooks:
+            try:
+                await asyncio.to_thread(hook)
+            except Exception:
+                logger.warning("shutdown hook %r failed", hook, exc_info=True)
 
 
-def configure_logging() -> None:
-    """Plain logging for services; ``HELIX_LOG_LEVEL`` sets the level."""
-    logging.basicConfig(
-        level=os.environ.get("HELIX_LOG_LEVEL", "INFO").upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    with contextlib.suppress(Exception):
-        logging.getLogger("LiteLLM").setLevel(logging.WARNING)
+def configure_logging(log_format: str | None = None) -> None:
+    """Service logging: ``log_format`` ``text`` or ``json`` (default ``$HELIX_LOG_FORMAT``,
+    else text) at ``$HELIX_LOG_LEVEL``; see ``server._logging``."""
+    _logging.configure_logging(log_format)

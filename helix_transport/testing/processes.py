@@ -13,6 +13,10 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+STOP_TIMEOUT_S = 20.0
+"""How long ``ServiceProcess.stop`` waits after SIGTERM: the default drain (10 s), then
+the exporters' flush, with room to spare on a loaded machine."""
+
 
 def free_port() -> int:
     """A TCP port free on 127.0.0.1 right now."""
@@ -56,8 +60,9 @@ class ServiceProcess:
         """``127.0.0.1:port``."""
         return f"127.0.0.1:{self.port}"
 
-    async def start(self, *, timeout_s: float = 30.0) -> None:
-        """Start the process and wait until its health check says SERVING.
+    async def start(self, *, timeout_s: float = 120.0) -> None:
+        """Start the process and wait until its health check says SERVING (within
+        ``timeout_s``: importing litellm alone took 20 s on a loaded 2-core machine).
 
         Raises:
             RuntimeError: it is already running (a second start would orphan it).
@@ -121,6 +126,21 @@ class ServiceProcess:
         self.proc = None
         return code
 
-    async def stop(self) -> None:
-        """Kill the process if it is still running (test cleanup)."""
-        await self.kill()
+    async def stop(self, *, timeout_s: float = STOP_TIMEOUT_S) -> int | None:
+        """Stop the process if it is still running, as an orchestrator would: SIGTERM
+        (it drains its runs and flushes its traces and metrics), then SIGKILL if it has
+        not exited within ``timeout_s``. Returns its exit code (``-9`` when killed),
+        ``None`` when it was not running. A test that means a crash calls ``kill``."""
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return None
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                async with asyncio.timeout(timeout_s):
+                    await proc.wait()
+            except TimeoutError:
+                if proc.returncode is None:
+                    proc.send_signal(signal.SIGKILL)
+                await proc.wait()
+        return proc.returncode

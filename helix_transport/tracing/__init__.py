@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from helix_transport.agent.definition import HooksFactory
 from helix_transport.agent.hooks import NO_HOOKS, FanOut, NoHooks, RunHooks
 
 if TYPE_CHECKING:
+    import grpc
+
     from helix_transport.agent.definition import Agent
     from helix_transport.store import SessionRecord
 
@@ -38,6 +41,15 @@ class TracingHandle(Protocol):
 
     def hooks_for(self, agent: Agent, record: SessionRecord) -> RunHooks:
         """The hooks of one run (a ``HooksFactory``)."""
+        ...
+
+    def server_interceptor(self, session_key: Callable[[str], str]) -> grpc.aio.ServerInterceptor:
+        """SERVER spans around the service's RPCs (``session_key``: a request's session
+        id to the session's key)."""
+        ...
+
+    def client_interceptors(self) -> Sequence[grpc.aio.ClientInterceptor]:
+        """CLIENT spans around the calls the service makes to its children."""
         ...
 
     def shutdown(self) -> None:

@@ -27,28 +27,35 @@ Every span goes through a ``BatchSpanProcessor``: the loop only enqueues.
 
 from __future__ import annotations
 
-import contextvars
-import hashlib
 import json
 import logging
 import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
+from contextvars import Token
 from typing import TYPE_CHECKING, Any
 
+import grpc
+from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
-from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from helix_transport._events import SessionStatus
 from helix_transport._metadata import ROOT_SESSION_KEY
 from helix_transport.agent.hooks import RunHooks
 from helix_transport.store import Usage
+from helix_transport.tracing.ids import Ids, forced_ids, span_id_for, trace_id_for
+from helix_transport.tracing.rpc import (
+    TRACE_MODE_KEY,
+    ServerSpans,
+    SessionKey,
+    caller_span_context,
+    client_spans,
+)
 
 if TYPE_CHECKING:
     from helix_transport.agent.definition import Agent
@@ -64,49 +71,10 @@ MAX_ATTRIBUTE_CHARS = 16_000
 _PROPAGATOR = TraceContextTextMapPropagator()
 
 
-def trace_id_for(root_session_id: str) -> int:
-    """The trace id of a root session: the first 16 bytes of sha256(session id)."""
-    value = int.from_bytes(hashlib.sha256(root_session_id.encode()).digest()[:16], "big")
-    return value or 1
-
-
-def span_id_for(key: str) -> int:
-    """A deterministic span id (the delegation span of a child session)."""
-    value = int.from_bytes(hashlib.sha256(f"span:{key}".encode()).digest()[:8], "big")
-    return value or 1
-
-
-_FORCED_IDS: contextvars.ContextVar[tuple[int | None, int | None]] = contextvars.ContextVar(
-    "helix_forced_ids", default=(None, None)
-)
-
-
-class _Ids(IdGenerator):
-    """Random ids, unless ``_forced`` asks for given ones (the SDK asks for a trace
-    id only for a span without a parent)."""
-
-    _random = RandomIdGenerator()
-
-    def generate_span_id(self) -> int:
-        return _FORCED_IDS.get()[1] or self._random.generate_span_id()
-
-    def generate_trace_id(self) -> int:
-        return _FORCED_IDS.get()[0] or self._random.generate_trace_id()
-
-
-@contextmanager
-def _forced(*, trace_id: int | None = None, span_id: int | None = None) -> Iterator[None]:
-    token = _FORCED_IDS.set((trace_id, span_id))
-    try:
-        yield
-    finally:
-        _FORCED_IDS.reset(token)
-
-
 def make_provider(service_name: str) -> TracerProvider:
     """A tracer provider for one service: its resource names it, its ids can be forced."""
     name = os.environ.get("OTEL_SERVICE_NAME") or service_name
-    return TracerProvider(resource=Resource.create({SERVICE_NAME: name}), id_generator=_Ids())
+    return TracerProvider(resource=Resource.create({SERVICE_NAME: name}), id_generator=Ids())
 
 
 class OtelTracing:
@@ -123,6 +91,15 @@ class OtelTracing:
     def hooks_for(self, agent: Agent, record: SessionRecord) -> RunHooks:
         """The hooks of one run of ``record`` (a ``HooksFactory``)."""
         return SpanHooks(self.tracer, agent_type=agent.name, record=record)
+
+    def server_interceptor(self, session_key: SessionKey) -> grpc.aio.ServerInterceptor:
+        """SERVER spans for the service's RPCs (``session_key``: a request's session id
+        to the session's key, in the caller's namespace)."""
+        return ServerSpans(self.tracer, session_key=session_key)
+
+    def client_interceptors(self) -> list[grpc.aio.ClientInterceptor]:
+        """CLIENT spans for the calls the service makes to its children."""
+        return client_spans(self.tracer)
 
     def flush(self, timeout_s: float = 10.0) -> bool:
         """Export every ended span now; False when the exporters did not finish in time."""
@@ -206,6 +183,21 @@ def _json(value: Any) -> str:
         return _cut(repr(value))
 
 
+def _response_attributes(output: ModelResponse) -> dict[str, str | float | list[str]]:
+    """What litellm said about the call: provider, model answering, finish reasons, cost."""
+    attributes: dict[str, str | float | list[str]] = {
+        "gen_ai.response.finish_reasons": list(output.finish_reasons),
+    }
+    if output.provider:
+        attributes["gen_ai.provider.name"] = output.provider
+    if output.response_model:
+        attributes["gen_ai.response.model"] = output.response_model
+    if output.cost_usd is not None:
+        attributes["gen_ai.usage.cost"] = output.cost_usd
+        attributes["langfuse.observation.cost_details"] = json.dumps({"total": output.cost_usd})
+    return attributes
+
+
 class SpanHooks:
     """The hooks of one run, as OpenTelemetry spans (not thread-safe: the loop's thread)."""
 
@@ -219,11 +211,16 @@ class SpanHooks:
         child = bool(record.parent_session_id)
         inherited = record.metadata if child else {}
         self.root_session_id = inherited.get(ROOT_SESSION_KEY) or record.session_id
-        remote = _PROPAGATOR.extract(carrier=dict(inherited))
+        # A root session joins its caller's trace only when the caller asked, at Start
+        # (``helix-trace: parent``; see tracing.rpc): the context recorded then.
+        self.joined = not child and record.metadata.get(TRACE_MODE_KEY) == "parent"
+        remote = _PROPAGATOR.extract(carrier=dict(record.metadata if self.joined else inherited))
         if trace.get_current_span(remote).get_span_context().is_valid:
             self._parent: Context | None = remote
         else:
             self._parent = None  # a root run: its trace id is forced
+            self.joined = False
+        self._attached: Token[Context] | None = None
         self._common: dict[str, str] = {
             "session.id": self.root_session_id,
             "langfuse.session.id": self.root_session_id,
@@ -233,6 +230,7 @@ class SpanHooks:
         self._run: Span | None = None
         self._generation: Span | None = None
         self._tools: dict[str, Span] = {}
+        self._tool_contexts: dict[str, Token[Context]] = {}  # attach tokens, by call id
         # By child session id: one tool call may start several (run_subagent).
         self._delegations: dict[str, Span] = {}
 
@@ -243,16 +241,18 @@ class SpanHooks:
         *,
         parent: Span | None = None,
         span_id: int | None = None,
+        links: Sequence[Link] = (),
     ) -> Span:
         parent = parent or self._run
         context = trace.set_span_in_context(parent) if parent is not None else self._parent
         trace_id = None if context is not None else trace_id_for(self.root_session_id)
-        with _forced(trace_id=trace_id, span_id=span_id):
+        with forced_ids(trace_id=trace_id, span_id=span_id):
             return self.tracer.start_span(
                 name,
                 context=context if context is not None else Context(),
                 kind=SpanKind.INTERNAL,
                 attributes={**self._common, **attributes},
+                links=links,
             )
 
     def on_run_start(self, *, resumed: bool, step: int) -> None:
@@ -270,10 +270,18 @@ class SpanHooks:
             "langfuse.observation.metadata.resumed": str(resumed).lower(),
             "langfuse.observation.input": _cut(record.input_json),
         }
-        if not record.parent_session_id:
+        links: list[Link] = []
+        if not record.parent_session_id and not self.joined:
+            # The trace is the session's own (a joined trace is the caller's to name).
             attributes["langfuse.trace.name"] = self.agent_type
             attributes["langfuse.trace.input"] = _cut(record.input_json)
-        self._run = self._start(f"invoke_agent {self.agent_type}", attributes)
+            caller = caller_span_context()  # the caller of the Start that began this run
+            if caller is not None:
+                links.append(Link(caller, {"helix.link": "caller"}))
+        self._run = self._start(f"invoke_agent {self.agent_type}", attributes, links=links)
+        # Current for the rest of the run's task (its tools' tasks inherit it): the
+        # calls the run makes to children get CLIENT spans in the session's trace.
+        self._attached = otel_context.attach(trace.set_span_in_context(self._run))
 
     def on_turn_start(self, *, turn: int, message: str, fresh: bool) -> None:
         # The record's input is the session's first; this run works on the turn's message.
@@ -298,15 +306,21 @@ class SpanHooks:
                 span.end()
         self._delegations.clear()
         self._tools.clear()
+        self._tool_contexts.clear()  # their tasks are over: nothing to detach
         self._generation = None
         run, self._run = self._run, None
         if run is None:
             return
+        if self._attached is not None:
+            attached, self._attached = self._attached, None
+            otel_context.detach(attached)
+        # Not gen_ai.usage.*: Langfuse sums usage over a trace's observations, and the
+        # generations below already carry it (once).
         run.set_attributes(
             {
                 "helix.status": status.value,
-                "gen_ai.usage.input_tokens": usage.prompt_tokens,
-                "gen_ai.usage.output_tokens": usage.completion_tokens,
+                "helix.usage.input_tokens": usage.prompt_tokens,
+                "helix.usage.output_tokens": usage.completion_tokens,
                 "helix.usage.total_tokens": usage.total_tokens,
             }
         )
@@ -324,6 +338,8 @@ class SpanHooks:
             {
                 "langfuse.observation.type": "generation",
                 "gen_ai.operation.name": "chat",
+                # The name's prefix until litellm says which provider answered.
+                "gen_ai.provider.name": model.split("/", 1)[0] if "/" in model else "litellm",
                 "gen_ai.request.model": model,
                 "langfuse.observation.model.name": model,
                 "langfuse.observation.input": _json(messages),
@@ -342,6 +358,7 @@ class SpanHooks:
             span.set_status(Status(StatusCode.ERROR, "model call failed"))
         else:
             usage = output.usage
+            span.set_attributes(_response_attributes(output))
             span.set_attributes(
                 {
                     "gen_ai.usage.input_tokens": usage.prompt_tokens,
@@ -359,7 +376,7 @@ class SpanHooks:
         span.end()
 
     def on_tool_start(self, *, name: str, tool_call_id: str, arguments_json: str) -> None:
-        self._tools[tool_call_id] = self._start(
+        span = self._tools[tool_call_id] = self._start(
             f"execute_tool {name}",
             {
                 "langfuse.observation.type": "tool",
@@ -369,6 +386,9 @@ class SpanHooks:
                 "langfuse.observation.input": _cut(arguments_json),
             },
         )
+        # Each call runs in a task of its own: current there, its calls to children
+        # (a remote agent's Start and Stream) get CLIENT spans under it.
+        self._tool_contexts[tool_call_id] = otel_context.attach(trace.set_span_in_context(span))
 
     def on_tool_end(
         self, *, name: str, tool_call_id: str, result_json: str, is_error: bool
@@ -376,6 +396,8 @@ class SpanHooks:
         span = self._tools.pop(tool_call_id, None)
         if span is None:
             return
+        if (attached := self._tool_contexts.pop(tool_call_id, None)) is not None:
+            otel_context.detach(attached)
         span.set_attribute("langfuse.observation.output", _cut(result_json))
         if is_error:
             span.set_attribute("langfuse.observation.level", "ERROR")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
 import grpc
 
@@ -23,9 +24,11 @@ class ClientPool:
         credentials: grpc.ChannelCredentials | None = None,
         call_credentials: grpc.CallCredentials | None = None,
         auth: ClientAuth | None = None,
+        interceptors: Sequence[grpc.aio.ClientInterceptor] = (),
     ) -> None:
         self.config = config
         self.auth = auth
+        self._interceptors = tuple(interceptors)  # every channel's (a service's CLIENT spans)
         self._credentials = credentials
         self._call_credentials = call_credentials
         self._clients: dict[str, AgentClient] = {}
@@ -53,6 +56,7 @@ class ClientPool:
                     credentials=self._credentials,
                     call_credentials=self._call_credentials,
                     auth=self.auth,
+                    interceptors=self._interceptors,
                 )
                 self._clients[address] = client
             return client

@@ -20,6 +20,7 @@ from helix_transport._events import SessionStatus
 from helix_transport._exceptions import InvalidArgument, ResourceExhausted, UsageError
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._proto.helix.agent.v1 import agent_pb2_grpc as pb_grpc
+from helix_transport._trace_context import outgoing
 from helix_transport.transport._auth import ClientAuth
 from helix_transport.transport._errors import RESUMABLE, map_grpc_errors, to_helix_error
 from helix_transport.transport._listing import list_request, summaries
@@ -53,9 +54,11 @@ class AgentClient:
         address: str,
         config: ClientConfig = ClientConfig.default,
         auth: ClientAuth | None = None,
+        join_trace: bool = False,
     ) -> None:
         self._channel = channel
         self._auth = auth
+        self._join_trace = join_trace
         self._stub = pb_grpc.AgentServiceStub(channel)
         # Stream with the responses left as bytes (see stream_call).
         self._stream_bytes: grpc.aio.UnaryStreamMultiCallable[pb.StreamRequest, bytes]
@@ -76,6 +79,8 @@ class AgentClient:
         credentials: grpc.ChannelCredentials | None = None,
         call_credentials: grpc.CallCredentials | None = None,
         auth: ClientAuth | None = None,
+        join_trace: bool = False,
+        interceptors: Sequence[grpc.aio.ClientInterceptor] = (),
     ) -> AgentClient:
         """Open a channel to ``address``. Connection happens lazily, on the first call.
 
@@ -85,6 +90,11 @@ class AgentClient:
                 or ``grpc.local_channel_credentials()`` on loopback.
             auth: a bearer token and/or TLS client certificate sent with every call
                 (``ClientAuth``); its TLS settings apply when ``credentials`` is None.
+            join_trace: the sessions this client starts nest under the caller's current
+                OpenTelemetry span (their trace becomes the caller's) instead of keeping
+                a trace of their own that links to it; see docs/tracing.md.
+            interceptors: grpc.aio client interceptors of the channel (a service's
+                tracing adds its CLIENT spans so).
         """
         if not address:
             raise UsageError("an agent service address is required (host:port or dns:///name:port)")
@@ -96,11 +106,14 @@ class AgentClient:
             credentials = grpc.composite_channel_credentials(
                 credentials or grpc.local_channel_credentials(), call_credentials
             )
+        chain = list(interceptors) or None
         if credentials is None:
-            channel = grpc.aio.insecure_channel(address, options=options)
+            channel = grpc.aio.insecure_channel(address, options=options, interceptors=chain)
         else:
-            channel = grpc.aio.secure_channel(address, credentials, options=options)
-        return cls(channel, address=address, config=config, auth=auth)
+            channel = grpc.aio.secure_channel(
+                address, credentials, options=options, interceptors=chain
+            )
+        return cls(channel, address=address, config=config, auth=auth, join_trace=join_trace)
 
     async def reconnected(self, *, within_s: float) -> None:
         """Wait ``within_s``, or only until the channel is connected again if it drops.
@@ -142,9 +155,11 @@ class AgentClient:
             raise UsageError(f"client for {self.address} is closed")
 
     def _metadata(self) -> tuple[tuple[str, str], ...] | None:
-        """Per-call credentials, read in the calling task (a forwarding parent
-        presents the token of the RPC it is serving)."""
-        return self._auth.metadata() if self._auth is not None else None
+        """Per-call credentials and the caller's trace context, read in the calling
+        task (a forwarding parent presents the token of the RPC it is serving)."""
+        credentials = self._auth.metadata() if self._auth is not None else ()
+        entries = (*credentials, *outgoing(parent=self._join_trace))
+        return entries or None
 
     @property
     def _timeout(self) -> float:

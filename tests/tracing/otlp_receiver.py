@@ -19,6 +19,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 
 def _value(value: AnyValue) -> Any:
@@ -45,6 +46,10 @@ class ReceivedSpan:
     attributes: dict[str, Any]
     path: str
     authorization: str
+    kind: str = "INTERNAL"
+    """``SERVER``, ``CLIENT``, ``INTERNAL``... (OTLP's ``SPAN_KIND_`` without the prefix)."""
+    links: tuple[tuple[str, str], ...] = ()
+    """(trace id, span id) of each linked span."""
 
 
 @dataclass
@@ -112,6 +117,10 @@ class OtlpReceiver:
                             attributes={kv.key: _value(kv.value) for kv in span.attributes},
                             path=path,
                             authorization=authorization,
+                            kind=Span.SpanKind.Name(span.kind).removeprefix("SPAN_KIND_"),
+                            links=tuple(
+                                (link.trace_id.hex(), link.span_id.hex()) for link in span.links
+                            ),
                         )
                     )
         with self._lock:

@@ -32,7 +32,7 @@ from helix_transport.agent.tools import child_scope
 from helix_transport.registry import address_env_var
 from helix_transport.store import MemoryStore, SessionRecord, Usage
 from helix_transport.tracing import NO_HOOKS, RunHooks, setup_tracing
-from helix_transport.tracing.otel import trace_id_for
+from helix_transport.tracing.ids import trace_id_for
 from tests.agents import counter
 from tests.helpers import ROOT, BlinkingStore, ServiceProcess, free_port
 from tests.tracing.otlp_receiver import OtlpReceiver, ReceivedSpan
@@ -685,11 +685,20 @@ async def test_one_trace_for_a_delegation_tree_across_three_services(mesh: Mesh)
     # Langfuse's endpoint, with the SDK's basic auth.
     assert {s.path for s in spans} == {"/api/public/otel/v1/traces"}
     assert all(s.authorization.startswith("Basic ") for s in spans)
-    # One trace, whose id is a function of the root session id.
-    assert {s.trace_id for s in spans} == {f"{trace_id_for(root):032x}"}
+    # The test's own GetStatus of each child, asked of the child's service directly
+    # (not through the tree), is in the trace of the session it names: one per child.
+    tree_trace = f"{trace_id_for(root):032x}"
+    direct = [s for s in spans if s.trace_id != tree_trace]
+    assert sorted(s.trace_id for s in direct) == sorted(f"{trace_id_for(c):032x}" for c in children)
+    assert {(s.kind, s.name) for s in direct} == {
+        ("SERVER", "helix.agent.v1.AgentService/GetStatus")
+    }
+    # Everything else: one trace, whose id is a function of the root session id.
+    spans = [s for s in spans if s.trace_id == tree_trace]
     assert {s.service_name for s in spans} == {"orchestrator", "researcher", "summarizer"}
-    assert {s.attributes["session.id"] for s in spans} == {root}
-    assert {s.attributes["langfuse.session.id"] for s in spans} == {root}
+    runs_and_below = [s for s in spans if s.kind == "INTERNAL"]  # RPC spans: their own keys
+    assert {s.attributes["session.id"] for s in runs_and_below} == {root}
+    assert {s.attributes["langfuse.session.id"] for s in runs_and_below} == {root}
 
     # Generations with usage, in every service.
     generations = _by_kind(spans, "generation")

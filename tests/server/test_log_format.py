@@ -1,0 +1,122 @@
+"""Service logs: ``--log-format json`` is one JSON object per line, with the session's
+context; a failed session says why at WARNING; no secret reaches the log.
+
+The process test serves ``tests.agents.failing:refused``, whose provider refuses the
+call and echoes the API key back in its error (as some providers do), behind a token
+file; the client presents its bearer token and sends message content; the log holds
+the failure reason, and neither the key, nor the token, nor the content.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import logging
+import secrets
+from pathlib import Path
+
+import pytest
+from opentelemetry.trace import Span, Tracer
+
+from helix_transport import AgentClient
+from helix_transport.server import _logging
+from helix_transport.server.app import configure_logging
+from helix_transport.testing.processes import ServiceProcess, free_port
+from helix_transport.transport import ClientAuth
+from tests.helpers import ROOT
+
+
+async def test_a_failed_session_in_json_logs_says_why_and_leaks_nothing(tmp_path: Path) -> None:
+    api_key = f"sk-planted-{secrets.token_hex(16)}"
+    token = secrets.token_urlsafe(24)
+    (tokens := tmp_path / "tokens").write_text(f"{token} alice acme\n")
+    content = f"the private question {secrets.token_hex(8)}"
+    log = tmp_path / "refused.log"
+    service = ServiceProcess(
+        "tests.agents.failing:refused",
+        port=free_port(),
+        store_url=f"sqlite:///{tmp_path / 'refused.db'}",
+        log_path=log,
+        cwd=ROOT,
+        auth_args=["--auth-tokens", str(tokens)],
+        extra_args=["--log-format", "json"],
+        env={"OPENAI_API_KEY": api_key, "HELIX_LOG_LEVEL": "INFO"},
+    )
+    await service.start()
+    try:
+        async with await AgentClient.connect(
+            service.address, auth=ClientAuth(token=token)
+        ) as client:
+            await client.start(json.dumps({"text": content}), session_id="leaky-1")
+            events = [e async for e in client.stream("leaky-1")]
+            status = await client.get_status("leaky-1")
+        assert events[-1].WhichOneof("payload") == "failed"
+        assert status.failure_reason  # what the log must say too
+        assert await service.stop() == 0  # SIGTERM: drained and exited cleanly
+    finally:
+        await service.stop()
+
+    text = log.read_text()
+    lines = [line for line in text.splitlines() if line.strip()]
+    # The one plain line: serve's own "listening" banner on stdout, not a log record.
+    records = [json.loads(line) for line in lines if not line.startswith("helix-mesh: ")]
+    assert len(records) == len(lines) - 1, text
+    for record in records:
+        assert {"time", "level", "logger", "message"} <= set(record), record
+    failed = [r for r in records if r["level"] == "WARNING" and "failed (" in r["message"]]
+    assert len(failed) == 1, records
+    (line,) = failed
+    assert line["logger"] == "helix.loop"
+    assert line["agent_type"] == "refused"
+    assert line["session_id"].endswith("/leaky-1")  # alice's namespace, then her id
+    assert f"({status.failure_reason})" in line["message"]
+    assert "Incorrect API key provided: [redacted]" in line["message"]
+    for secret in (api_key, token, content):
+        assert secret not in text
+
+
+def test_an_unexpected_exception_is_one_json_line_with_its_traceback(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+
+    monkeypatch.setenv("SOME_SERVICE_TOKEN", "tok-planted-0123456789")
+    tracer = TracerProvider().get_tracer("test")
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        configure_logging("json")
+        # In a context of its own, as a run's task: the binding ends with it.
+        span = contextvars.copy_context().run(_crash_in_a_run, tracer)
+        # The handler writes to the stderr of when it was made: pytest's capture.
+        err = capsys.readouterr().err
+    finally:
+        for handler in list(root.handlers):
+            root.removeHandler(handler)
+        for handler in handlers:
+            root.addHandler(handler)
+        root.setLevel(level)
+    (line,) = [line for line in err.splitlines() if line.strip()]
+    record = json.loads(line)
+    assert record["level"] == "ERROR" and record["session_id"] == "s-42"
+    assert record["trace_id"] == f"{span.get_span_context().trace_id:032x}"
+    assert record["exc_info"].startswith("Traceback (most recent call last)")
+    assert "RuntimeError: boom with [redacted] inside" in record["exc_info"]
+    assert "tok-planted" not in line
+
+
+def _crash_in_a_run(tracer: Tracer) -> Span:
+    _logging.bind(session_id="s-42")
+    with tracer.start_as_current_span("run") as span:  # what a traced run's task has
+        try:
+            raise RuntimeError("boom with tok-planted-0123456789 inside")
+        except RuntimeError:
+            logging.getLogger("helix.runner").exception("session %s: run loop crashed", "s-42")
+    return span
+
+
+def test_an_unknown_log_format_is_a_usage_error() -> None:
+    from helix_transport._exceptions import UsageError
+
+    with pytest.raises(UsageError, match="HELIX_LOG_FORMAT"):
+        configure_logging("yaml")
