@@ -62,7 +62,11 @@ class AgentServer:
         self.store = store
         self.config = config
         self.auth = auth
-        options = [*config.limits.grpc_options(), ("grpc.so_reuseport", 0)]
+        options = [
+            *config.limits.grpc_options(),
+            *config.connection_age.grpc_options(),
+            ("grpc.so_reuseport", 0),
+        ]
         self._server, self.port = _listening_server(config, auth, options)
         self.hub = EventHub()
         replica_id = config.replica_id or f"{socket.gethostname()}:{self.port}"
