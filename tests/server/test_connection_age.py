@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
-from helix_transport import AgentClient, EventStream
+from helix_transport import AgentClient, ConnectionAge, EventStream, UsageError
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.testing.dns import LoopbackDns
 from tests.helpers import ROOT, ServiceProcess, free_port
@@ -162,3 +162,46 @@ async def test_a_stream_longer_than_age_and_grace_resumes_with_every_event_once(
     assert_sound(events)
     assert stream.reconnects >= 1, "the stream outlived age + grace without being cut"
     assert [e.SerializeToString() for e in events] == [e.SerializeToString() for e in replayed]
+
+
+def serve_config(argv: list[str], monkeypatch: pytest.MonkeyPatch, **env: str) -> ConnectionAge:
+    """The ``ConnectionAge`` that ``helix-mesh serve ARGV`` would run with, under ``env``."""
+    from helix_transport import cli
+    from helix_transport.cli import serve
+
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    args = cli._parser().parse_args(["serve", AGENT, *argv])
+    return serve._server_config(args).connection_age
+
+
+def test_the_age_comes_from_flags_then_the_environment_then_the_default(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in ConnectionAge.ENV.values():
+        monkeypatch.delenv(name, raising=False)
+    assert serve_config([], monkeypatch) == ConnectionAge.default
+    assert ConnectionAge.default.grpc_options() == [
+        ("grpc.max_connection_age_ms", 300_000),
+        ("grpc.max_connection_age_grace_ms", 600_000),
+    ]
+    from_env = serve_config(
+        [],
+        monkeypatch,
+        HELIX_MAX_CONNECTION_AGE_S="60",
+        HELIX_MAX_CONNECTION_AGE_GRACE_S="3600",
+    )
+    assert from_env == ConnectionAge(max_age_s=60, grace_s=3600)
+    flags = ["--max-connection-age", "30", "--max-connection-age-grace", "0.5"]
+    assert serve_config(flags, monkeypatch) == ConnectionAge(max_age_s=30, grace_s=0.5)
+    # 0: no age at all, grpc's own default (no option set).
+    assert serve_config(["--max-connection-age", "0"], monkeypatch).grpc_options() == []
+
+
+def test_a_bad_age_is_a_usage_error_naming_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(UsageError, match="HELIX_MAX_CONNECTION_AGE_S='soon'"):
+        serve_config([], monkeypatch, HELIX_MAX_CONNECTION_AGE_S="soon")
+    with pytest.raises(UsageError, match="max_age_s must be 0 to"):
+        ConnectionAge(max_age_s=10**7)
+    with pytest.raises(SystemExit):  # argparse: "'-1': give a number of seconds, 0 or more"
+        serve_config(["--max-connection-age-grace", "-1"], monkeypatch)
