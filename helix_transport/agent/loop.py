@@ -237,7 +237,8 @@ class RunLoop:
 
     async def _call_model(self, state: RunProgress) -> ModelResponse:
         emit = self.writer.emit
-        model = self.agent.resolved_model()
+        config = self.agent.model_config()
+        model = config.model
         completer: Model = LitellmModel(model)
         self.hooks.on_generation_start(model=model, messages=state.messages)
         started = time.monotonic()
@@ -247,7 +248,8 @@ class RunLoop:
                 state.messages,
                 tools=self.agent.tool_schemas(),
                 on_text=lambda text: emit(pb.StreamEvent(text_delta=pb.TextDelta(text=text))),
-                settings=self.agent.model_settings,
+                # Retries, timeout and fallbacks (per type, by env) over the extras.
+                settings={**self.agent.model_settings, **config.litellm_settings()},
                 metadata={"session_id": self.session_id, "agent_type": self.agent.name},
             )
             return response
