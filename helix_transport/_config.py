@@ -249,7 +249,7 @@ class ConnectionAge:
     def from_env(
         cls, environ: Mapping[str, str] | None = None, **overrides: float | None
     ) -> ConnectionAge:
-        """Defaults, then ``HELIX_MAX_CONNECTION_AGE*`` variables, then ``overrides``
+        """Defaults, then the ``ENV`` variables, then ``overrides``
         (CLI flags; None is unset)."""
         environ = os.environ if environ is None else environ
         values: dict[str, float] = {}

@@ -27,7 +27,7 @@ from collections.abc import Awaitable
 from typing import Any, TypeVar
 
 from helix_transport._events import SessionStatus
-from helix_transport._exceptions import AgentRunError, HelixError, ModelAPIError
+from helix_transport._exceptions import AgentRunError, HelixError, ModelAPIError, UsageError
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.agent._start import RunStart
 from helix_transport.agent._steps import (
@@ -237,7 +237,10 @@ class RunLoop:
 
     async def _call_model(self, state: RunProgress) -> ModelResponse:
         emit = self.writer.emit
-        config = self.agent.model_config()
+        try:
+            config = self.agent.model_config()
+        except UsageError as exc:  # a bad HELIX_MODEL_*/HELIX_LLM_* value: say which
+            raise ModelAPIError(self.agent.model, str(exc)) from exc
         model = config.model
         completer: Model = LitellmModel(model)
         self.hooks.on_generation_start(model=model, messages=state.messages)

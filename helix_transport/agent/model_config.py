@@ -4,9 +4,9 @@ Each setting comes from the first of: the agent type's own variable
 (``HELIX_MODEL_<TYPE>``, ``HELIX_LLM_NUM_RETRIES_<TYPE>``...), the process-wide one
 (``HELIX_MODEL``, ``HELIX_LLM_NUM_RETRIES``...), the ``Agent`` definition, litellm's
 default. ``<TYPE>`` is the agent type upper-cased, every character but letters and
-digits as ``_`` (``translator-node``: ``HELIX_MODEL_TRANSLATOR_NODE``), as for
+digits as ``_`` (``my-agent``: ``MY_AGENT``), as for
 ``HELIX_AGENT_ADDRESS_<TYPE>``. An empty variable is unset. The environment is read at
-every model call, so a test or an operator's restart sees a change at once.
+every model call.
 
 The family of the knobs is ``HELIX_LLM_`` rather than ``HELIX_MODEL_``, so no agent type
 (``retries``, say) can make one setting's name another's.

@@ -24,6 +24,7 @@ from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.agent.definition import Agent
 from helix_transport.agent.litellm import warm_up
 from helix_transport.agent.loop import MAX_RESULT_BYTES
+from helix_transport.agent.model_config import ModelConfig
 from helix_transport.log import EventHub
 from helix_transport.server._encoding import add_agent_service
 from helix_transport.server._runner import SessionRunner
@@ -243,6 +244,8 @@ async def create_server(
     Raises:
         UsageError: neither ``auth`` nor ``allow_unauthenticated``, or a bad auth file.
     """
+    # A HELIX_LLM_* value that is not a number stops the server now, not each run later.
+    ModelConfig().from_env(agent.name)
     if auth is None:
         auth = AuthConfig(allow_unauthenticated=allow_unauthenticated)
     if isinstance(auth, AuthConfig):

@@ -214,5 +214,22 @@ def test_bad_settings_are_usage_errors_naming_them(monkeypatch: pytest.MonkeyPat
     with pytest.raises(UsageError, match="agent 'cfg': num_retries must be 0 or more"):
         agent("cfg", model="m", model_num_retries=-1)
     monkeypatch.delenv("HELIX_MODEL", raising=False)
-    with pytest.raises(UsageError, match="set Agent.model, HELIX_MODEL or HELIX_MODEL_CFG_X"):
+    with pytest.raises(UsageError, match=r"set Agent\.model, HELIX_MODEL or HELIX_MODEL_CFG_X"):
         agent("cfg-x").model_config()
+
+
+async def test_a_bad_variable_stops_the_server_or_fails_the_run_naming_it(
+    run: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bad = agent("cfg-bad-env", model=answering(unique("never")))
+    monkeypatch.setenv("HELIX_LLM_NUM_RETRIES_CFG_BAD_ENV", "many")
+    with pytest.raises(UsageError, match="HELIX_LLM_NUM_RETRIES_CFG_BAD_ENV='many'"):
+        await create_server(bad, MemoryStore(), allow_unauthenticated=True)
+    # Set after the start (only a test does that): the run fails, saying why.
+    monkeypatch.delenv("HELIX_LLM_NUM_RETRIES_CFG_BAD_ENV")
+    server = await create_server(bad, MemoryStore(), allow_unauthenticated=True)
+    async with server, await AgentClient.connect(server.address) as client:
+        monkeypatch.setenv("HELIX_LLM_TIMEOUT_S_CFG_BAD_ENV", "soon")
+        status = await client.wait((await client.start("{}")).session_id)
+    assert status.status == pb.SESSION_STATUS_FAILED
+    assert "HELIX_LLM_TIMEOUT_S_CFG_BAD_ENV='soon' is not a number" in status.error
