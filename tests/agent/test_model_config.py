@@ -131,15 +131,19 @@ async def test_helix_model_type_overrides_helix_model_for_its_type_alone(
 async def test_a_fallback_answers_when_the_model_fails(
     run: Run, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    down, backup, other = failing(unique("down")), answering(unique("backup")), answering(
-        unique("other")
+    down, backup, other = (
+        failing(unique("down")),
+        answering(unique("backup")),
+        answering(unique("other")),
     )
     defined = agent("cfg-fallback", model=down, model_fallbacks=[backup])
     assert answered_by(await run(defined)) == backup.split("/")[1]
     assert CALLS[down.split("/")[1]] == 1  # no retries unless asked
 
     # By env, per type: replaces the definition's fallbacks.
-    monkeypatch.setenv("HELIX_LLM_FALLBACKS_CFG_FALLBACK", f"{failing(unique('also-down'))},{other}")
+    monkeypatch.setenv(
+        "HELIX_LLM_FALLBACKS_CFG_FALLBACK", f"{failing(unique('also-down'))},{other}"
+    )
     assert answered_by(await run(defined)) == other.split("/")[1]
 
     # Without a fallback the session fails, saying which model failed and why.
