@@ -164,7 +164,7 @@ class ScriptedLLM(CustomLLM):
         timeout = kwargs.get("timeout")
         if turn.latency_s and isinstance(timeout, int | float) and timeout < turn.latency_s:
             time.sleep(timeout)  # litellm's worker thread, as a blocked HTTP read
-            raise litellm.Timeout(
+            raise litellm.exceptions.Timeout(
                 message=f"no first byte within {timeout:g} s",
                 model=model,
                 llm_provider=PROVIDER,

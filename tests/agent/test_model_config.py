@@ -54,7 +54,7 @@ def failing(name: str, *, times: int = 1_000_000) -> str:
     def script(messages: list[dict[str, Any]]) -> ScriptedTurn:
         CALLS[name] += 1
         if CALLS[name] <= times:
-            raise litellm.ServiceUnavailableError(
+            raise litellm.exceptions.ServiceUnavailableError(
                 message=f"{name}: 503 service unavailable", model=name, llm_provider="scripted"
             )
         return finish(model=name)
