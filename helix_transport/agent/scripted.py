@@ -6,6 +6,11 @@ conversation) decides the next turn. Because the call goes through
 ``litellm.acompletion(..., stream=True)`` like any real provider, the run loop
 exercises exactly the code path it uses in production.
 
+A script runs within the call, so a script that raises (a litellm exception such
+as ``ServiceUnavailableError``, or any other) is a provider refusing the request, and a
+turn's ``latency_s`` beyond the call's ``timeout`` is a provider too slow to answer:
+litellm's ``num_retries`` and ``fallbacks`` act on both, as for a real provider.
+
 ``HELIX_SCRIPTED_DELAY_MS`` adds a delay before every streamed chunk, so a test
 can kill a process in the middle of a run. ``HELIX_SCRIPTED_CALL_LOG`` names a
 file that gets one line per model call (``model session_id``), so a test can
