@@ -122,7 +122,7 @@ class Agent:
     def model_config(self) -> ModelConfig:
         """The model and litellm's retries, timeout and fallbacks for this agent type:
         its ``HELIX_MODEL_<TYPE>``/``HELIX_LLM_*_<TYPE>`` variables, then the
-        process-wide ones, then the definition (``agent.model_config``).
+        process-wide ones, then the definition (``helix_transport.agent.model_config``).
 
         Raises:
             UsageError: no model anywhere, or a variable that is not a number.

@@ -242,7 +242,8 @@ async def create_server(
         hooks: makes the lifecycle hooks of each run (``setup_tracing(...).hooks_for``).
 
     Raises:
-        UsageError: neither ``auth`` nor ``allow_unauthenticated``, or a bad auth file.
+        UsageError: neither ``auth`` nor ``allow_unauthenticated``, a bad auth file, or
+            a ``HELIX_LLM_*`` variable for this agent that is not a number.
     """
     # A HELIX_LLM_* value that is not a number stops the server now, not each run later.
     ModelConfig().from_env(agent.name)
