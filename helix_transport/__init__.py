@@ -21,7 +21,13 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from helix_transport._config import ClientConfig, Limits, RetryConfig, ServerConfig
+    from helix_transport._config import (
+        ClientConfig,
+        ConnectionAge,
+        Limits,
+        RetryConfig,
+        ServerConfig,
+    )
     from helix_transport._events import SessionStatus, is_terminal
     from helix_transport._exceptions import (
         AgentRunError,
@@ -71,6 +77,7 @@ _LAZY = {
     "ClientAuth": "helix_transport.transport",
     "ClientConfig": "helix_transport._config",
     "ConnectError": "helix_transport._exceptions",
+    "ConnectionAge": "helix_transport._config",
     "DeadlineExceeded": "helix_transport._exceptions",
     "EventStream": "helix_transport.transport",
     "HelixError": "helix_transport._exceptions",
@@ -126,6 +133,7 @@ __all__ = [
     "ClientAuth",
     "ClientConfig",
     "ConnectError",
+    "ConnectionAge",
     "DeadlineExceeded",
     "EventStream",
     "HelixError",

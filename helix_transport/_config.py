@@ -220,6 +220,71 @@ Limits.default = Limits()
 
 
 @dataclass(frozen=True, kw_only=True)
+class ConnectionAge:
+    """How long a client connection may live, so clients spread over replicas added later.
+
+    gRPC keeps one HTTP/2 connection per resolved address for as long as it works: a
+    parent's channel never learns of a pod an autoscaler adds. Past ``max_age_s``
+    (jittered by grpc, +-10%) the server sends GOAWAY; the client re-resolves its
+    ``dns:///`` name and opens new connections for new calls, while calls in flight
+    keep the old one for up to ``grace_s`` more. A stream still open then is cut and
+    resumes from its ``last_sequence`` (``EventStream``), over a new connection.
+    """
+
+    max_age_s: float = 300.0
+    """Seconds a connection may serve new calls; 0: forever (grpc's default)."""
+    grace_s: float = 600.0
+    """Seconds calls in flight may go on after GOAWAY before the connection is closed
+    (long streams: a session streamed for longer resumes on a new connection)."""
+
+    default: ClassVar[ConnectionAge]
+
+    ENV: ClassVar[Mapping[str, str]] = {
+        "max_age_s": "HELIX_MAX_CONNECTION_AGE_S",
+        "grace_s": "HELIX_MAX_CONNECTION_AGE_GRACE_S",
+    }
+    """The environment variable of each field."""
+
+    def __post_init__(self) -> None:
+        for name in ("max_age_s", "grace_s"):
+            value = getattr(self, name)
+            if not 0 <= value < 2**31 / 1000:  # grpc takes an int32 of milliseconds
+                raise UsageError(f"ConnectionAge.{name} must be 0 to {2**31 // 1000} s")
+
+    @classmethod
+    def from_env(
+        cls, environ: Mapping[str, str] | None = None, **overrides: float | None
+    ) -> ConnectionAge:
+        """Defaults, then the ``ENV`` variables, then ``overrides``
+        (CLI flags; None is unset)."""
+        environ = os.environ if environ is None else environ
+        values: dict[str, float] = {}
+        for name, env in cls.ENV.items():
+            raw = environ.get(env, "")
+            if raw:
+                try:
+                    values[name] = float(raw)
+                except ValueError:
+                    raise UsageError(f"{env}={raw!r} is not a number of seconds") from None
+            override = overrides.get(name)
+            if override is not None:
+                values[name] = override
+        return cls(**values)
+
+    def grpc_options(self) -> list[tuple[str, int]]:
+        """Server options; none when ``max_age_s`` is 0 (grpc's default: no age)."""
+        if self.max_age_s == 0:
+            return []
+        return [
+            ("grpc.max_connection_age_ms", int(self.max_age_s * 1000)),
+            ("grpc.max_connection_age_grace_ms", int(self.grace_s * 1000)),
+        ]
+
+
+ConnectionAge.default = ConnectionAge()
+
+
+@dataclass(frozen=True, kw_only=True)
 class ServerConfig:
     """How an agent server listens and behaves."""
 
@@ -243,6 +308,9 @@ class ServerConfig:
     runs, e.g. while it waits for its sub-agents, so idle connections stay up."""
     limits: Limits = Limits.default
     """Message and input sizes, running sessions, per-principal rate (``Limits.from_env()``)."""
+    connection_age: ConnectionAge = ConnectionAge.default
+    """Maximum connection age and grace (``ConnectionAge.from_env()``): clients re-resolve
+    and reach replicas added after they connected."""
     reflection: bool = True
     """Serve gRPC server reflection (it needs credentials like every RPC but health)."""
     health_port: int | None = None

@@ -28,8 +28,10 @@ os.environ["HELIX_ALLOW_VOLATILE_STORE"] = "1"
 @pytest.fixture(autouse=True)
 def _offline(monkeypatch: pytest.MonkeyPatch) -> None:
     """Tests never reach a real model provider: agents use their scripted models."""
-    monkeypatch.delenv("HELIX_MODEL", raising=False)
     monkeypatch.delenv("HELIX_SCRIPTED_DELAY_MS", raising=False)
+    # HELIX_MODEL, HELIX_MODEL_<TYPE> and litellm's per-agent HELIX_LLM_* settings.
+    for name in [n for n in os.environ if n.startswith(("HELIX_MODEL", "HELIX_LLM_"))]:
+        monkeypatch.delenv(name)
 
 
 REDIS_URL = os.environ.get("HELIX_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")

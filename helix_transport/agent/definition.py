@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -14,6 +13,7 @@ from pydantic import BaseModel
 
 from helix_transport._exceptions import UsageError
 from helix_transport.agent.hooks import RunHooks
+from helix_transport.agent.model_config import ModelConfig, type_env_suffix
 from helix_transport.agent.tools import (
     FINISH_TOOL,
     MAX_LIVE_CHILDREN,
@@ -61,7 +61,14 @@ class Agent:
     system_prompt: str = ""
     tools: Sequence[Tool] = ()
     model: str = ""
-    """The litellm model name (e.g. ``openai/gpt-4o-mini``, ``scripted/researcher``)."""
+    """The litellm model name (e.g. ``openai/gpt-4o-mini``, ``scripted/researcher``);
+    ``HELIX_MODEL_<TYPE>``, then ``HELIX_MODEL``, replace it (``model_config``)."""
+    model_num_retries: int | None = None
+    """Further attempts after a failed model call (litellm's ``num_retries``)."""
+    model_timeout_s: float | None = None
+    """Seconds a model call may take (litellm's ``timeout``)."""
+    model_fallbacks: Sequence[str] = ()
+    """Models litellm tries in order when a call fails after its retries."""
     max_steps: int = 10
     """Model turns allowed before the run fails with ``max_steps``."""
     model_settings: dict[str, Any] = field(default_factory=dict)
@@ -83,6 +90,10 @@ class Agent:
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):
             raise UsageError(f"agent name {self.name!r} must match {_NAME.pattern}")
+        try:
+            self._defined_model_config()
+        except UsageError as exc:
+            raise UsageError(f"agent {self.name!r}: {exc}") from None
         if self.max_steps < 1:
             raise UsageError(f"agent {self.name!r}: max_steps must be at least 1")
         if self.max_live_children < 0:
@@ -100,12 +111,33 @@ class Agent:
                     "with '__' or 'companion__' are the library's own tools)"
                 )
 
+    def _defined_model_config(self) -> ModelConfig:
+        return ModelConfig(
+            model=self.model,
+            num_retries=self.model_num_retries,
+            timeout_s=self.model_timeout_s,
+            fallbacks=tuple(self.model_fallbacks),
+        )
+
+    def model_config(self) -> ModelConfig:
+        """The model and litellm's retries, timeout and fallbacks for this agent type:
+        its ``HELIX_MODEL_<TYPE>``/``HELIX_LLM_*_<TYPE>`` variables, then the
+        process-wide ones, then the definition (``helix_transport.agent.model_config``).
+
+        Raises:
+            UsageError: no model anywhere, or a variable that is not a number.
+        """
+        config = self._defined_model_config().from_env(self.name)
+        if not config.model:
+            raise UsageError(
+                f"agent {self.name!r} has no model; set Agent.model, HELIX_MODEL or "
+                f"HELIX_MODEL_{type_env_suffix(self.name)}"
+            )
+        return config
+
     def resolved_model(self) -> str:
-        """``HELIX_MODEL`` when set (a real provider), else ``model``."""
-        model = os.environ.get("HELIX_MODEL") or self.model
-        if not model:
-            raise UsageError(f"agent {self.name!r} has no model; set HELIX_MODEL or Agent.model")
-        return model
+        """The model this agent type calls now (``model_config().model``)."""
+        return self.model_config().model
 
     def tool(self, name: str) -> Tool | None:
         """The tool called ``name``, if the agent has it."""

@@ -27,7 +27,7 @@ from collections.abc import Awaitable
 from typing import Any, TypeVar
 
 from helix_transport._events import SessionStatus
-from helix_transport._exceptions import AgentRunError, HelixError, ModelAPIError
+from helix_transport._exceptions import AgentRunError, HelixError, ModelAPIError, UsageError
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.agent._start import RunStart
 from helix_transport.agent._steps import (
@@ -237,7 +237,11 @@ class RunLoop:
 
     async def _call_model(self, state: RunProgress) -> ModelResponse:
         emit = self.writer.emit
-        model = self.agent.resolved_model()
+        try:
+            config = self.agent.model_config()
+        except UsageError as exc:  # a bad HELIX_MODEL_*/HELIX_LLM_* value: say which
+            raise ModelAPIError(self.agent.model, str(exc)) from exc
+        model = config.model
         completer: Model = LitellmModel(model)
         self.hooks.on_generation_start(model=model, messages=state.messages)
         started = time.monotonic()
@@ -247,7 +251,8 @@ class RunLoop:
                 state.messages,
                 tools=self.agent.tool_schemas(),
                 on_text=lambda text: emit(pb.StreamEvent(text_delta=pb.TextDelta(text=text))),
-                settings=self.agent.model_settings,
+                # Retries, timeout and fallbacks (per type, by env) over the extras.
+                settings={**self.agent.model_settings, **config.litellm_settings()},
                 metadata={"session_id": self.session_id, "agent_type": self.agent.name},
             )
             return response

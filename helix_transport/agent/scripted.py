@@ -6,6 +6,11 @@ conversation) decides the next turn. Because the call goes through
 ``litellm.acompletion(..., stream=True)`` like any real provider, the run loop
 exercises exactly the code path it uses in production.
 
+A script runs within the call, so a script that raises (a litellm exception such
+as ``ServiceUnavailableError``, or any other) is a provider refusing the request, and a
+turn's ``latency_s`` beyond the call's ``timeout`` is a provider too slow to answer:
+litellm's ``num_retries`` and ``fallbacks`` act on both, as for a real provider.
+
 ``HELIX_SCRIPTED_DELAY_MS`` adds a delay before every streamed chunk, so a test
 can kill a process in the middle of a run. ``HELIX_SCRIPTED_CALL_LOG`` names a
 file that gets one line per model call (``model session_id``), so a test can
@@ -18,6 +23,7 @@ import asyncio
 import json
 import os
 import re
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,6 +53,10 @@ class ScriptedTurn:
 
     text: str = ""
     tool_calls: tuple[ScriptedToolCall, ...] = ()
+    latency_s: float = 0.0
+    """Seconds before the first chunk, like a provider's time to first byte. A call
+    whose litellm ``timeout`` is shorter waits that long and fails with litellm's
+    ``Timeout``, as an HTTP client's read timeout would (retries and fallbacks apply)."""
 
 
 Script = Callable[[list[dict[str, Any]]], ScriptedTurn]
@@ -146,14 +156,31 @@ def _tokens(text: str) -> int:
 class ScriptedLLM(CustomLLM):
     """The litellm custom provider that plays registered scripts."""
 
-    # litellm declares astreaming as a coroutine returning an iterator but awaits an
-    # async generator in practice; only model, messages and kwargs matter here.
-    async def astreaming(  # type: ignore[override]
+    # litellm declares astreaming as a coroutine returning an iterator but only wraps
+    # what it returns in its stream wrapper; only model, messages and kwargs matter here.
+    def astreaming(  # type: ignore[override]
         self, model: str, messages: list[Any], *args: Any, **kwargs: Any
     ) -> AsyncIterator[Any]:
+        # The script runs now, within the call (in litellm's worker thread), not at the
+        # first chunk: a script that raises is a provider refusing the request before
+        # streaming anything, which litellm's num_retries and fallbacks act on, as they
+        # do for a real provider's HTTP error.
         turn = self._turn(model, messages, kwargs)
+        timeout = kwargs.get("timeout")
+        if turn.latency_s and isinstance(timeout, int | float) and timeout < turn.latency_s:
+            time.sleep(timeout)  # litellm's worker thread, as a blocked HTTP read
+            raise litellm.exceptions.Timeout(
+                message=f"no first byte within {timeout:g} s",
+                model=model,
+                llm_provider=PROVIDER,
+            )
+        return self._stream(turn, messages)
+
+    async def _stream(self, turn: ScriptedTurn, messages: list[Any]) -> AsyncIterator[Any]:
         delay = float(os.environ.get("HELIX_SCRIPTED_DELAY_MS", "0") or 0) / 1000
         step = steps_taken(messages) + 1
+        if turn.latency_s:
+            await asyncio.sleep(turn.latency_s)
         pieces = list(_chunks(turn.text))
         for piece in pieces:
             if delay:

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from helix_transport._exceptions import HelixError
+from helix_transport.cli._connection_age import add_connection_age_options, connection_age
 from helix_transport.cli.flags import positive_seconds, seconds
 from helix_transport.cli.gc import admin_option, admins, retention_from_env, retention_option
 from helix_transport.store import STORE_URL_ENV
@@ -102,6 +103,7 @@ def _server_config(args: argparse.Namespace) -> ServerConfig:
         admins=admins(args),
         # Unset (None) leaves it to HELIX_ALLOW_VOLATILE_STORE.
         allow_volatile_store=True if args.allow_volatile_store else None,
+        connection_age=connection_age(args),
         limits=Limits.from_env(
             max_message_bytes=args.max_message_bytes,
             max_input_bytes=args.max_input_bytes,
@@ -142,6 +144,7 @@ def serve_options(parser: argparse.ArgumentParser) -> None:
     _listen_options(parser)
     _auth_options(parser)
     _limit_options(parser)
+    add_connection_age_options(parser)
 
 
 def _listen_options(parser: argparse.ArgumentParser) -> None:

@@ -26,6 +26,7 @@ from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.agent.definition import Agent
 from helix_transport.agent.litellm import warm_up
 from helix_transport.agent.loop import MAX_RESULT_BYTES
+from helix_transport.agent.model_config import ModelConfig
 from helix_transport.log import EventHub
 from helix_transport.metrics import metrics_enabled, watch_running
 from helix_transport.metrics.hooks import metered_hooks
@@ -79,7 +80,11 @@ class AgentServer:
         if config.retention_s is not None:
             retention_store(store)  # refused here, not at the first sweep
         self.auth = auth
-        options = [*config.limits.grpc_options(), ("grpc.so_reuseport", 0)]
+        options = [
+            *config.limits.grpc_options(),
+            *config.connection_age.grpc_options(),
+            ("grpc.so_reuseport", 0),
+        ]
         self._server, self.port = _listening_server(config, auth, options, tracing)
         self.hub = EventHub()
         replica_id = config.replica_id or f"{socket.gethostname()}:{self.port}"
@@ -286,8 +291,11 @@ async def create_server(
             for its RPCs and CLIENT spans for its calls to children.
 
     Raises:
-        UsageError: neither ``auth`` nor ``allow_unauthenticated``, or a bad auth file.
+        UsageError: neither ``auth`` nor ``allow_unauthenticated``, a bad auth file, or
+            a ``HELIX_LLM_*`` variable for this agent that is not a number.
     """
+    # A HELIX_LLM_* value that is not a number stops the server now, not each run later.
+    ModelConfig().from_env(agent.name)
     if auth is None:
         auth = AuthConfig(allow_unauthenticated=allow_unauthenticated)
     if isinstance(auth, AuthConfig):

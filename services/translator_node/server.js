@@ -28,6 +28,7 @@ const { HealthImplementation } = require('grpc-health-check');
 // byte checks and the error details trailer.
 const protobuf = require('protobufjs');
 
+const { traceContextOf, traceFields } = require('./trace');
 const translator = require('./translator');
 const { listSessions } = require('./listing');
 
@@ -294,7 +295,7 @@ function requestOf(call) {
 
 class Session {
   constructor(header, file) {
-    this.header = header; // {session_id, agent_type, input_json, input_hash, parent_session_id, metadata, created_at}
+    this.header = header; // {session_id, agent_type, input_json, input_hash, parent_session_id, metadata, created_at, trace}
     this.file = file;
     this.fd = null;
     this.events = []; // events[i].sequence === i + 1
@@ -359,7 +360,10 @@ class Session {
         log(`session ${this.id}: dropping a reader: ${err}`);
       }
     }
-    if (terminal) this.close();
+    if (terminal) {
+      this.close();
+      log(`session ${this.id} ended ${kind}${traceFields(this.header.trace)}`);
+    }
     return event;
   }
 
@@ -441,6 +445,7 @@ class TranslatorService {
     for (const session of this.sessions.values()) {
       if (session.terminal) continue;
       session.append(session.step + 1, 'run_resumed', { step: session.step + 1, reason: 'restart' }, { sync: true });
+      log(`session ${session.id} resumed at step ${session.step + 1}${traceFields(session.header.trace)}`);
       this.launch(session);
       resumed += 1;
     }
@@ -520,7 +525,8 @@ class TranslatorService {
 
   // --- RPCs ---
 
-  Start(request) {
+  /** `callMetadata`: the call's gRPC metadata, for the caller's trace context. */
+  Start(request, callMetadata) {
     const sessionId = request.session_id ? checkSessionId(request.session_id) : crypto.randomUUID().replace(/-/g, '');
     if (request.parent_session_id) checkSessionId(request.parent_session_id, 'parent_session_id');
     if (Buffer.byteLength(request.input_json, 'utf8') > MAX_INPUT_BYTES) {
@@ -552,6 +558,7 @@ class TranslatorService {
       parent_session_id: request.parent_session_id,
       metadata,
       created_at: timestamp(),
+      trace: traceContextOf(callMetadata),
     };
     const session = new Session(header, this.fileFor(sessionId));
     session.write(header, true);
@@ -561,6 +568,7 @@ class TranslatorService {
       parent_session_id: request.parent_session_id,
       metadata,
     });
+    log(`session ${sessionId} started${traceFields(header.trace)}`);
     this.launch(session);
     return { session_id: sessionId, created: true, status: session.status, agent_type: translator.AGENT_TYPE };
   }
@@ -670,7 +678,7 @@ class TranslatorService {
   handlers() {
     const unary = (method) => (call, callback) => {
       try {
-        callback(null, method.call(this, requestOf(call)));
+        callback(null, method.call(this, requestOf(call), call.metadata));
       } catch (err) {
         callback(toStatus(err));
       }

@@ -690,8 +690,8 @@ def test_configuration_comes_from_the_configmap_and_the_secret(which: str) -> No
     config = generated(objects, "ConfigMap", "helix-config")
     addresses = {k: v for k, v in config["data"].items() if k.startswith("HELIX_AGENT_ADDRESS_")}
     expected = {
-        address_env_var(package): f"dns:///{name}-headless.{NAMESPACE}.svc.cluster.local:50051"
-        for package, name in zip(AGENT_PACKAGES, AGENT_TYPES, strict=True)
+        address_env_var(p): f"dns:///{k8s_name(p)}-headless.{NAMESPACE}.svc.cluster.local:50051"
+        for p in [*AGENT_PACKAGES, *OTHER_SERVICES]  # the Node.js service's too
     }
     assert addresses == expected
     assert config["data"]["HELIX_LOG_LEVEL"] in {"DEBUG", "INFO", "WARNING", "ERROR"}
