@@ -64,6 +64,10 @@ class RedisSessionIndex:
         """The set ``record`` belongs in."""
         return self.key(record.tenant, listed_principal(record))
 
+    def listed(self, record: SessionRecord) -> tuple[str, str]:
+        """``record``'s set and its member there (what retention removes with it)."""
+        return self.key_of(record), member(record)
+
     async def query(self, query: SessionQuery, limit: int) -> SessionPage:
         """Up to ``limit`` sessions ``query`` matches (see ``SessionIndex``)."""
         limit = clamp(limit)

@@ -20,7 +20,7 @@ frees a long log's memory off Redis's main thread.
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, cast
 
 import redis.asyncio as aioredis
@@ -30,8 +30,9 @@ from helix_transport.store._records import SessionRecord
 from helix_transport.store._redis_codec import _decode_session
 from helix_transport.store._retention import Candidate, Tombstone, finished_by
 
-# KEYS: none (keys of two sessions, the outbox and the indexes; a single Redis).
-# ARGV: prefix, session id, root id, finished_before, tombstone ms, now, then the
+# KEYS: the session's owner set in the listing index (``_redis_listing``), whose key
+# is a digest Lua cannot make; the other keys (two sessions, the outbox, the retention
+# index) are built here from the prefix (a single Redis). ARGV: prefix, session id, root id, finished_before, tombstone ms, now, then the
 # outbox members the session owes its children. expirable(), in Lua: answers 1 when
 # it removed the session.
 _EXPIRE = """
@@ -57,7 +58,8 @@ redis.call('UNLINK', key, p .. ':events:' .. id, p .. ':checkpoint:' .. id,
   p .. ':interrupt:' .. id, p .. ':refs:' .. id, p .. ':refs-order:' .. id)
 redis.call('SREM', p .. ':status:' .. own[1], id)
 redis.call('ZREM', index, id)
-for i = 7, #ARGV do
+redis.call('ZREM', KEYS[1], ARGV[7])
+for i = 8, #ARGV do
   redis.call('ZREM', p .. ':commands', ARGV[i])
   redis.call('UNLINK', p .. ':command:' .. ARGV[i])
 end
@@ -81,9 +83,16 @@ if not status or status == 'running' then redis.call('ZREM', KEYS[1], ARGV[1]) e
 class RedisRetention:
     """The retention reads and writes on ``client``, keys under ``prefix``."""
 
-    def __init__(self, client: aioredis.Redis, prefix: str) -> None:
+    def __init__(
+        self,
+        client: aioredis.Redis,
+        prefix: str,
+        listed: Callable[[SessionRecord], tuple[str, str]],
+    ) -> None:
         self._client = client
         self._prefix = prefix
+        self._listed = listed
+        """A session -> its owner's set in the listing index and its member there."""
         self._index = f"{prefix}:status:finished-at"
         self._expire = client.register_script(_EXPIRE)
         self._forget = client.register_script(_FORGET)
@@ -158,14 +167,26 @@ class RedisRetention:
     ) -> list[str]:
         """Remove each candidate the rule allows, one atomic script each."""
         owed = await self._commands_of({c.session_id for c in candidates})
+        listed = await self._listed_entries([c.session_id for c in candidates])
         ms = max(1, int(keep_tombstone_s * 1000))
         async with self._client.pipeline(transaction=False) as pipe:
-            for c in candidates:
+            for c, (owned, member) in zip(candidates, listed, strict=True):
                 args: list[str | bytes] = [self._prefix, c.session_id, c.root_session_id]
-                args += [repr(finished_before), str(ms), repr(now), *owed.get(c.session_id, [])]
-                await self._expire(keys=[], args=args, client=pipe)
+                args += [repr(finished_before), str(ms), repr(now), member]
+                await self._expire(
+                    keys=[owned], args=args + owed.get(c.session_id, []), client=pipe
+                )
             answers = await pipe.execute()
         return [c.session_id for c, done in zip(candidates, answers, strict=True) if done == 1]
+
+    async def _listed_entries(self, ids: list[str]) -> list[tuple[str, str]]:
+        """Each session's (owner set, member) in the listing index; ("", "") for one
+        already gone (the script then removes nothing)."""
+        async with self._client.pipeline(transaction=False) as pipe:
+            for session_id in ids:
+                pipe.hgetall(self._session(session_id))
+            rows = await pipe.execute()
+        return [self._listed(_decode_session(fields)) if fields else ("", "") for fields in rows]
 
     async def _commands_of(self, parents: set[str]) -> dict[str, list[bytes]]:
         """The outbox members each of ``parents`` holds (the outbox is small: pending

@@ -137,8 +137,8 @@ class RedisStore:
         self._acquire = client.register_script(_ACQUIRE_LEASE)
         self._release = client.register_script(_RELEASE_LEASE)
         self._outbox = RedisOutbox(client, prefix)
-        self._retention = RedisRetention(client, prefix)
         self._index = listing.RedisSessionIndex(client, prefix)
+        self._retention = RedisRetention(client, prefix, self._index.listed)
 
     @classmethod
     async def from_url(

@@ -32,13 +32,13 @@ async def _fill(store: SqliteStore | PostgresStore | RedisStore) -> None:
         await store.create_session(record)
 
 
-async def test_sqlite_walks_the_index_and_a_version_3_file_gains_it(tmp_path: Path) -> None:
-    path = tmp_path / "v3.db"
+async def test_sqlite_walks_the_index_and_a_version_4_file_gains_it(tmp_path: Path) -> None:
+    path = tmp_path / "v4.db"
     async with await SqliteStore.open(str(path)) as store:
         await _fill(store)
     with sqlite3.connect(path) as conn:  # as the helix-mesh before the index left it
         conn.execute("DROP INDEX sessions_by_owner")
-        conn.execute("UPDATE schema_version SET version = 3")
+        conn.execute("UPDATE schema_version SET version = 4")
     async with await SqliteStore.open(str(path)) as store:
         assert await _ids(store) == ["s-3", "s-2", "s-1", "s-0"]
     with sqlite3.connect(path) as conn:
@@ -52,15 +52,15 @@ async def test_sqlite_walks_the_index_and_a_version_3_file_gains_it(tmp_path: Pa
     assert "sessions_by_owner" in detail and "TEMP B-TREE" not in detail, detail
 
 
-async def test_postgres_walks_the_index_and_a_version_3_schema_gains_it(
+async def test_postgres_walks_the_index_and_a_version_4_schema_gains_it(
     postgres_dsn: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     schema = f"helix_test_{uuid.uuid4().hex[:16]}"
     admin = await asyncpg.connect(postgres_dsn, timeout=5)
     try:
         with monkeypatch.context() as before:
-            before.setattr(_postgres_schema, "_MIGRATIONS", _postgres_schema._MIGRATIONS[:3])
-            before.setattr(_postgres_schema, "SCHEMA_VERSION", 3)
+            before.setattr(_postgres_schema, "_MIGRATIONS", _postgres_schema._MIGRATIONS[:4])
+            before.setattr(_postgres_schema, "SCHEMA_VERSION", 4)
             async with await PostgresStore.open(postgres_dsn, schema=schema) as old:
                 await _fill(old)
         async with await PostgresStore.open(postgres_dsn, schema=schema) as store:
