@@ -7,8 +7,8 @@ import contextlib
 import enum
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from datetime import timedelta
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
@@ -16,11 +16,13 @@ import grpc
 from google.protobuf.message import Message
 
 from helix_transport._config import ClientConfig, RetryConfig
+from helix_transport._events import SessionStatus
 from helix_transport._exceptions import InvalidArgument, ResourceExhausted, UsageError
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._proto.helix.agent.v1 import agent_pb2_grpc as pb_grpc
 from helix_transport.transport._auth import ClientAuth
 from helix_transport.transport._errors import RESUMABLE, map_grpc_errors, to_helix_error
+from helix_transport.transport._listing import list_request, summaries
 from helix_transport.transport.stream import EventStream
 
 
@@ -355,6 +357,67 @@ class AgentClient:
                 pb.DescribeRequest(), timeout=self._timeout, metadata=self._metadata()
             )
 
+    async def list_sessions(
+        self,
+        *,
+        statuses: Sequence[SessionStatus] = (),
+        agent_type: str = "",
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
+        roots_only: bool = False,
+        page_size: int = 0,
+        page_token: str = "",
+    ) -> pb.ListSessionsResponse:
+        """One page of the caller's sessions, newest first (``ListSessions``).
+
+        Pass the reply's ``next_page_token`` back as ``page_token``, with the same
+        filters, for the next page (``iter_sessions`` does it for you). Datetimes
+        must be aware. A service without the RPC raises ``RemoteError``
+        (``UNIMPLEMENTED``).
+        """
+        self._check_open()
+        request = list_request(
+            statuses=statuses,
+            agent_type=agent_type,
+            created_after=created_after,
+            created_before=created_before,
+            roots_only=roots_only,
+            page_size=page_size,
+            page_token=page_token,
+        )
+        with map_grpc_errors(self.address):
+            return await self._stub.ListSessions(
+                request, timeout=self._timeout, metadata=self._metadata()
+            )
+
+    def iter_sessions(
+        self,
+        *,
+        statuses: Sequence[SessionStatus] = (),
+        agent_type: str = "",
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
+        roots_only: bool = False,
+        page_size: int = 0,
+        limit: int | None = None,
+    ) -> AsyncIterator[pb.SessionSummary]:
+        """The caller's sessions matching the filters, newest first, page after page
+        (at most ``limit``); each page is asked for when the previous one is used up."""
+
+        def page(token: str) -> Awaitable[pb.ListSessionsResponse]:
+            size = page_size or (min(limit, _MAX_PAGE) if limit else 0)
+            return self.list_sessions(
+                statuses=statuses,
+                agent_type=agent_type,
+                created_after=created_after,
+                created_before=created_before,
+                roots_only=roots_only,
+                page_size=size,
+                page_token=token,
+            )
+
+        return summaries(page, limit=limit)
+
     async def aclose(self) -> None:
         """Close the channel. Idempotent."""
         if self._state is _State.CLOSED:
@@ -378,6 +441,9 @@ LONG_POLL = timedelta(seconds=20)
 """How long each ``GetStatus`` of ``AgentClient.wait`` waits for the session's end."""
 PACE_S = 0.25
 """Between the asks of ``AgentClient.wait`` to a service that does not long-poll."""
+
+_MAX_PAGE = 500
+"""The largest page ``ListSessions`` serves; ``iter_sessions`` asks no more of it."""
 
 _RECONNECT_FLOOR_S = 0.05
 """The shortest wait before a retry, even when the channel reconnects sooner."""

@@ -1400,3 +1400,149 @@ class DescribeResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DescribeResponse: _TypeAlias = DescribeResponse  # noqa: Y015
+
+@_typing.final
+class ListSessionsRequest(_message.Message):
+    """Request of `ListSessions`. Filters combine with AND; an empty filter matches
+    every session.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    STATUSES_FIELD_NUMBER: _builtins.int
+    AGENT_TYPE_FIELD_NUMBER: _builtins.int
+    CREATED_AFTER_FIELD_NUMBER: _builtins.int
+    CREATED_BEFORE_FIELD_NUMBER: _builtins.int
+    ROOTS_ONLY_FIELD_NUMBER: _builtins.int
+    page_size: _builtins.int
+    """Sessions per page: 0 for the server's default (50); larger than the
+    server's maximum (500) is served as the maximum; negative is
+    INVALID_ARGUMENT.
+    """
+    page_token: _builtins.str
+    """Empty for the first page; else `next_page_token` of the previous response,
+    sent with the same filters (INVALID_ARGUMENT, field `page_token`, when it
+    is not one or the filters changed).
+    """
+    agent_type: _builtins.str
+    """Only sessions of this agent type; empty for any (a store may hold several)."""
+    roots_only: _builtins.bool
+    """Only sessions without a parent (`parent_session_id` empty)."""
+    @_builtins.property
+    def statuses(self) -> _containers.RepeatedScalarFieldContainer[Global___SessionStatus.ValueType]:
+        """Only sessions in one of these statuses; empty for any."""
+
+    @_builtins.property
+    def created_after(self) -> _timestamp_pb2.Timestamp:
+        """Only sessions created at or after this time."""
+
+    @_builtins.property
+    def created_before(self) -> _timestamp_pb2.Timestamp:
+        """Only sessions created before this time."""
+
+    def __init__(
+        self,
+        *,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+        statuses: _abc.Iterable[Global___SessionStatus.ValueType] | None = ...,
+        agent_type: _builtins.str = ...,
+        created_after: _timestamp_pb2.Timestamp | None = ...,
+        created_before: _timestamp_pb2.Timestamp | None = ...,
+        roots_only: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["created_after", b"created_after", "created_before", b"created_before"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_type", b"agent_type", "created_after", b"created_after", "created_before", b"created_before", "page_size", b"page_size", "page_token", b"page_token", "roots_only", b"roots_only", "statuses", b"statuses"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListSessionsRequest: _TypeAlias = ListSessionsRequest  # noqa: Y015
+
+@_typing.final
+class SessionSummary(_message.Message):
+    """One session in a `ListSessionsResponse`: what `GetStatus` says of it, without
+    its output, error and usage.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    AGENT_TYPE_FIELD_NUMBER: _builtins.int
+    STATUS_FIELD_NUMBER: _builtins.int
+    PARENT_SESSION_ID_FIELD_NUMBER: _builtins.int
+    CREATED_AT_FIELD_NUMBER: _builtins.int
+    UPDATED_AT_FIELD_NUMBER: _builtins.int
+    FINISHED_AT_FIELD_NUMBER: _builtins.int
+    LAST_SEQUENCE_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    """The session's id, as the caller knows it."""
+    agent_type: _builtins.str
+    """The agent type running it."""
+    status: Global___SessionStatus.ValueType
+    """Its status when listed."""
+    parent_session_id: _builtins.str
+    """`StartRequest.parent_session_id`; empty for a root session."""
+    last_sequence: _builtins.int
+    """The sequence of the last event in its log."""
+    @_builtins.property
+    def created_at(self) -> _timestamp_pb2.Timestamp:
+        """When the session was created by `Start`."""
+
+    @_builtins.property
+    def updated_at(self) -> _timestamp_pb2.Timestamp:
+        """When the session's record last changed."""
+
+    @_builtins.property
+    def finished_at(self) -> _timestamp_pb2.Timestamp:
+        """When the session last reached a terminal status; unset while a turn runs."""
+
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        agent_type: _builtins.str = ...,
+        status: Global___SessionStatus.ValueType = ...,
+        parent_session_id: _builtins.str = ...,
+        created_at: _timestamp_pb2.Timestamp | None = ...,
+        updated_at: _timestamp_pb2.Timestamp | None = ...,
+        finished_at: _timestamp_pb2.Timestamp | None = ...,
+        last_sequence: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "finished_at", b"finished_at", "updated_at", b"updated_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_type", b"agent_type", "created_at", b"created_at", "finished_at", b"finished_at", "last_sequence", b"last_sequence", "parent_session_id", b"parent_session_id", "session_id", b"session_id", "status", b"status", "updated_at", b"updated_at"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SessionSummary: _TypeAlias = SessionSummary  # noqa: Y015
+
+@_typing.final
+class ListSessionsResponse(_message.Message):
+    """Response of `ListSessions`."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSIONS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """Send it back as `page_token` for the next page; empty on the last page."""
+    @_builtins.property
+    def sessions(self) -> _containers.RepeatedCompositeFieldContainer[Global___SessionSummary]:
+        """At most `page_size` sessions, newest first."""
+
+    def __init__(
+        self,
+        *,
+        sessions: _abc.Iterable[Global___SessionSummary] | None = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["next_page_token", b"next_page_token", "sessions", b"sessions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListSessionsResponse: _TypeAlias = ListSessionsResponse  # noqa: Y015

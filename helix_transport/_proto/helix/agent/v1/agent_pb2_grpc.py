@@ -65,6 +65,11 @@ class AgentServiceStub:
                 request_serializer=helix_dot_agent_dot_v1_dot_agent__pb2.ContinueRequest.SerializeToString,
                 response_deserializer=helix_dot_agent_dot_v1_dot_agent__pb2.ContinueResponse.FromString,
                 _registered_method=True)
+        self.ListSessions = channel.unary_unary(
+                '/helix.agent.v1.AgentService/ListSessions',
+                request_serializer=helix_dot_agent_dot_v1_dot_agent__pb2.ListSessionsRequest.SerializeToString,
+                response_deserializer=helix_dot_agent_dot_v1_dot_agent__pb2.ListSessionsResponse.FromString,
+                _registered_method=True)
 
 
 class AgentServiceServicer:
@@ -131,6 +136,20 @@ class AgentServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListSessions(self, request, context):
+        """The caller's sessions, newest first (`created_at` descending, then
+        `session_id` descending), a page at a time. Only the caller's own sessions
+        (its principal and tenant) are listed, with the ids it knows them by.
+        Paging is stable: sessions created after the first page never appear on a
+        later page, nor shift one. INVALID_ARGUMENT naming the field for a negative
+        `page_size`, a `page_token` this server did not issue for these filters,
+        an unknown status or an invalid timestamp. Optional: a server may answer
+        UNIMPLEMENTED.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -163,6 +182,11 @@ def add_AgentServiceServicer_to_server(servicer, server):
                     servicer.Continue,
                     request_deserializer=helix_dot_agent_dot_v1_dot_agent__pb2.ContinueRequest.FromString,
                     response_serializer=helix_dot_agent_dot_v1_dot_agent__pb2.ContinueResponse.SerializeToString,
+            ),
+            'ListSessions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListSessions,
+                    request_deserializer=helix_dot_agent_dot_v1_dot_agent__pb2.ListSessionsRequest.FromString,
+                    response_serializer=helix_dot_agent_dot_v1_dot_agent__pb2.ListSessionsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -328,6 +352,33 @@ class AgentService:
             '/helix.agent.v1.AgentService/Continue',
             helix_dot_agent_dot_v1_dot_agent__pb2.ContinueRequest.SerializeToString,
             helix_dot_agent_dot_v1_dot_agent__pb2.ContinueResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListSessions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/helix.agent.v1.AgentService/ListSessions',
+            helix_dot_agent_dot_v1_dot_agent__pb2.ListSessionsRequest.SerializeToString,
+            helix_dot_agent_dot_v1_dot_agent__pb2.ListSessionsResponse.FromString,
             options,
             channel_credentials,
             insecure,

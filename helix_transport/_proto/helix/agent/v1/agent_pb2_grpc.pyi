@@ -174,6 +174,16 @@ class AgentServiceStub:
     session that did not complete is continued without `fresh`. NOT_FOUND for an
     unknown session. Optional: a server may answer UNIMPLEMENTED.
     """
+    ListSessions: _grpc.UnaryUnaryMultiCallable[_agent_pb2.ListSessionsRequest, _agent_pb2.ListSessionsResponse]
+    """The caller's sessions, newest first (`created_at` descending, then
+    `session_id` descending), a page at a time. Only the caller's own sessions
+    (its principal and tenant) are listed, with the ids it knows them by.
+    Paging is stable: sessions created after the first page never appear on a
+    later page, nor shift one. INVALID_ARGUMENT naming the field for a negative
+    `page_size`, a `page_token` this server did not issue for these filters,
+    an unknown status or an invalid timestamp. Optional: a server may answer
+    UNIMPLEMENTED.
+    """
 
 @_typing.type_check_only
 class AgentServiceAsyncStub(AgentServiceStub):
@@ -214,6 +224,16 @@ class AgentServiceAsyncStub(AgentServiceStub):
     session is still running, when `turn` is not the next turn, or when a
     session that did not complete is continued without `fresh`. NOT_FOUND for an
     unknown session. Optional: a server may answer UNIMPLEMENTED.
+    """
+    ListSessions: _aio.UnaryUnaryMultiCallable[_agent_pb2.ListSessionsRequest, _agent_pb2.ListSessionsResponse]  # type: ignore[assignment]
+    """The caller's sessions, newest first (`created_at` descending, then
+    `session_id` descending), a page at a time. Only the caller's own sessions
+    (its principal and tenant) are listed, with the ids it knows them by.
+    Paging is stable: sessions created after the first page never appear on a
+    later page, nor shift one. INVALID_ARGUMENT naming the field for a negative
+    `page_size`, a `page_token` this server did not issue for these filters,
+    an unknown status or an invalid timestamp. Optional: a server may answer
+    UNIMPLEMENTED.
     """
 
 class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -288,6 +308,22 @@ class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
         session is still running, when `turn` is not the next turn, or when a
         session that did not complete is continued without `fresh`. NOT_FOUND for an
         unknown session. Optional: a server may answer UNIMPLEMENTED.
+        """
+
+    @_abc_1.abstractmethod
+    def ListSessions(
+        self,
+        request: _agent_pb2.ListSessionsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_agent_pb2.ListSessionsResponse, _abc.Awaitable[_agent_pb2.ListSessionsResponse]]:
+        """The caller's sessions, newest first (`created_at` descending, then
+        `session_id` descending), a page at a time. Only the caller's own sessions
+        (its principal and tenant) are listed, with the ids it knows them by.
+        Paging is stable: sessions created after the first page never appear on a
+        later page, nor shift one. INVALID_ARGUMENT naming the field for a negative
+        `page_size`, a `page_token` this server did not issue for these filters,
+        an unknown status or an invalid timestamp. Optional: a server may answer
+        UNIMPLEMENTED.
         """
 
 def add_AgentServiceServicer_to_server(servicer: AgentServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
