@@ -18,8 +18,8 @@ from helix_transport._config import ClientConfig
 from helix_transport._exceptions import UsageError
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.cli.exits import ExitCode, for_status, for_terminal_kind
-from helix_transport.cli.follow import session_events
 from helix_transport.cli.flags import client_auth, client_options, positive_seconds, seconds
+from helix_transport.cli.follow import session_events
 from helix_transport.cli.jsonout import dumps, message_json
 from helix_transport.cli.printer import EventPrinter, status_name, wants_color
 from helix_transport.cli.views import describe_text, status_text
@@ -146,9 +146,7 @@ async def call(args: argparse.Namespace) -> int:
         final: pb.StreamEvent | None = None
         try:
             # Every turn: `--follow` of a continued session shows them all.
-            async for event in session_events(
-                client, session_id, from_sequence=args.from_sequence
-            ):
+            async for event in session_events(client, session_id, from_sequence=args.from_sequence):
                 show(event)
                 final = event
         finally:

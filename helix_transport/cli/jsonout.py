@@ -11,7 +11,7 @@ oneof shows only its set member, and every other field is present, defaults too.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 
 from google.protobuf.descriptor import EnumDescriptor, FieldDescriptor
 from google.protobuf.message import Message
@@ -23,51 +23,51 @@ _DURATION = "google.protobuf.Duration"
 def message_json(message: Message) -> dict[str, Any]:
     """``message`` as a JSON object (see the module docstring)."""
     out: dict[str, Any] = {}
-    for field in message.DESCRIPTOR.fields:
+    for field in cast(list[FieldDescriptor], message.DESCRIPTOR.fields):
         oneof = field.containing_oneof
         if oneof is not None and message.WhichOneof(oneof.name) != field.name:
             continue
         value = getattr(message, field.name)
-        if field.type == FieldDescriptor.TYPE_MESSAGE and field.message_type.GetOptions().map_entry:
-            value_field = field.message_type.fields_by_name["value"]
-            out[field.name] = {key: _scalar(value_field, item) for key, item in value.items()}
+        kind = _message_kind(field)
+        if kind == _MAP:
+            value_field = field.message_type.fields_by_name["value"]  # type: ignore[union-attr]
+            out[field.name] = {key: _single(value_field, item) for key, item in value.items()}
         elif field.is_repeated:
             out[field.name] = [_single(field, item) for item in value]
         elif field.type == FieldDescriptor.TYPE_STRING and field.name.endswith("_json"):
             out.update(_parsed(field.name, value))
-        elif field.type == FieldDescriptor.TYPE_MESSAGE and field.message_type.full_name in (
-            _TIMESTAMP,
-            _DURATION,
-        ):
-            out[field.name] = _well_known(value) if message.HasField(field.name) else None
+        elif kind in (_TIMESTAMP, _DURATION) and not message.HasField(field.name):
+            out[field.name] = None
         else:
             out[field.name] = _single(field, value)
     return out
 
 
+_MAP = "map"
+
+
+def _message_kind(field: FieldDescriptor) -> str:
+    """The message type's full name, ``map`` for a map field, ``""`` for a scalar."""
+    message_type = field.message_type
+    if field.type != FieldDescriptor.TYPE_MESSAGE or message_type is None:
+        return ""
+    return _MAP if message_type.GetOptions().map_entry else message_type.full_name
+
+
 def _single(field: FieldDescriptor, value: Any) -> Any:
-    if field.type == FieldDescriptor.TYPE_MESSAGE:
-        if field.message_type.full_name in (_TIMESTAMP, _DURATION):
-            return _well_known(value)
+    """One value of ``field`` (one element, for a repeated field)."""
+    kind = _message_kind(field)
+    if kind == _DURATION:
+        return value.ToTimedelta().total_seconds()
+    if kind == _TIMESTAMP:
+        return value.ToJsonString()
+    if kind:
         return message_json(value)
-    return _scalar(field, value)
-
-
-def _scalar(field: FieldDescriptor, value: Any) -> Any:
-    if field.type == FieldDescriptor.TYPE_ENUM:
+    if field.type == FieldDescriptor.TYPE_ENUM and field.enum_type is not None:
         return enum_name(field.enum_type, value)
     if field.type == FieldDescriptor.TYPE_BYTES:
         return value.hex()
-    if field.type == FieldDescriptor.TYPE_MESSAGE:
-        return message_json(value)
     return value
-
-
-def _well_known(value: Any) -> Any:
-    if value.DESCRIPTOR.full_name == _DURATION:
-        return value.ToTimedelta().total_seconds()
-    text: str = value.ToJsonString()
-    return text
 
 
 def _parsed(name: str, text: str) -> dict[str, Any]:

@@ -60,9 +60,7 @@ async def tree(args: argparse.Namespace) -> int:
         status = await client.get_status(args.session_id)
         if not args.follow:
             # What was logged when GetStatus answered, then stop (a snapshot).
-            events = session_events(
-                client, args.session_id, until_sequence=status.last_sequence
-            )
+            events = session_events(client, args.session_id, until_sequence=status.last_sequence)
             async for event in events:
                 folded.add(event)
             _print_once(folded, out, as_json=args.json)

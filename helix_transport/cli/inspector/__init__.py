@@ -38,7 +38,9 @@ async def serve_inspector(
         listener.bind((_HOST, port))
     except OSError as exc:
         listener.close()
-        raise UsageError(f"--port {port}: cannot listen on {_HOST}:{port} ({exc.strerror})") from None
+        raise UsageError(
+            f"--port {port}: cannot listen on {_HOST}:{port} ({exc.strerror})"
+        ) from None
     url = f"http://{_HOST}:{listener.getsockname()[1]}/"
     if session_id:
         url += f"#session={quote(session_id, safe='')}"

@@ -147,4 +147,3 @@ async def _server_sent(feed: TreeFeed) -> AsyncIterator[str]:
     async for message in feed.messages():
         data = json.dumps(message.data, ensure_ascii=False, separators=(",", ":"))
         yield f"event: {message.name}\ndata: {data}\n\n"
-
