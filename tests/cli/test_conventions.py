@@ -145,9 +145,7 @@ async def test_call_follow_shows_every_turn_of_a_continued_session() -> None:
         assert out.count("] completed") == 2 and "turn 2 message=v2: code and tests" in out
         assert json.loads(out[out.rindex("{\n") :])["round"] == 2  # the last turn's output
 
-        code, out, _ = await cli(
-            "call", server.address, "--follow", "--session-id", "t", "--json"
-        )
+        code, out, _ = await cli("call", server.address, "--follow", "--session-id", "t", "--json")
         sequences = [json.loads(line)["sequence"] for line in out.splitlines()]
         assert code == 0 and sequences == list(range(1, last + 1))  # both turns, gapless
 
