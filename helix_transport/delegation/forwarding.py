@@ -138,3 +138,21 @@ async def _forward_stream(
         if until is not None and final.sequence >= until:
             break
     return final
+
+
+def status_of(terminal: pb.StreamEvent) -> pb.GetStatusResponse:
+    """How a child's turn ended, as ``GetStatus`` would say it, from its terminal event."""
+    kind = terminal.WhichOneof("payload")
+    if kind == "completed":
+        return pb.GetStatusResponse(
+            status=pb.SESSION_STATUS_COMPLETED, output_json=terminal.completed.output_json
+        )
+    if kind == "failed":
+        return pb.GetStatusResponse(
+            status=pb.SESSION_STATUS_FAILED,
+            error=terminal.failed.error,
+            failure_reason=terminal.failed.failure_reason,
+        )
+    if kind == "interrupted":
+        return pb.GetStatusResponse(status=pb.SESSION_STATUS_INTERRUPTED)
+    return pb.GetStatusResponse(status=pb.SESSION_STATUS_TERMINATED)
