@@ -66,6 +66,7 @@ from helix_transport.delegation.children import (
     subagent_started,
 )
 from helix_transport.delegation.forwarded import start_logged
+from helix_transport.delegation.forwarding import forward_child, status_of
 from helix_transport.delegation.spans import end_delegation, open_delegation, reopen_delegations
 from helix_transport.registry import resolve_address
 
@@ -76,6 +77,8 @@ UNREACHABLE_PAUSE_S = 0.25
 unreachable past the client's reconnect deadline."""
 MAX_TASKS = 64
 """Tasks one call may dispatch."""
+DEADLINE_TAIL_S = 5.0
+"""At the run's deadline, how long to forward an interrupted task's last events."""
 
 _GONE = pb.GetStatusResponse(
     status=pb.SESSION_STATUS_FAILED,
@@ -321,8 +324,10 @@ class Dispatcher:
         task ends, not at the next poll.
         """
         changed = asyncio.Event()
-        running = [t for b in batches for t in b["tasks"] if t["status"] == "running"]
-        watchers = [asyncio.create_task(self._watch(ctx, t)) for t in running]
+        running = [
+            (t, b["tool_call_id"]) for b in batches for t in b["tasks"] if t["status"] == "running"
+        ]
+        watchers = [asyncio.create_task(self._watch(ctx, t, call)) for t, call in running]
         for watcher in watchers:
             watcher.add_done_callback(lambda _: changed.set())
         try:
@@ -342,14 +347,22 @@ class Dispatcher:
                 watcher.cancel()
             await asyncio.gather(*watchers, return_exceptions=True)
 
-    async def _watch(self, ctx: ToolContext, task: dict[str, Any]) -> None:
-        """Until ``task`` ends (``AgentClient.wait``: a long poll, so its reply comes as
-        the task ends). A parked parent outlasts a service that stays unreachable past
-        the client's reconnect deadline: it waits again; the run's deadline bounds it."""
+    async def _watch(self, ctx: ToolContext, task: dict[str, Any], tool_call_id: str) -> None:
+        """Forward ``task``'s events until it ends, then record how. A parked parent
+        outlasts a service that stays unreachable past the client's reconnect deadline:
+        it follows again; the run's deadline bounds it."""
         while True:
             try:
                 client = await ctx.run.clients.get(task["address"])
-                status = await client.wait(task["session_id"])
+                final = await forward_child(
+                    ctx,
+                    child_id=task["session_id"],
+                    tool_call_id=tool_call_id,
+                    client=client,
+                    retry=client.config.reconnect.until_cancelled(),
+                )
+                # None: the log held all of it already (a resumed parent); ask how it ended.
+                status = status_of(final) if final else await client.get_status(task["session_id"])
             except SessionNotFound:
                 status = _GONE
             except HelixError:
@@ -362,17 +375,24 @@ class Dispatcher:
         self, ctx: ToolContext, batches: list[dict[str, Any]], state: dict[str, Any]
     ) -> list[dict[str, Any]]:
         state["final_pass_step"] = ctx.step
-        late = [t for b in batches for t in b["tasks"] if t["status"] == "running"]
+        late = [
+            (t, b["tool_call_id"]) for b in batches for t in b["tasks"] if t["status"] == "running"
+        ]
 
-        async def stop(task: dict[str, Any]) -> None:
-            with contextlib.suppress(HelixError):  # best effort; it is reported timed out
+        async def stop(task: dict[str, Any], tool_call_id: str) -> None:
+            with contextlib.suppress(HelixError, TimeoutError):  # best effort: timed out
                 client = await ctx.run.clients.get(task["address"])
                 await client.interrupt(task["session_id"], reason="the parent's deadline passed")
+                # Its last events (its end) into the log, if they come at once.
+                async with asyncio.timeout(DEADLINE_TAIL_S):
+                    await forward_child(
+                        ctx, child_id=task["session_id"], tool_call_id=tool_call_id, client=client
+                    )
             task["status"], task["error"] = "timed_out", "the run's deadline passed"
             await _save_ref(ctx, _Task(**task))
             _end_span(ctx, task)
 
-        await asyncio.gather(*(stop(t) for t in late))
+        await asyncio.gather(*(stop(t, call) for t, call in late))
         delivered = self._deliver(ctx, batches, heading="[sub-agent results at the deadline]")
         note = "The run's deadline has passed: give your best answer now, in this step."
         if delivered:
@@ -394,15 +414,25 @@ class Dispatcher:
         return [{"role": "user", "content": f"{heading}\n{json.dumps(reports)}"}]
 
     async def _refresh(self, ctx: ToolContext, batches: list[dict[str, Any]]) -> None:
-        running = [t for b in batches for t in b["tasks"] if t["status"] == "running"]
-        await asyncio.gather(*(self._read_status(ctx, t) for t in running))
+        running = [
+            (t, b["tool_call_id"]) for b in batches for t in b["tasks"] if t["status"] == "running"
+        ]
+        await asyncio.gather(*(self._read_status(ctx, t, call) for t, call in running))
 
-    async def _read_status(self, ctx: ToolContext, task: dict[str, Any]) -> None:
-        """``task``'s status, recorded in the task and its ref once it has ended; while
-        its service cannot be reached, still running as far as we know."""
+    async def _read_status(self, ctx: ToolContext, task: dict[str, Any], tool_call_id: str) -> None:
+        """Forward ``task``'s events up to where its service says it is; record how it
+        ended once it has. While its service cannot be reached, still running as far as
+        we know (forwarded and recorded at a later step)."""
         try:
             client = await ctx.run.clients.get(task["address"])
             status = await client.get_status(task["session_id"])
+            await forward_child(
+                ctx,
+                child_id=task["session_id"],
+                tool_call_id=tool_call_id,
+                client=client,
+                until=status.last_sequence,
+            )
         except SessionNotFound:
             status = _GONE
         except HelixError:

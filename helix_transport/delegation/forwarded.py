@@ -43,6 +43,7 @@ class ForwardedSoFar:
         self._session_id = session_id
         self._read_to = 0
         self._calls: dict[str, Logged] = {}
+        self._children: dict[str, tuple[int, int]] = {}  # child id -> (starts, last sequence)
         self._lock = asyncio.Lock()  # concurrent rejoins wait for one reader
         self._passes = 0
 
@@ -60,8 +61,14 @@ class ForwardedSoFar:
                 await self._read_on()
             return self._calls.get(tool_call_id) or Logged()
 
+    async def child(self, child_id: str) -> tuple[int, int]:
+        """How many ``subagent_start``s of ``child_id`` the log holds (one per turn), and
+        the last sequence of it forwarded (0: none), whatever the tool calls."""
+        await self.logged("")
+        return self._children.get(child_id, (0, 0))
+
     async def _read_on(self) -> None:
-        calls = self._calls
+        calls, children = self._calls, self._children
         async for events in pages(self._store, self._session_id, from_sequence=self._read_to):
             for event in events:
                 kind = event.WhichOneof("payload")
@@ -69,21 +76,27 @@ class ForwardedSoFar:
                     call, child = event.child_event.tool_call_id, event.child_event.event
                     logged = calls.setdefault(call, Logged())
                     logged.last_sequence = max(logged.last_sequence, child.sequence)
+                    starts, last = children.get(child.session_id, (0, 0))
+                    children[child.session_id] = (starts, max(last, child.sequence))
                 elif kind == "subagent_start":
                     start = event.subagent_start
                     logged = calls.setdefault(start.tool_call_id, Logged())
                     logged.started.add(start.child_session_id)
+                    starts, last = children.get(start.child_session_id, (0, 0))
+                    children[start.child_session_id] = (starts + 1, last)
                 elif kind == "subagent_end":
                     end = event.subagent_end
                     calls.setdefault(end.tool_call_id, Logged()).end = end
             self._read_to = events[-1].sequence
 
 
-async def start_logged(ctx: ToolContext, child_id: str) -> bool:
-    """True when the parent's log holds the ``subagent_start`` of ``child_id`` for the
-    current tool call: a call re-run by a resumed parent must not write it again. Ask only
-    when the child's ref existed before the call (refs are saved before the event)."""
-    return child_id in (await forwarded_so_far(ctx).logged(ctx.tool_call_id)).started
+async def start_logged(ctx: ToolContext, child_id: str, *, turn: int = 1) -> bool:
+    """True when the parent's log holds the ``subagent_start`` of ``child_id``'s turn
+    ``turn`` (one start per turn, whichever call began it): a call re-run by a resumed
+    parent must not write it again. Ask only when the child's ref existed before the
+    call (refs are saved before the event)."""
+    starts, _ = await forwarded_so_far(ctx).child(child_id)
+    return starts >= turn
 
 
 def forwarded_so_far(ctx: ToolContext) -> ForwardedSoFar:

@@ -34,6 +34,7 @@ from helix_transport.delegation.companions import (
     PersistentChild,
     SendArgs,
     SpawnArgs,
+    _lifecycle,
     child_session_id,
 )
 from helix_transport.store import MemoryStore
@@ -442,16 +443,19 @@ async def test_a_blocking_spawn_whose_result_cannot_be_read_shows_the_previous_o
         # Turn 1 was shown by the blocking spawn: unmark it, as a parent state
         # checkpointed before that result would have it.
         parent.state[STATE_KEY]["children"]["critic-1"]["delivered"] = False
-        real_wait = AgentClient.wait
+        real_wait, real_forward = AgentClient.wait, _lifecycle.forward_child
 
-        async def unreachable(self: AgentClient, *args: Any, **kw: Any) -> Any:
+        async def unreachable(*args: Any, **kw: Any) -> Any:
             raise ConnectError(server.address, "out of reach for the test")
 
+        # Waiting follows the child's stream (forwarding it) and may ask its status.
         monkeypatch.setattr(AgentClient, "wait", unreachable)
+        monkeypatch.setattr(_lifecycle, "forward_child", unreachable)
         with pytest.raises(ToolError) as lost:
             again = SpawnArgs(agent="critic", message="v2", name="critic-1")
             await tools._spawn(parent.ctx(), again)
         monkeypatch.setattr(AgentClient, "wait", real_wait)
+        monkeypatch.setattr(_lifecycle, "forward_child", real_forward)
         await client.wait(CHILD, from_sequence=1)  # turn 2 began, and ends
     assert "began its turn, but its result could not be read" in lost.value.message
     assert '"round": 1' in lost.value.message
