@@ -90,7 +90,13 @@ class ClientConfig:
                     {
                         "name": [
                             {"service": "helix.agent.v1.AgentService", "method": method}
-                            for method in ("Start", "GetStatus", "Interrupt", "Describe")
+                            for method in (
+                                "Start",
+                                "GetStatus",
+                                "Interrupt",
+                                "Describe",
+                                "ListSessions",
+                            )
                         ],
                         "retryPolicy": {
                             "maxAttempts": 4,

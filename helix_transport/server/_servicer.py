@@ -21,6 +21,7 @@ from helix_transport.server._continue import TurnRequest
 from helix_transport.server._encoding import MAX_RESPONSE_BYTES, encode_responses
 from helix_transport.server._heartbeat import heartbeat
 from helix_transport.server._identity import current_principal
+from helix_transport.server._listing import list_sessions
 from helix_transport.server._ownership import parent_id, storage_id
 from helix_transport.server._sessions import Sessions
 from helix_transport.store import SessionRecord, Usage, input_fingerprint
@@ -162,6 +163,13 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
             input_schema_json=self.agent.input_schema_json(),
             output_schema_json=self.agent.output_schema_json(),
             tool_names=[t.name for t in self.agent.tools],
+        )
+
+    async def ListSessions(
+        self, request: pb.ListSessionsRequest, context: Context
+    ) -> pb.ListSessionsResponse:
+        return await list_sessions(
+            self.store, request, agent_type=self.agent.name, caller=current_principal()
         )
 
     async def _record(self, session_id: str) -> SessionRecord:

@@ -18,10 +18,12 @@ from helix_transport.store._base import (
     InterruptStore,
     LeaseStore,
     OutboxStore,
+    SessionIndex,
     SessionStore,
     Store,
     pages,
 )
+from helix_transport.store._listing import LIST_LIMIT, SessionPage, SessionQuery
 from helix_transport.store._records import (
     Checkpoint,
     ChildCommand,
@@ -40,6 +42,7 @@ if TYPE_CHECKING:
     from helix_transport.store.redis import RedisStore
 
 __all__ = [
+    "LIST_LIMIT",
     "READ_LIMIT",
     "STORE_URL_ENV",
     "Checkpoint",
@@ -55,6 +58,9 @@ __all__ = [
     "OutboxStore",
     "PostgresStore",
     "RedisStore",
+    "SessionIndex",
+    "SessionPage",
+    "SessionQuery",
     "SessionRecord",
     "SessionStore",
     "SessionUpdate",

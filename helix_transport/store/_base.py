@@ -8,6 +8,7 @@ from typing import Protocol, runtime_checkable
 from helix_transport._events import SessionStatus
 from helix_transport._exceptions import UsageError
 from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
+from helix_transport.store._listing import SessionPage, SessionQuery
 from helix_transport.store._records import (
     Checkpoint,
     ChildCommand,
@@ -65,6 +66,17 @@ class SessionStore(Protocol):
 
     async def list_sessions(self, *, status: SessionStatus) -> list[SessionRecord]:
         """Sessions in ``status`` (used on start to find runs to resume)."""
+        ...
+
+
+@runtime_checkable
+class SessionIndex(Protocol):
+    """One owner's sessions, newest first, a page at a time (see ``_listing``)."""
+
+    async def query_sessions(self, query: SessionQuery, *, limit: int) -> SessionPage:
+        """Up to ``limit`` (at most ``LIST_LIMIT``; below 1: none) of the sessions
+        ``query`` matches, in listing order, from an index on (owner, ``created_at``).
+        A record without a principal is ``anonymous``'s."""
         ...
 
 
@@ -246,6 +258,7 @@ class LeaseStore(Protocol):
 @runtime_checkable
 class Store(
     SessionStore,
+    SessionIndex,
     EventLogStore,
     CheckpointStore,
     InterruptStore,

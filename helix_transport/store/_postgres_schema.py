@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from helix_transport._exceptions import StoreError
+from helix_transport.store import _postgres_listing as listing
 from helix_transport.store import _postgres_outbox as outbox
 
 # Migration N is _MIGRATIONS[N - 1]; "{s}" stands for the quoted schema. Never edit
@@ -46,6 +47,8 @@ _MIGRATIONS: tuple[str, ...] = (
     """,
     # 3: the outbox of commands for children (interrupts a child's service must take).
     outbox.MIGRATION,
+    # 4: an index on (owner, created_at) for ListSessions.
+    listing.MIGRATION,
 )
 
 SCHEMA_VERSION = len(_MIGRATIONS)

@@ -22,17 +22,19 @@ local function apply_update(key, index_prefix, now, terminal, first, last)
 end
 """
 
-# KEYS: session hash, its status set. ARGV: session id, lease ttl seconds or '',
-# field/value pairs. A lease's expiry is set by the server's clock, as in _ACQUIRE_LEASE.
+# KEYS: session hash, its status set, its owner's set (_redis_listing). ARGV: session
+# id, lease ttl seconds or '', its member in the owner's set, field/value pairs. A
+# lease's expiry is set by the server's clock, as in _ACQUIRE_LEASE.
 _CREATE = """
 if redis.call('EXISTS', KEYS[1]) == 0 then
-  redis.call('HSET', KEYS[1], unpack(ARGV, 3))
+  redis.call('HSET', KEYS[1], unpack(ARGV, 4))
   if ARGV[2] ~= '' then
     local t = redis.call('TIME')
     local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
     redis.call('HSET', KEYS[1], 'lease_expires_at', string.format('%.17g', now + tonumber(ARGV[2])))
   end
   redis.call('SADD', KEYS[2], ARGV[1])
+  redis.call('ZADD', KEYS[3], 0, ARGV[3])
   return {1, redis.call('HGETALL', KEYS[1])}
 end
 return {0, redis.call('HGETALL', KEYS[1])}

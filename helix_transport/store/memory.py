@@ -20,6 +20,7 @@ from helix_transport.store._base import (
     check_lease,
     given_bytes,
 )
+from helix_transport.store._listing import SessionPage, SessionQuery, clamp, page_of, position
 from helix_transport.store._records import (
     Checkpoint,
     ChildCommand,
@@ -105,6 +106,12 @@ class MemoryStore:
         """Sessions in ``status``."""
         self._check_open()
         return [copy.deepcopy(r) for r in self._sessions.values() if r.status == status]
+
+    async def query_sessions(self, query: SessionQuery, *, limit: int) -> SessionPage:
+        """The sessions ``query`` matches, newest first (a sort of them all: for tests)."""
+        self._check_open()
+        rows = sorted(filter(query.matches, self._sessions.values()), key=position, reverse=True)
+        return page_of([copy.deepcopy(r) for r in rows[: clamp(limit) + 1]], clamp(limit))
 
     async def append(
         self,

@@ -31,6 +31,7 @@ from helix_transport._exceptions import (
     UsageError,
 )
 from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
+from helix_transport.store import _postgres_listing as listing
 from helix_transport.store import _postgres_outbox as outbox
 from helix_transport.store._base import (
     READ_LIMIT,
@@ -39,6 +40,7 @@ from helix_transport.store._base import (
     check_lease,
     given_bytes,
 )
+from helix_transport.store._listing import SessionPage, SessionQuery, clamp, page_of
 from helix_transport.store._postgres_errors import (
     _check_schema,
     _describe_dsn,
@@ -242,6 +244,12 @@ class PostgresStore:
         """Sessions in ``status``, oldest first."""
         rows = await self._call("fetch", _LIST_SESSIONS, status.value)
         return [_session_from_row(row) for row in rows]
+
+    async def query_sessions(self, query: SessionQuery, *, limit: int) -> SessionPage:
+        """The sessions ``query`` matches, newest first, from the owner index."""
+        sql, args = listing.query_sql(query, limit)
+        rows = await self._call("fetch", sql, *args) if clamp(limit) else []
+        return page_of(listing.records(rows), clamp(limit))
 
     async def append(
         self,

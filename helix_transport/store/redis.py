@@ -4,6 +4,7 @@ Every key starts with the store's prefix (``{prefix}:...``):
 
 - ``session:{id}``: a hash with one field per ``SessionRecord`` field.
 - ``status:{status}``: a set of the session ids in that status (``list_sessions``).
+- ``owned:{owner}``: each owner's sessions, newest last (``_redis_listing``).
 - ``events:{id}``: the session's log, a stream whose entry ids are ``0-<sequence>``.
 - ``checkpoint:{id}``: the checkpoint as a JSON string.
 - ``interrupt:{id}``: a pending interrupt reason.
@@ -41,6 +42,7 @@ from helix_transport._exceptions import (
     UsageError,
 )
 from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
+from helix_transport.store import _redis_listing as listing
 from helix_transport.store._base import (
     READ_LIMIT,
     appended_count,
@@ -48,6 +50,7 @@ from helix_transport.store._base import (
     check_lease,
     given_bytes,
 )
+from helix_transport.store._listing import SessionPage, SessionQuery
 from helix_transport.store._records import (
     Checkpoint,
     ChildCommand,
@@ -131,6 +134,7 @@ class RedisStore:
         self._acquire = client.register_script(_ACQUIRE_LEASE)
         self._release = client.register_script(_RELEASE_LEASE)
         self._outbox = RedisOutbox(client, prefix)
+        self._index = listing.RedisSessionIndex(client, prefix)
 
     @classmethod
     async def from_url(
@@ -204,8 +208,9 @@ class RedisStore:
         self._check_open()
         check_lease(record, lease_ttl_s)
         keys = [self._key("session", record.session_id), self._key("status", record.status.value)]
+        keys.append(self._index.key_of(record))
         ttl = "" if lease_ttl_s is None else repr(float(lease_ttl_s))
-        args = [record.session_id, ttl, *_field_pairs(record)]
+        args = [record.session_id, ttl, listing.member(record), *_field_pairs(record)]
         with _map_redis_errors():
             created, fields = await self._create(keys=keys, args=args)
         return _decode_session(fields), created == 1
@@ -259,6 +264,12 @@ class RedisStore:
         records = [_decode_session(fields) for fields in rows if fields]
         records = [r for r in records if r.status == status]
         return sorted(records, key=lambda r: (r.created_at, r.session_id))
+
+    async def query_sessions(self, query: SessionQuery, *, limit: int) -> SessionPage:
+        """The sessions ``query`` matches, newest first, from the owner's set."""
+        self._check_open()
+        with _map_redis_errors():
+            return await self._index.query(query, limit)
 
     async def append(
         self,

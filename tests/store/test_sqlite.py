@@ -29,7 +29,7 @@ from helix_transport.store import (
     Store,
     SubSessionRef,
 )
-from helix_transport.store.sqlite import _log, _schema, _sessions, _worker
+from helix_transport.store.sqlite import SCHEMA_VERSION, _log, _schema, _sessions, _worker
 from helix_transport.testing.store_suite import (
     DurableStoreConformance,
     Reopen,
@@ -58,7 +58,7 @@ async def test_open_creates_parent_dirs_and_uses_wal(tmp_path: Path) -> None:
     assert path.exists()
     with sqlite3.connect(path) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(3,)]
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
         tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
     assert {
         "sessions",
@@ -95,7 +95,7 @@ async def test_a_version_1_file_is_upgraded_and_its_sessions_are_anonymous(
     finally:
         await store.aclose()
     with sqlite3.connect(path) as conn:
-        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(3,)]
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
 
 
 async def test_a_version_2_file_gains_the_outbox(tmp_path: Path) -> None:
@@ -115,7 +115,7 @@ async def test_a_version_2_file_gains_the_outbox(tmp_path: Path) -> None:
             await store.put_commands([command])
             assert await store.list_commands() == [command]
     with sqlite3.connect(path) as conn:
-        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(3,)]
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
 
 
 async def test_a_batch_of_commands_is_stored_whole_or_not_at_all(tmp_path: Path) -> None:

@@ -9,11 +9,12 @@ from helix_transport._exceptions import (
     StoreError,
     StoreUnavailable,
 )
+from helix_transport.store.sqlite import _listing as listing
 from helix_transport.store.sqlite import _outbox as outbox
 from helix_transport.store.sqlite._checkpointer import Checkpointer
 from helix_transport.store.sqlite._conn import _map_sqlite_errors, _transaction
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """The schema this module writes; a file with a newer version is refused."""
 
 # Column names are the record fields' names; metadata, usage, messages and state are JSON.
@@ -59,6 +60,8 @@ _UPGRADES: dict[int, tuple[str, ...]] = {
     ),
     # 3: the outbox of commands for children (interrupts a child's service must take).
     3: outbox.UPGRADE,
+    # 4: an index on (owner, created_at) for ListSessions.
+    4: listing.UPGRADE,
 }
 # A batch's plain appends as one statement: a row inserted into this view checks its
 # session's fence, moves the log's end and stores the event, all inside SQLite. TEMP: it

@@ -21,6 +21,7 @@ from helix_transport.store._base import (
     check_lease,
     given_bytes,
 )
+from helix_transport.store._listing import SessionPage, SessionQuery
 from helix_transport.store._records import (
     Checkpoint,
     ChildCommand,
@@ -29,6 +30,7 @@ from helix_transport.store._records import (
     SubSessionRef,
     merge_commands,
 )
+from helix_transport.store.sqlite import _listing as listing
 from helix_transport.store.sqlite import _outbox as outbox
 from helix_transport.store.sqlite._checkpointer import Checkpointer
 from helix_transport.store.sqlite._checkpoints import (
@@ -155,6 +157,10 @@ class SqliteStore:
         return await self._run(
             lambda conn: [_session_from_row(r) for r in conn.execute(sql, (status.value,))]
         )
+
+    async def query_sessions(self, query: SessionQuery, *, limit: int) -> SessionPage:
+        """The sessions ``query`` matches, newest first, from the owner index."""
+        return await self._run(lambda conn: listing.query_sessions(conn, query, limit))
 
     async def append(
         self,

@@ -6,6 +6,7 @@ import pytest
 
 from helix_transport.testing.store_suite._keyed import KeyedStateConformance
 from helix_transport.testing.store_suite._leases import LeaseConformance
+from helix_transport.testing.store_suite._listing import ListingConformance
 from helix_transport.testing.store_suite._log import EventLogConformance
 from helix_transport.testing.store_suite._outbox import OutboxConformance
 from helix_transport.testing.store_suite._sessions import SessionConformance
@@ -17,6 +18,7 @@ class StoreConformance(
     KeyedStateConformance,
     OutboxConformance,
     LeaseConformance,
+    ListingConformance,
 ):
     """The ``Store`` contract as tests; needs a ``store`` fixture (see the package docstring)."""
 

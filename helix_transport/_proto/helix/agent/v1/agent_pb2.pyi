@@ -1427,7 +1427,10 @@ class ListSessionsRequest(_message.Message):
     is not one or the filters changed).
     """
     agent_type: _builtins.str
-    """Only sessions of this agent type; empty for any (a store may hold several)."""
+    """Only sessions of this agent type; empty for every type the service hosts.
+    A service lists only the sessions it would find by `GetStatus`: a type it
+    does not host lists nothing.
+    """
     roots_only: _builtins.bool
     """Only sessions without a parent (`parent_session_id` empty)."""
     @_builtins.property

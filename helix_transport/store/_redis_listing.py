@@ -1,0 +1,139 @@
+"""Listing one owner's sessions in the Redis store: a sorted set per owner.
+
+``owned:{digest of tenant and principal}`` holds one member per session,
+``{sortable created_at} {session_id}``, all with score 0: sorted by text, which is
+newest-last, so ``ZREVRANGEBYLEX`` from a page's position walks it newest first and
+exactly (no ties between floats to resolve). The create script adds the member with
+the session; a session removed since is skipped and its member dropped. Stores written
+before the index are indexed once, on the first listing (``owned-indexed`` marks it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import AsyncIterator, Awaitable
+from typing import cast
+
+import redis.asyncio as aioredis
+
+from helix_transport.store._listing import (
+    Position,
+    SessionPage,
+    SessionQuery,
+    clamp,
+    listed_principal,
+    page_of,
+    sortable_time,
+    time_from_sortable,
+)
+from helix_transport.store._records import SessionRecord
+from helix_transport.store._redis_codec import _decode_session
+
+BATCH = 200
+"""Members read per round trip."""
+SCAN_BUDGET = 5000
+"""Members examined per listing at most: a filter that matches few sessions of many
+returns a short page (with the position to go on from) instead of reading them all."""
+
+
+def member(record: SessionRecord) -> str:
+    """``record``'s member in its owner's set."""
+    return f"{sortable_time(record.created_at)} {record.session_id}"
+
+
+def _position(raw: bytes) -> Position:
+    text = raw.decode()
+    return (time_from_sortable(text[:16]), text[17:])
+
+
+class RedisSessionIndex:
+    """The owner sets of one Redis store (``prefix``); errors are the caller's to map."""
+
+    def __init__(self, client: aioredis.Redis, prefix: str) -> None:
+        self._client = client
+        self._prefix = prefix
+        self._indexed = False
+
+    def key(self, tenant: str, principal: str) -> str:
+        """The set of (``tenant``, ``principal``)'s sessions."""
+        owner = f"{len(tenant)}:{tenant}/{principal}"  # unambiguous, as Principal.key
+        return f"{self._prefix}:owned:{hashlib.sha256(owner.encode()).hexdigest()[:32]}"
+
+    def key_of(self, record: SessionRecord) -> str:
+        """The set ``record`` belongs in."""
+        return self.key(record.tenant, listed_principal(record))
+
+    async def query(self, query: SessionQuery, limit: int) -> SessionPage:
+        """Up to ``limit`` sessions ``query`` matches (see ``SessionIndex``)."""
+        limit = clamp(limit)
+        if limit == 0:
+            return SessionPage(records=[], next_after=None)
+        await self._backfill()
+        key = self.key(query.tenant, query.principal)
+        bounds = ["+"]
+        if query.after is not None:
+            bounds.append(f"({sortable_time(query.after[0])} {query.after[1]}")
+        if query.created_before is not None:
+            bounds.append(f"({sortable_time(query.created_before)}")
+        high: str | bytes = min(bounds, key=lambda b: "\U0010ffff" if b == "+" else b[1:])
+        low = "-" if query.created_after is None else f"[{sortable_time(query.created_after)}"
+        found: list[SessionRecord] = []
+        examined = 0
+        last = b""
+        while examined < SCAN_BUDGET:
+            batch = await cast(
+                "Awaitable[list[bytes]]",
+                self._client.zrevrangebylex(key, high, low, start=0, num=BATCH),
+            )
+            if not batch:
+                return page_of(found, limit)
+            async with self._client.pipeline(transaction=False) as pipe:
+                for raw in batch:
+                    pipe.hgetall(f"{self._prefix}:session:{_position(raw)[1]}")
+                rows = await pipe.execute()
+            gone = [raw for raw, fields in zip(batch, rows, strict=True) if not fields]
+            if gone:  # removed (expired) sessions: their members go too
+                await cast("Awaitable[int]", self._client.zrem(key, *gone))
+            for fields in rows:
+                examined += 1
+                if fields and query.matches(record := _decode_session(fields)):
+                    found.append(record)
+                    if len(found) > limit:
+                        return page_of(found, limit)
+            last = batch[-1]
+            high = b"(" + last
+        return SessionPage(records=found, next_after=_position(last))
+
+    async def _backfill(self) -> None:
+        """Index, once per store, the sessions written before the index existed."""
+        if self._indexed:
+            return
+        marker = f"{self._prefix}:owned-indexed"
+        if not await cast("Awaitable[int]", self._client.exists(marker)):
+            pattern = _escape_glob(f"{self._prefix}:session:") + "*"
+            async for keys in _scan(self._client, pattern):
+                async with self._client.pipeline(transaction=False) as pipe:
+                    for key in keys:
+                        pipe.hgetall(key.decode())
+                    rows = await pipe.execute()
+                records = [_decode_session(fields) for fields in rows if fields]
+                async with self._client.pipeline(transaction=False) as pipe:
+                    for record in records:
+                        pipe.zadd(self.key_of(record), {member(record): 0})
+                    await pipe.execute()
+            await self._client.set(marker, b"1")
+        self._indexed = True
+
+
+async def _scan(client: aioredis.Redis, pattern: str) -> AsyncIterator[list[bytes]]:
+    cursor = 0
+    while True:
+        cursor, keys = await client.scan(cursor, match=pattern, count=500)
+        if keys:
+            yield keys
+        if cursor == 0:
+            return
+
+
+def _escape_glob(text: str) -> str:
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
