@@ -85,12 +85,16 @@ async def test_the_tree_from_the_roots_log_alone(mesh: Mesh) -> None:
     lines = text.splitlines()
     assert code == ExitCode.COMPLETED and len(lines) == 5
     assert re.match(
-        r"delegator  completed  [\d.]+ m?s  2 steps  [\d,]+ tokens, [\d,]+ with children  r$", lines[0]
+        r"delegator  completed  [\d.]+ m?s  2 steps  [\d,]+ tokens, [\d,]+ with children  r$",
+        lines[0],
     )
     assert lines[1].startswith("├─ counter call_1_0  completed  ")
     assert lines[2].startswith("├─ middle call_1_1  completed  ")
     assert lines[3].startswith("│  └─ counter call_1_0  completed  ")
-    assert lines[4].startswith("└─ looper call_1_2  failed  ") and "no output after 3 steps" in lines[4]
+    assert (
+        lines[4].startswith("└─ looper call_1_2  failed  ")
+        and "no output after 3 steps" in lines[4]
+    )
 
     # Every child's service gone: the root's log still holds the whole tree.
     for name in ("counter", "middle", "looper"):
