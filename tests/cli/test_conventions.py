@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import re
 
 import pytest
 
@@ -18,6 +19,7 @@ from helix_transport.testing.processes import free_port
 from services.critic import agent as critic
 from tests.agents import counter, delegator, looper
 from tests.cli.run import cli, cli_on_a_terminal
+from tests.helpers import ROOT
 
 SHORT = json.dumps({"steps": 1, "words": 2})
 LONG = json.dumps({"steps": 50, "words": 20})  # ~20 s at 20 ms a chunk: stopped long before
@@ -177,3 +179,12 @@ async def test_status_include_children_adds_the_childrens_usage(
         assert status["total_usage"]["total_tokens"] == own + child_usage
         code, out, _ = await cli("status", parent.address, "p", "--include-children")
         assert f"usage with children  {own + child_usage:,} tokens" in out
+
+
+def test_the_exit_code_table_in_the_docs_is_the_code() -> None:
+    text = (ROOT / "docs" / "cli.md").read_text()
+    table = text.split("## Exit codes", 1)[1].split("\n\n")[2]
+    rows = re.findall(r"^\| (\d+) \| (\w+) \|", table, flags=re.M)
+    assert [(int(code), name) for code, name in rows] == [
+        (code.value, code.name.lower()) for code in ExitCode
+    ]
