@@ -52,11 +52,14 @@ async def mesh(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Mesh]:
         yield Mesh(root=address, servers=servers, client=client)
 
 
-def shape(node: dict[str, Any]) -> tuple[str, str, list[Any]]:
+Shape = tuple[str, str, list[Any]]
+
+
+def shape(node: dict[str, Any]) -> Shape:
     return node["agent_type"], node["status"], [shape(child) for child in node["children"]]
 
 
-EXPECTED = (
+EXPECTED: Shape = (
     "delegator",
     "completed",
     [

@@ -27,7 +27,7 @@ from helix_transport.server.auth import AuthConfig, Presented, TokenFileAuthenti
 from helix_transport.store import MemoryStore
 from helix_transport.transport._auth import ClientAuth
 from tests.agents import counter
-from tests.cli.test_cli import cli
+from tests.cli.run import cli
 from tests.security.conftest import AUDIENCE, JwtKeys, Pki, Tokens
 
 INPUT = json.dumps({"steps": 1, "words": 1})
