@@ -58,16 +58,20 @@ async def tree(args: argparse.Namespace) -> int:
     out = sys.stdout
     async with await connect(args) as client:
         status = await client.get_status(args.session_id)
+        # What was logged when GetStatus answered is read before anything is shown:
+        # a tree replayed event by event would show every past state of it first.
+        caught_up = status.last_sequence
         if not args.follow:
-            # What was logged when GetStatus answered, then stop (a snapshot).
-            events = session_events(client, args.session_id, until_sequence=status.last_sequence)
+            events = session_events(client, args.session_id, until_sequence=caught_up)
             async for event in events:
                 folded.add(event)
             _print_once(folded, out, as_json=args.json)
         elif args.json or not out.isatty():
-            await _append(session_events(client, args.session_id), folded, out, args.json)
+            events = session_events(client, args.session_id)
+            await _append(events, folded, out, as_json=args.json, caught_up=caught_up)
         else:
-            await _LiveTree(folded, out).follow(session_events(client, args.session_id))
+            live = _LiveTree(folded, out, caught_up=caught_up)
+            await live.follow(session_events(client, args.session_id))
     root = folded.root
     return for_status(root.status.to_proto() if root is not None else status.status)
 
@@ -86,15 +90,21 @@ def _print_once(folded: SessionTree, out: TextIO, *, as_json: bool) -> None:
 
 
 async def _append(
-    events: AsyncIterator[pb.StreamEvent], folded: SessionTree, out: TextIO, as_json: bool
+    events: AsyncIterator[pb.StreamEvent],
+    folded: SessionTree,
+    out: TextIO,
+    *,
+    as_json: bool,
+    caught_up: int,
 ) -> None:
-    """Print a copy of the tree each time its shape changes (see ``tree_shape``)."""
+    """Print the tree as of ``caught_up`` (the root's sequence), then a copy each time
+    its shape changes (see ``tree_shape``)."""
     shown: tuple[object, ...] = ()
     color = wants_color(out)
     async for event in events:
         folded.add(event)
         shape = tree_shape(folded)
-        if shape == shown or folded.root is None:
+        if event.sequence < caught_up or shape == shown or folded.root is None:
             continue
         shown = shape
         if as_json:
@@ -107,9 +117,10 @@ async def _append(
 class _LiveTree:
     """The tree on a terminal, redrawn in place as events arrive (and each second)."""
 
-    def __init__(self, folded: SessionTree, out: TextIO) -> None:
+    def __init__(self, folded: SessionTree, out: TextIO, *, caught_up: int) -> None:
         self.folded = folded
         self.out = out
+        self.caught_up = caught_up  # the root's sequence from which frames are drawn
         self.color = wants_color(out)
         self.drawn = 0  # lines of the last frame, to move back over
         self.changed = asyncio.Event()
@@ -119,13 +130,15 @@ class _LiveTree:
         try:
             async for event in events:
                 self.folded.add(event)
-                self.changed.set()
+                if event.sequence >= self.caught_up:
+                    self.changed.set()
         finally:
             painter.cancel()
             await asyncio.wait({painter})  # its end, without taking on its cancellation
         self.draw()
 
     async def _paint(self) -> None:
+        await self.changed.wait()  # nothing before the log is read as far as it went
         while True:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(_CLOCK_S):

@@ -4,6 +4,7 @@ child services stopped), as JSON, live on a pipe and redrawn in place on a termi
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import AsyncIterator
@@ -121,26 +122,46 @@ async def test_a_running_tree_is_shown_as_far_as_it_went(
 async def test_follow_appends_on_a_pipe_and_redraws_on_a_terminal(
     mesh: Mesh, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("HELIX_SCRIPTED_DELAY_MS", "10")
-    await mesh.client.start(TREE_INPUT, session_id="f1")
-    code, out, _ = await cli("tree", mesh.root, "f1", "--follow", "--json")
+    monkeypatch.setenv("HELIX_SCRIPTED_DELAY_MS", "30")
+    # Seconds of work (40 steps of 9 chunks), so each follower attaches while it runs.
+    slow = {
+        "calls": [
+            {"tool": "count", "args": {"steps": 1}},
+            {"tool": "count", "args": {"steps": 40, "words": 8}},
+        ]
+    }
+    for session_id in ("json", "pipe", "tty"):
+        await mesh.client.start(json.dumps(slow), session_id=session_id)
+    (code, out, _), (pipe_code, piped, _), (tty_code, shown) = await asyncio.gather(
+        cli("tree", mesh.root, "json", "--follow", "--json"),
+        cli("tree", mesh.root, "pipe", "--follow"),
+        cli_on_a_terminal("tree", mesh.root, "tty", "--follow"),
+    )
+    done = ("delegator", "completed", [("counter", "completed", [])] * 2)
+
     copies = [json.loads(line) for line in out.splitlines()]
     assert code == ExitCode.COMPLETED and len(copies) > 3
-    assert copies[0]["status"] == "running" and shape(copies[-1]) == EXPECTED
+    assert copies[0]["status"] == "running" and shape(copies[-1]) == done
     assert len({json.dumps(copy) for copy in copies}) == len(copies)  # each one a change
+    # The first copy is the tree as far as it went, not its first event's.
+    assert copies[0]["children"] and copies[0]["steps"] == 1
 
-    await mesh.client.start(TREE_INPUT, session_id="f2")
-    code, out, _ = await cli("tree", mesh.root, "f2", "--follow")
-    frames = out.split("\n\n")
-    assert code == ExitCode.COMPLETED and len(frames) > 3 and "\x1b[" not in out
-    assert frames[0].startswith("delegator  running")
+    frames = piped.split("\n\n")
+    assert pipe_code == ExitCode.COMPLETED and len(frames) > 3 and "\x1b[" not in piped
+    assert frames[0].startswith("delegator  running") and len(frames[0].splitlines()) == 3
     assert frames[-2].startswith("delegator  completed") and frames[-1] == ""
 
-    await mesh.client.start(TREE_INPUT, session_id="f3")
-    code, shown = await cli_on_a_terminal("tree", mesh.root, "f3", "--follow")
-    assert code == ExitCode.COMPLETED
+    assert tty_code == ExitCode.COMPLETED
     # Each frame goes back over the last (cursor up N lines, clear) and draws anew.
-    assert re.search(r"\x1b\[\d+F\x1b\[J", shown), shown
+    assert re.search(r"\x1b\[3F\x1b\[J", shown), shown
     last_frame = shown.rsplit("\x1b[J", 1)[1]
     assert "\x1b[1mdelegator\x1b[0m  \x1b[32mcompleted\x1b[0m" in last_frame
-    assert len(last_frame.splitlines()) == 5
+    assert len(last_frame.splitlines()) == 3
+
+
+async def test_following_a_finished_tree_prints_it_once(mesh: Mesh) -> None:
+    await mesh.client.start(TREE_INPUT, session_id="old")
+    await mesh.client.wait("old")
+    code, out, _ = await cli("tree", mesh.root, "old", "--follow", "--json")
+    assert code == ExitCode.COMPLETED and len(out.splitlines()) == 1
+    assert shape(json.loads(out)) == EXPECTED
