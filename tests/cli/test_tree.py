@@ -137,7 +137,7 @@ async def test_follow_appends_on_a_pipe_and_redraws_on_a_terminal(
         cli("tree", mesh.root, "pipe", "--follow"),
         cli_on_a_terminal("tree", mesh.root, "tty", "--follow"),
     )
-    done = ("delegator", "completed", [("counter", "completed", [])] * 2)
+    done: Shape = ("delegator", "completed", [("counter", "completed", [])] * 2)
 
     copies = [json.loads(line) for line in out.splitlines()]
     assert code == ExitCode.COMPLETED and len(copies) > 3
