@@ -12,9 +12,11 @@ parent step:
 - when the parent's pass ends (a step without tool calls) while a batch is
   still out: the run *parks* at the start of its next step until the batch is
   done, then goes on in the same run and the same stream. While it waits, it
-  asks each running task's status with a long poll, so the batch is delivered
-  as its last task ends, and its own stream sends heartbeats
-  (``StreamResponse.heartbeat``, not logged).
+  follows each running task's stream, forwarding its events into its own log
+  (``helix_transport.delegation.forwarding``), so the batch is delivered as its
+  last task ends; a quiet stream sends heartbeats (``StreamResponse.heartbeat``,
+  not logged). Unparked, each step forwards a running task's events up to where
+  its service says it is.
 
 **Deadline.** With ``run_deadline_s``, the run has a wall-clock deadline counted
 from the first step of each turn (kept in the checkpointed state, so a restarted
@@ -65,7 +67,7 @@ from helix_transport.delegation.children import (
     subagent_ended,
     subagent_started,
 )
-from helix_transport.delegation.forwarded import start_logged
+from helix_transport.delegation.forwarded import ends_logged, start_logged
 from helix_transport.delegation.forwarding import forward_child, status_of
 from helix_transport.delegation.spans import end_delegation, open_delegation, reopen_delegations
 from helix_transport.registry import resolve_address
@@ -313,15 +315,15 @@ class Dispatcher:
         if deadline is not None and time.time() >= deadline:
             return await self._deadline(ctx, out, state)
         ready = [b for b in out if all(t["status"] != "running" for t in b["tasks"])]
-        return self._deliver(ctx, ready, heading="[sub-agent results]")
+        return await self._deliver(ctx, ready, heading="[sub-agent results]")
 
     async def _park(
         self, ctx: ToolContext, batches: list[dict[str, Any]], deadline: float | None
     ) -> None:
         """Wait until one outstanding batch is done (or the deadline passes).
 
-        Each running task's status is a long poll, so a batch is delivered as its last
-        task ends, not at the next poll.
+        Each running task's stream is followed (and forwarded) to its end, so a batch is
+        delivered as its last task ends, not at the next poll.
         """
         changed = asyncio.Event()
         running = [
@@ -393,24 +395,28 @@ class Dispatcher:
             _end_span(ctx, task)
 
         await asyncio.gather(*(stop(t, call) for t, call in late))
-        delivered = self._deliver(ctx, batches, heading="[sub-agent results at the deadline]")
+        delivered = await self._deliver(ctx, batches, heading="[sub-agent results at the deadline]")
         note = "The run's deadline has passed: give your best answer now, in this step."
         if delivered:
             delivered[0]["content"] += "\n" + note
             return delivered
         return [{"role": "user", "content": note}]
 
-    def _deliver(
+    async def _deliver(
         self, ctx: ToolContext, batches: list[dict[str, Any]], *, heading: str
     ) -> list[dict[str, Any]]:
         if not batches:
             return []
+        # A delivery re-run by a resumed parent (its subagent_end flushed, its checkpoint
+        # not) shows the model the batch again, but logs no second end.
+        logged = await ends_logged(ctx, [t["session_id"] for b in batches for t in b["tasks"]])
         reports = []
         for batch in batches:
             batch["delivered"] = True  # durable with the conversation that holds it
             for task in batch["tasks"]:
                 reports.append(_Task(**task).report())
-                _end_event(ctx, batch["tool_call_id"], _Task(**task))
+                if not logged[task["session_id"]]:
+                    _end_event(ctx, batch["tool_call_id"], _Task(**task))
         return [{"role": "user", "content": f"{heading}\n{json.dumps(reports)}"}]
 
     async def _refresh(self, ctx: ToolContext, batches: list[dict[str, Any]]) -> None:

@@ -85,7 +85,7 @@ async def forward_child(
         while True:
             last = forwarded.last.get(child_id)
             if last is None:  # nothing forwarded in this run: the log says where it is
-                _, last = await forwarded_so_far(ctx).child(child_id)
+                last = (await forwarded_so_far(ctx).child(child_id)).last_sequence
                 forwarded.last[child_id] = last
             if until is not None and last >= until:
                 return final

@@ -37,6 +37,7 @@ from helix_transport.delegation.companions import (
     _lifecycle,
     child_session_id,
 )
+from helix_transport.delegation.forwarding import forward_child
 from helix_transport.store import MemoryStore
 from helix_transport.transport._pool import ClientPool
 from services.critic import agent as critic
@@ -443,7 +444,7 @@ async def test_a_blocking_spawn_whose_result_cannot_be_read_shows_the_previous_o
         # Turn 1 was shown by the blocking spawn: unmark it, as a parent state
         # checkpointed before that result would have it.
         parent.state[STATE_KEY]["children"]["critic-1"]["delivered"] = False
-        real_wait, real_forward = AgentClient.wait, _lifecycle.forward_child
+        real_wait = AgentClient.wait
 
         async def unreachable(*args: Any, **kw: Any) -> Any:
             raise ConnectError(server.address, "out of reach for the test")
@@ -455,7 +456,7 @@ async def test_a_blocking_spawn_whose_result_cannot_be_read_shows_the_previous_o
             again = SpawnArgs(agent="critic", message="v2", name="critic-1")
             await tools._spawn(parent.ctx(), again)
         monkeypatch.setattr(AgentClient, "wait", real_wait)
-        monkeypatch.setattr(_lifecycle, "forward_child", real_forward)
+        monkeypatch.setattr(_lifecycle, "forward_child", forward_child)
         await client.wait(CHILD, from_sequence=1)  # turn 2 began, and ends
     assert "began its turn, but its result could not be read" in lost.value.message
     assert '"round": 1' in lost.value.message

@@ -28,7 +28,7 @@ from helix_transport.delegation.companions._children import (
     PersistentChild,
     child_session_id,
 )
-from helix_transport.delegation.forwarded import start_logged
+from helix_transport.delegation.forwarded import forwarded_so_far, start_logged
 from helix_transport.delegation.forwarding import forward_child, status_of
 from helix_transport.delegation.spans import end_delegation, open_delegation
 from helix_transport.registry import resolve_address
@@ -374,6 +374,10 @@ class Lifecycle:
         Children(ctx.run.state.extensions).put(child)
         status = SessionStatus(child.status)
         self._end_span(ctx, child)
+        # A delivery re-run by a resumed parent (its end flushed, its checkpoint not):
+        # the log, as last read (a rejoin reads it), already holds this turn's end.
+        if forwarded_so_far(ctx).child_so_far(child.session_id).ends >= child.turn:
+            return
         ctx.emit(
             subagent_ended(
                 tool_call_id=child.tool_call_id,
