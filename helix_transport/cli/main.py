@@ -5,6 +5,7 @@ helix-mesh call 127.0.0.1:50061 --input '{"topic": "gRPC"}'
 helix-mesh status 127.0.0.1:50061 SESSION_ID
 helix-mesh interrupt 127.0.0.1:50061 SESSION_ID --reason "user stop"
 helix-mesh describe 127.0.0.1:50061
+helix-mesh sessions 127.0.0.1:50061 [--status running] [--since 1h] [--json]
 helix-mesh tree 127.0.0.1:50061 SESSION_ID --follow
 helix-mesh inspect 127.0.0.1:50061
 helix-mesh conformance 127.0.0.1:50061 --input '{"topic": "gRPC"}'
@@ -23,7 +24,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from helix_transport._exceptions import ConnectError, HelixError
-from helix_transport.cli import client, conformance, inspect_command, serve, tree
+from helix_transport.cli import client, conformance, inspect_command, serve, sessions, tree
 from helix_transport.cli.exits import ExitCode, for_error
 
 _COMMANDS: dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, int]]] = {
@@ -34,6 +35,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, int]]] =
     "tree": tree.tree,
     "inspect": inspect_command.inspect,
     "conformance": conformance.conformance,
+    "sessions": sessions.sessions,
 }
 
 
@@ -50,6 +52,7 @@ def _parser() -> argparse.ArgumentParser:
     tree.add_command(sub)
     inspect_command.add_command(sub)
     conformance.add_command(sub)
+    sessions.add_command(sub)
     # Listed for --help only: main() hands `bench ...` to helix_transport.bench whole.
     sub.add_parser("bench", help="run the benchmark suite (helix-mesh bench --help)")
     return parser

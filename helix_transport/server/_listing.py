@@ -49,10 +49,10 @@ async def list_sessions(
     """
     query = _query(request, caller)
     size = page_size(request.page_size)
-    if query.agent_type and query.agent_type != agent_type:
-        return pb.ListSessionsResponse()  # this service runs no session of that type
     filters = _digest(request)
     after = _position(request.page_token, filters) if request.page_token else None
+    if query.agent_type and query.agent_type != agent_type:
+        return pb.ListSessionsResponse()  # this service runs no session of that type
     query = dataclasses.replace(query, agent_type=agent_type, after=after)
     page = await index.query_sessions(query, limit=size)
     response = pb.ListSessionsResponse(
@@ -119,7 +119,24 @@ def _query(request: pb.ListSessionsRequest, caller: Principal) -> SessionQuery:
 def _time(value: Timestamp, name: str) -> float:
     if not _MIN_SECONDS <= value.seconds <= _MAX_SECONDS or not 0 <= value.nanos <= 999_999_999:
         raise InvalidArgument(name, "not a valid Timestamp (years 1 to 9999, nanos 0..999999999)")
-    return value.seconds + value.nanos / 1e9
+    return reported_at_or_after(value.seconds * 1_000_000_000 + value.nanos)
+
+
+def reported_at_or_after(nanos: int) -> float:
+    """The smallest stored time (seconds, a float) reported as ``nanos`` or later.
+
+    Times are stored as floats and reported as ``int(t * 1e9)`` nanoseconds; comparing
+    a bound as ``seconds + nanos / 1e9`` would be off by a rounding now and then, and a
+    caller passing a session's own ``created_at`` back as ``created_after`` could miss
+    that very session. So ``t >= reported_at_or_after(n)`` exactly when ``t`` is
+    reported at ``n`` or later (the reported time only grows with ``t``).
+    """
+    bound = nanos / 1e9
+    while int(bound * 1e9) >= nanos:
+        bound = math.nextafter(bound, -math.inf)
+    while int(bound * 1e9) < nanos:
+        bound = math.nextafter(bound, math.inf)
+    return bound
 
 
 def _in_namespace(record: SessionRecord, caller: Principal) -> bool:

@@ -16,6 +16,7 @@ from typing import cast
 
 import redis.asyncio as aioredis
 
+from helix_transport._events import SessionStatus
 from helix_transport.store._listing import (
     Position,
     SessionPage,
@@ -80,11 +81,13 @@ class RedisSessionIndex:
         found: list[SessionRecord] = []
         examined = 0
         last = b""
+        wanted = limit + 1  # without filters, one batch is the page (and whether more follow)
         while examined < SCAN_BUDGET:
             batch = await cast(
                 "Awaitable[list[bytes]]",
-                self._client.zrevrangebylex(key, high, low, start=0, num=BATCH),
+                self._client.zrevrangebylex(key, high, low, start=0, num=wanted),
             )
+            wanted = min(wanted * 2, BATCH)  # a filter dropped some: read further ahead
             if not batch:
                 return page_of(found, limit)
             async with self._client.pipeline(transaction=False) as pipe:
@@ -110,11 +113,12 @@ class RedisSessionIndex:
             return
         marker = f"{self._prefix}:owned-indexed"
         if not await cast("Awaitable[int]", self._client.exists(marker)):
-            pattern = _escape_glob(f"{self._prefix}:session:") + "*"
-            async for keys in _scan(self._client, pattern):
+            # Every session is in the set of its status (which older stores kept too):
+            # reading those finds them all without scanning the server's keyspace.
+            async for ids in self._every_session_id():
                 async with self._client.pipeline(transaction=False) as pipe:
-                    for key in keys:
-                        pipe.hgetall(key.decode())
+                    for session_id in ids:
+                        pipe.hgetall(f"{self._prefix}:session:{session_id.decode()}")
                     rows = await pipe.execute()
                 records = [_decode_session(fields) for fields in rows if fields]
                 async with self._client.pipeline(transaction=False) as pipe:
@@ -124,16 +128,16 @@ class RedisSessionIndex:
             await self._client.set(marker, b"1")
         self._indexed = True
 
-
-async def _scan(client: aioredis.Redis, pattern: str) -> AsyncIterator[list[bytes]]:
-    cursor = 0
-    while True:
-        cursor, keys = await client.scan(cursor, match=pattern, count=500)
-        if keys:
-            yield keys
-        if cursor == 0:
-            return
-
-
-def _escape_glob(text: str) -> str:
-    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
+    async def _every_session_id(self) -> AsyncIterator[list[bytes]]:
+        for status in SessionStatus:
+            key = f"{self._prefix}:status:{status.value}"
+            scan_position = 0
+            while True:
+                scan_position, ids = await cast(
+                    "Awaitable[tuple[int, list[bytes]]]",
+                    self._client.sscan(key, scan_position, count=500),
+                )
+                if ids:
+                    yield ids
+                if scan_position == 0:
+                    break

@@ -29,6 +29,7 @@ const { HealthImplementation } = require('grpc-health-check');
 const protobuf = require('protobufjs');
 
 const translator = require('./translator');
+const { listSessions } = require('./listing');
 
 const PROTO_ROOT = path.resolve(__dirname, '..', '..', 'proto');
 const PROTO_FILE = 'helix/agent/v1/agent.proto';
@@ -662,6 +663,10 @@ class TranslatorService {
     };
   }
 
+  ListSessions(request) {
+    return listSessions(this.sessions, request, { agentType: translator.AGENT_TYPE, invalid });
+  }
+
   session(sessionId) {
     const session = this.sessions.get(sessionId);
     if (!session) throw notFound(sessionId);
@@ -689,6 +694,7 @@ class TranslatorService {
       GetStatus: unary(this.GetStatus),
       Interrupt: unary(this.Interrupt),
       Describe: unary(this.Describe),
+      ListSessions: unary(this.ListSessions),
     };
   }
 

@@ -67,6 +67,7 @@ EXPECTED_CHECKS = {
     "errors.malformed_input",
     "errors.unparsable_request",
     "errors.schema_rejected_input",
+    "sessions.list",
     "continue.new_turn",
 }
 
@@ -83,7 +84,7 @@ def assert_all_pass(results: list[CheckResult]) -> None:
     # Only a run that ends within three events may skip the mid-run reconnect, one
     # that ends before the kit polls it the running long poll; Continue and the
     # long poll are optional (the Node.js service implements neither).
-    optional = {"continue.new_turn", "errors.wait_out_of_range"}
+    optional = {"continue.new_turn", "errors.wait_out_of_range", "sessions.list"}
     assert skipped <= {"stream.resume_mid_run", "status.wait_running"} | optional, format_results(
         results
     )
@@ -108,6 +109,7 @@ async def test_python_services_conform(agent: Agent, input_json: str) -> None:
     by_name = {r.name: r for r in results}
     assert by_name["stream.resume_mid_run"].passed
     assert not by_name["continue.new_turn"].skipped
+    assert not by_name["sessions.list"].skipped
     assert not by_name["errors.wait_out_of_range"].skipped  # our server checks wait
 
 
@@ -142,6 +144,7 @@ async def test_node_service_conforms(start_node: StartNode) -> None:
     assert "does not implement wait" in by_name["status.wait_running"].detail
     assert by_name["errors.wait_out_of_range"].skipped
     assert "wait not implemented" in by_name["errors.wait_out_of_range"].detail
+    assert by_name["sessions.list"].passed and not by_name["sessions.list"].skipped
 
 
 async def test_cli_prints_the_table_and_exits_zero(start_node: StartNode) -> None:
@@ -158,7 +161,7 @@ async def test_cli_prints_the_table_and_exits_zero(start_node: StartNode) -> Non
     assert "input_json.text: Input should be a valid string" in text
     # Skipped: Continue and the wait checks (a run this fast may end before the kit
     # polls it), none failed.
-    assert re.search(r"\n27 checks: \d+ passed, 0 failed, \d skipped$", text.rstrip()), text
+    assert re.search(r"\n28 checks: \d+ passed, 0 failed, \d skipped$", text.rstrip()), text
 
 
 async def test_cli_exits_non_zero_when_nothing_listens() -> None:
@@ -346,6 +349,23 @@ class ClampsFromSequence(AgentServicer):
             yield response
 
 
+class ListsOldestFirst(AgentServicer):
+    """Lists its sessions in the wrong order."""
+
+    async def ListSessions(self, request: Any, context: Any) -> pb.ListSessionsResponse:
+        response = await super().ListSessions(request, context)
+        response.sessions.reverse()
+        return response
+
+
+class ListsEveryStatus(AgentServicer):
+    """Ignores the status filter."""
+
+    async def ListSessions(self, request: Any, context: Any) -> pb.ListSessionsResponse:
+        request.ClearField("statuses")
+        return await super().ListSessions(request, context)
+
+
 class CannotStart(AgentServicer):
     """Fails every Start."""
 
@@ -370,6 +390,8 @@ class CannotStart(AgentServicer):
         (SitsOutTheWait, {"status.wait_finished"}),
         (ChecksOnlyNegativeWaits, {"errors.wait_out_of_range"}),
         (NamesAnotherField, {"errors.wait_out_of_range"}),
+        (ListsOldestFirst, {"sessions.list"}),
+        (ListsEveryStatus, {"sessions.list"}),
     ],
     ids=[
         "gap",
@@ -386,6 +408,8 @@ class CannotStart(AgentServicer):
         "sits-out-the-wait",
         "checks-only-negative-waits",
         "names-another-field",
+        "lists-oldest-first",
+        "lists-every-status",
     ],
 )
 async def test_kit_fails_a_broken_server(

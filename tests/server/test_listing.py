@@ -4,6 +4,8 @@ paging, filters, what a summary holds, and INVALID_ARGUMENT naming the field."""
 from __future__ import annotations
 
 import json
+import math
+import random
 from datetime import UTC, datetime, timedelta
 
 import grpc
@@ -12,6 +14,7 @@ import pytest
 from helix_transport import AgentClient, InvalidArgument, SessionStatus
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._proto.helix.agent.v1 import agent_pb2_grpc as pb_grpc
+from helix_transport.server._listing import reported_at_or_after
 from helix_transport.store import Store
 from helix_transport.testing.store_suite import make_record
 from tests.agents import counter, looper
@@ -161,3 +164,15 @@ async def test_bad_timestamps_and_tokens_of_other_filters_are_refused(serve: Ser
         hour = timedelta(hours=1)
         late = await client.list_sessions(created_after=datetime.now(UTC) + hour)
         assert list(late.sessions) == []
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_time_bounds_compare_as_the_reported_times(seed: int) -> None:
+    rng = random.Random(seed)
+    for _ in range(2000):
+        stored = rng.uniform(1.6e9, 1.9e9)
+        reported = int(stored * 1e9)  # what GetStatus and ListSessions send
+        bound = reported_at_or_after(reported)
+        assert stored >= bound  # created_after its own created_at: listed
+        assert int(bound * 1e9) >= reported
+        assert int(math.nextafter(bound, -math.inf) * 1e9) < reported  # the smallest such

@@ -24,6 +24,10 @@ mistakes), and checks what ``proto/helix/agent/v1/agent.proto`` promises:
   own, and a replay from 0 still ends at the first turn's terminal event; another
   message for that turn is ``ALREADY_EXISTS``, a turn out of order
   ``FAILED_PRECONDITION``. It runs last, since it adds to the main session.
+- ``ListSessions`` (optional: ``UNIMPLEMENTED`` makes it a skip) lists the main
+  session once, newest first across pages of one, agreeing with ``GetStatus``; a
+  status filter keeps or drops it; ``page_size=-1`` and a forged ``page_token`` are
+  ``INVALID_ARGUMENT`` naming the field.
 - ``GetStatus`` with ``wait`` (the optional long poll): of a finished session it
   answers at once (within ``timing.WAIT_PROMPT_S`` of a ``timing.WAIT_FINISHED_S``
   wait) with the log's end, whether the service implements ``wait`` or not. Of the
@@ -49,9 +53,9 @@ Its modules, one area each: ``runner`` (``run_conformance``, the order of the ch
 ``report`` (``CheckResult``, ``format_results``), ``timing`` (the time limits, read when
 a check runs, so tests can shorten them), and private ones for the plumbing (``_kit``),
 what the contract fixes (``_contract``), derived inputs (``_inputs``) and the checks of
-Describe and health, Start, Stream, the finished session, Interrupt, Continue and bad
-requests (``_describe``, ``_start``, ``_stream``, ``_finished``, ``_interrupt``,
-``_continue``, ``_errors``).
+Describe and health, Start, Stream, the finished session, Interrupt, ListSessions,
+Continue and bad requests (``_describe``, ``_start``, ``_stream``, ``_finished``,
+``_interrupt``, ``_listing``, ``_continue``, ``_errors``).
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ from helix_transport.testing.conformance._errors import check_errors
 from helix_transport.testing.conformance._finished import check_finished
 from helix_transport.testing.conformance._interrupt import check_interrupt_running
 from helix_transport.testing.conformance._kit import Kit
+from helix_transport.testing.conformance._listing import check_listing
 from helix_transport.testing.conformance._start import check_start
 from helix_transport.testing.conformance._stream import check_streams, observe
 from helix_transport.testing.conformance.report import CheckResult
@@ -74,7 +75,8 @@ async def _run(kit: Kit) -> list[CheckResult]:
         kit.not_run(SESSION_CHECKS, "Start failed")
     await check_errors(kit)
     if sessions is not None:  # last: it adds a turn to the main session
+        await kit.check("sessions.list", lambda: check_listing(kit))
         await kit.check("continue.new_turn", lambda: check_continue(kit))
     else:
-        kit.not_run(("continue.new_turn",), "Start failed")
+        kit.not_run(("sessions.list", "continue.new_turn"), "Start failed")
     return kit.results
