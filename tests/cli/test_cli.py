@@ -13,7 +13,7 @@ from helix_transport import AgentClient, ServerConfig, create_server
 from helix_transport.store import MemoryStore
 from helix_transport.testing.processes import free_port
 from tests.agents import counter
-from tests.cli.run import cli
+from tests.cli.run import cli as cli  # also imported from here (tests/cli/test_sessions.py)
 from tests.helpers import ROOT
 
 
