@@ -41,6 +41,9 @@ async def serve_inspector(
         raise UsageError(
             f"--port {port}: cannot listen on {_HOST}:{port} ({exc.strerror})"
         ) from None
+    # Listening before the URL is printed: a browser opened on it at once waits in the
+    # backlog until the server accepts, instead of being refused.
+    listener.listen(128)
     url = f"http://{_HOST}:{listener.getsockname()[1]}/"
     if session_id:
         url += f"#session={quote(session_id, safe='')}"
