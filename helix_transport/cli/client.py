@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from datetime import timedelta
 
 from helix_transport._config import ClientConfig
+from helix_transport._events import TERMINAL_KINDS
 from helix_transport._exceptions import UsageError
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.cli.exits import ExitCode, for_status, for_terminal_kind
@@ -154,7 +155,7 @@ async def call(args: argparse.Namespace) -> int:
         kind = final.WhichOneof("payload") if final is not None else None
         if kind == "completed" and not args.json:
             print(json.dumps(json.loads(final.completed.output_json), indent=2))  # type: ignore[union-attr]
-        if kind is None or kind not in ("completed", "failed", "interrupted", "terminated"):
+        if kind not in TERMINAL_KINDS:  # nothing after --from-sequence: ask how it stands
             return for_status((await client.get_status(session_id)).status)
         return for_terminal_kind(kind)
 

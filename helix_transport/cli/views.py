@@ -4,7 +4,7 @@ commands share (durations, token counts, colour)."""
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
@@ -83,6 +83,9 @@ def status_text(status: pb.GetStatusResponse, *, include_children: bool, color: 
     if status.HasField("finished_at"):
         took = status.finished_at.ToDatetime() - status.created_at.ToDatetime()
         rows.append(("finished", f"{status.finished_at.ToJsonString()} ({format_duration(took)})"))
+    elif status.status == pb.SESSION_STATUS_RUNNING and status.HasField("created_at"):
+        so_far = datetime.now(UTC) - status.created_at.ToDatetime(tzinfo=UTC)
+        rows.append(("running for", format_duration(so_far)))
     rows.append(("usage", format_usage(status.usage)))
     if include_children:
         rows.append(("usage with children", format_usage(status.total_usage)))
