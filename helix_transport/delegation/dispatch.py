@@ -68,7 +68,7 @@ from helix_transport.delegation.children import (
     subagent_started,
 )
 from helix_transport.delegation.forwarded import ends_logged, start_logged
-from helix_transport.delegation.forwarding import forward_child, status_of
+from helix_transport.delegation.forwarding import forward_child, new_child, status_of
 from helix_transport.delegation.spans import end_delegation, open_delegation, reopen_delegations
 from helix_transport.registry import resolve_address
 
@@ -255,6 +255,8 @@ class Dispatcher:
             # A task re-run by a resumed parent: its subagent_start may be in the log.
             rejoined = await ctx.run.store.get_subsession_ref(ctx.session_id, task.session_id)
             logged = rejoined is not None and await start_logged(ctx, task.session_id)
+            if rejoined is None:
+                new_child(ctx, task.session_id)
             # The ref before the Start, so that an interrupt cascading while the Start
             # is in flight finds the child (see cascade.Cascade).
             await _save_ref(ctx, task)

@@ -45,6 +45,20 @@ class _Forwarded:
         self.locks: dict[str, asyncio.Lock] = {}
 
 
+def _forwarded(ctx: ToolContext) -> _Forwarded:
+    forwarded = ctx.run.cache.get(_KEY)
+    if not isinstance(forwarded, _Forwarded):
+        forwarded = ctx.run.cache[_KEY] = _Forwarded()
+    return forwarded
+
+
+def new_child(ctx: ToolContext, child_id: str) -> None:
+    """``child_id`` had no ref before this call: the parent's log holds none of its
+    events (a ref is saved before anything of the child is logged), so forwarding it
+    starts at 0 without reading the log."""
+    _forwarded(ctx).last.setdefault(child_id, 0)
+
+
 async def forward_child(
     ctx: ToolContext,
     *,
@@ -77,9 +91,7 @@ async def forward_child(
         HelixError: the child's service refused the stream or stayed out of reach past
             ``retry``'s deadline; what was forwarded stays forwarded.
     """
-    forwarded = ctx.run.cache.get(_KEY)
-    if not isinstance(forwarded, _Forwarded):
-        forwarded = ctx.run.cache[_KEY] = _Forwarded()
+    forwarded = _forwarded(ctx)
     async with forwarded.locks.setdefault(child_id, asyncio.Lock()):
         final: pb.StreamEvent | None = None
         while True:

@@ -47,7 +47,7 @@ from helix_transport.agent.tools import (
 from helix_transport.delegation.cascade import Cascade
 from helix_transport.delegation.children import child_metadata, subagent_ended, subagent_started
 from helix_transport.delegation.forwarded import Logged, forwarded_so_far
-from helix_transport.delegation.forwarding import forward_child
+from helix_transport.delegation.forwarding import forward_child, new_child
 from helix_transport.registry import resolve_address
 from helix_transport.store import SubSessionRef
 from helix_transport.transport import AgentClient, ClientAuth
@@ -176,6 +176,8 @@ class _ChildCall:
             logged = await forwarded_so_far(ctx).logged(ctx.tool_call_id)
             if logged.end is not None:  # its end is in the log: the call is over
                 return await self._ended_before(logged.end)
+        else:
+            new_child(ctx, self.child_id)
         # The ref before anything else (a rejoined child's with this process's address):
         # an interrupt cascading while the Start is in flight finds the child (see
         # Cascade), and a parent resumed after its subagent_start reached the log rejoins

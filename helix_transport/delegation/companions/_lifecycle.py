@@ -29,7 +29,7 @@ from helix_transport.delegation.companions._children import (
     child_session_id,
 )
 from helix_transport.delegation.forwarded import forwarded_so_far, start_logged
-from helix_transport.delegation.forwarding import forward_child, status_of
+from helix_transport.delegation.forwarding import forward_child, new_child, status_of
 from helix_transport.delegation.spans import end_delegation, open_delegation
 from helix_transport.registry import resolve_address
 from helix_transport.store import SubSessionRef
@@ -69,6 +69,8 @@ class Lifecycle:
         # The ref before the Start, so that an interrupt cascading while the Start is in
         # flight finds the child (see cascade.Cascade).
         previous = await ctx.run.store.get_subsession_ref(ctx.session_id, child.session_id)
+        if previous is None:
+            new_child(ctx, child.session_id)
         await self._save_ref(ctx, child)
         try:
             await client.start(
