@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from helix_transport._events import SessionStatus
+from helix_transport._exceptions import RemoteError
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.cli.flags import client_auth, client_options
 from helix_transport.cli.printer import status_name
@@ -86,7 +87,22 @@ def _limit(text: str) -> int:
 
 
 async def sessions(args: argparse.Namespace) -> int:
-    """Print the caller's sessions: 0 when the listing was answered (even empty)."""
+    """Print the caller's sessions: 0 when the listing was answered (even empty), 1 when
+    the service does not implement ``ListSessions``."""
+    try:
+        return await _sessions(args)
+    except RemoteError as exc:
+        if exc.code != "UNIMPLEMENTED":
+            raise
+        print(
+            f"helix-mesh: {args.address} does not implement ListSessions (optional in the "
+            "contract)",
+            file=sys.stderr,
+        )
+        return 1
+
+
+async def _sessions(args: argparse.Namespace) -> int:
     async with await AgentClient.connect(args.address, auth=client_auth(args)) as client:
         listed = client.iter_sessions(
             statuses=[SessionStatus(s) for s in args.status],

@@ -5,11 +5,16 @@ from __future__ import annotations
 import argparse
 import json
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
+import grpc
 import pytest
 
 from helix_transport import AgentClient, create_server
+from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.cli.sessions import duration, since
+from helix_transport.server import app as server_app
+from helix_transport.server._servicer import AgentServicer
 from helix_transport.store import MemoryStore
 from tests.agents import counter
 from tests.cli.test_cli import cli
@@ -59,6 +64,22 @@ async def test_bad_flags_are_usage_errors() -> None:
     assert code == 2 and "--status" in err
     code, _, err = await cli("sessions", "127.0.0.1:1", "--limit", "-3")
     assert code == 2 and "--limit" in err
+
+
+class WithoutListSessions(AgentServicer):
+    """Answers ListSessions as a service that does not implement it."""
+
+    async def ListSessions(self, request: Any, context: Any) -> pb.ListSessionsResponse:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
+        raise AssertionError("abort raises")
+
+
+async def test_a_service_without_list_sessions_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(server_app, "AgentServicer", WithoutListSessions)
+    async with await create_server(counter, MemoryStore(), allow_unauthenticated=True) as server:
+        code, out, err = await cli("sessions", server.address)
+    assert (code, out) == (1, "")
+    assert "does not implement ListSessions" in err
 
 
 def test_since_reads_durations_and_times() -> None:

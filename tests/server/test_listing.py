@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 import grpc
 import pytest
 
-from helix_transport import AgentClient, InvalidArgument, SessionStatus
+from helix_transport import AgentClient, ClientConfig, InvalidArgument, SessionStatus
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._proto.helix.agent.v1 import agent_pb2_grpc as pb_grpc
 from helix_transport.server._listing import reported_at_or_after
@@ -106,7 +106,11 @@ async def test_a_large_page_size_is_served_as_the_maximum(serve: Serve, store: S
                 f"s-{n:03}", agent_type="counter", principal="anonymous", created_at=float(n)
             )
         )
-    async with serve(counter) as (_, client):
+    patient = ClientConfig(rpc_timeout=timedelta(seconds=60))  # 500 at once, on a busy machine
+    async with (
+        serve(counter) as (server, _),
+        await AgentClient.connect(server.address, config=patient) as client,
+    ):
         page = await client.list_sessions(page_size=100_000)
         assert len(page.sessions) == 500 and page.sessions[0].session_id == "s-504"
         rest = await client.list_sessions(page_size=100_000, page_token=page.next_page_token)
@@ -115,30 +119,44 @@ async def test_a_large_page_size_is_served_as_the_maximum(serve: Serve, store: S
         assert len((await client.list_sessions()).sessions) == 50  # the default
 
 
-@pytest.mark.parametrize(
-    ("request_fields", "field"),
-    [
-        ({"page_size": -1}, "page_size"),
-        ({"page_token": "bm90IGEgdG9rZW4"}, "page_token"),
-        ({"page_token": "%%%"}, "page_token"),
-        ({"page_token": "x" * 5000}, "page_token"),
-        ({"statuses": [pb.SESSION_STATUS_UNSPECIFIED]}, "statuses[0]"),
-        ({"statuses": [pb.SESSION_STATUS_RUNNING, 42]}, "statuses[1]"),
-        ({"agent_type": "Not A Type"}, "agent_type"),
-    ],
-)
-async def test_bad_requests_name_the_field(
-    serve: Serve, request_fields: dict[str, object], field: str
-) -> None:
+BAD_REQUESTS = [
+    ({"page_size": -1}, "page_size"),
+    ({"page_token": "bm90IGEgdG9rZW4"}, "page_token"),
+    ({"page_token": "%%%"}, "page_token"),
+    ({"page_token": "x" * 5000}, "page_token"),
+    ({"statuses": [pb.SESSION_STATUS_UNSPECIFIED]}, "statuses[0]"),
+    ({"statuses": [pb.SESSION_STATUS_RUNNING, 42]}, "statuses[1]"),
+    ({"agent_type": "Not A Type"}, "agent_type"),
+    ({"agent_type": "looper", "page_token": "forged"}, "page_token"),
+]
+
+
+async def test_bad_requests_name_the_field(serve: Serve) -> None:
     async with (
         serve(counter) as (server, _),
         grpc.aio.insecure_channel(server.address) as channel,
     ):
         stub = pb_grpc.AgentServiceStub(channel)
-        with pytest.raises(grpc.aio.AioRpcError) as caught:
-            await stub.ListSessions(pb.ListSessionsRequest(**request_fields), timeout=30)  # type: ignore[arg-type]
-    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert (caught.value.details() or "").startswith(f"{field}: ")
+        for fields, field in BAD_REQUESTS:
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                await stub.ListSessions(pb.ListSessionsRequest(**fields), timeout=30)  # type: ignore[arg-type]
+            assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT, fields
+            assert (caught.value.details() or "").startswith(f"{field}: "), fields
+
+
+async def test_pages_continue_on_another_replica(serve: Serve) -> None:
+    async with serve(counter) as (_, first), serve(counter) as (_, second):
+        for n in range(5):
+            await _finished(first if n % 2 else second, f"s-{n}")
+        page = await first.list_sessions(page_size=2)
+        rest = await second.list_sessions(page_size=10, page_token=page.next_page_token)
+        assert [s.session_id for s in (*page.sessions, *rest.sessions)] == [
+            "s-4",
+            "s-3",
+            "s-2",
+            "s-1",
+            "s-0",
+        ]
 
 
 async def test_bad_timestamps_and_tokens_of_other_filters_are_refused(serve: Serve) -> None:
