@@ -61,10 +61,13 @@ proto-lint: node-deps
 	  echo "proto-lint: buf not installed (no npm); skipped"; \
 	fi
 
+# Debian's chromium is the browser of the `helix-mesh inspect` page's test (Playwright
+# drives it by path; it never downloads a browser of its own).
 services-install:
 	@missing=""; \
 	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
 	command -v pg_ctlcluster >/dev/null || missing="$$missing postgresql"; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    echo "services-install: installing$$missing"; \

@@ -67,6 +67,7 @@ if TYPE_CHECKING:
     from helix_transport.server.auth import AuthConfig
     from helix_transport.store import Store, open_store
     from helix_transport.transport import AgentClient, ClientAuth, EventStream
+    from helix_transport.tree import SessionTree, TreeNode, TreeUsage, fold_events
 
 _LAZY = {
     "Agent": "helix_transport.agent.definition",
@@ -101,6 +102,7 @@ _LAZY = {
     "SessionNotFound": "helix_transport._exceptions",
     "SessionStateConflict": "helix_transport._exceptions",
     "SessionStatus": "helix_transport._events",
+    "SessionTree": "helix_transport.tree",
     "Store": "helix_transport.store",
     "StoreError": "helix_transport._exceptions",
     "StoreUnavailable": "helix_transport._exceptions",
@@ -111,9 +113,12 @@ _LAZY = {
     "ToolContext": "helix_transport.agent.tools",
     "ToolTimeoutError": "helix_transport._exceptions",
     "TransportError": "helix_transport._exceptions",
+    "TreeNode": "helix_transport.tree",
+    "TreeUsage": "helix_transport.tree",
     "Unauthenticated": "helix_transport._exceptions",
     "UsageError": "helix_transport._exceptions",
     "create_server": "helix_transport.server.app",
+    "fold_events": "helix_transport.tree",
     "is_terminal": "helix_transport._events",
     "open_store": "helix_transport.store",
     "remote_agent_tool": "helix_transport.delegation.remote",
@@ -157,6 +162,7 @@ __all__ = [
     "SessionNotFound",
     "SessionStateConflict",
     "SessionStatus",
+    "SessionTree",
     "Store",
     "StoreError",
     "StoreUnavailable",
@@ -167,9 +173,12 @@ __all__ = [
     "ToolContext",
     "ToolTimeoutError",
     "TransportError",
+    "TreeNode",
+    "TreeUsage",
     "Unauthenticated",
     "UsageError",
     "create_server",
+    "fold_events",
     "is_terminal",
     "open_store",
     "remote_agent_tool",

@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from helix_transport import AgentClient
+from helix_transport import AgentClient, SessionTree
 from helix_transport.cli import EventPrinter
 from helix_transport.registry import address_env_var
 from helix_transport.testing.processes import ServiceProcess, free_port
@@ -77,8 +77,10 @@ async def _ask(address: str, question: str) -> int:
         started = await client.start(json.dumps({"question": question}))
         printer = EventPrinter()
         last = None
+        tree = SessionTree()  # the whole tree's usage, folded from the root's log alone
         async for event in client.stream(started.session_id):
             printer.print(event)
+            tree.add(event)
             last = event
         printer.close()
         status = await client.get_status(started.session_id)
@@ -90,9 +92,15 @@ async def _ask(address: str, question: str) -> int:
     print("findings:")
     for finding in output["findings"]:
         print("  -", finding)
+    assert tree.root is not None
+    sessions = list(tree.root.walk())
+    total = tree.root.total_usage
     print(
         f"\nsession {started.session_id}: {status.last_sequence} events, "
-        f"{status.step_count} steps, {status.usage.total_tokens} tokens (orchestrator only)"
+        f"{status.step_count} steps, {len(sessions)} sessions in its tree, "
+        f"{total.total_tokens} tokens in all ({total.prompt_tokens} prompt, "
+        f"{total.completion_tokens} completion; the orchestrator's own: "
+        f"{tree.root.usage.total_tokens})"
     )
     return 0
 

@@ -83,6 +83,14 @@ def test_the_wheel_has_no_top_level_services_package(wheel: Path) -> None:
     assert "services" not in tops, sorted(tops)
 
 
+def test_the_wheel_ships_the_inspect_page(wheel: Path) -> None:
+    # `helix-mesh inspect` serves these from the installed package: no build step.
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+    static = "helix_transport/cli/inspector/static/"
+    assert {static + n for n in ("index.html", "app.js", "style.css")} <= names
+
+
 def test_the_installed_wheel_does_not_provide_services(venv: Path, tmp_path: Path) -> None:
     code = (
         "import importlib.util as u;"

@@ -54,6 +54,7 @@ from helix_transport.agent.litellm import LitellmModel
 from helix_transport.agent.model import Model, ModelResponse, ToolCall
 from helix_transport.agent.tools import FINISH_TOOL, RunServices, ToolContext
 from helix_transport.log import SessionWriter
+from helix_transport.log.subtree import child_totals, token_usage
 from helix_transport.store import Checkpoint, SessionRecord, SessionUpdate, Store, storable_text
 from helix_transport.transport import ClientPool
 
@@ -98,6 +99,7 @@ class RunLoop:
         self.hooks = guarded(hooks)
         """Lifecycle hooks (tracing); whatever they raise is logged and swallowed."""
         self.session_id = record.session_id
+        self._log_has_older_children = True  # until run() knows (the safe default)
         self._cache: dict[str, Any] = {}  # ToolContext.cache: this run's, for all its tools
         self._library_cache: dict[str, Any] = {}  # RunServices.cache: the library's own
         self.tools = ToolRunner(
@@ -114,6 +116,9 @@ class RunLoop:
             self.agent, self.record, store=self.store, writer=self.writer, hooks=self.hooks
         )
         state, save = await start.state(resume_reason)
+        # A run that began this session forwards every child itself; any other may find
+        # children's ends in the log from before it (see _usage).
+        self._log_has_older_children = bool(resume_reason) or state.run.turns.turn > 1
         status = SessionStatus.RUNNING  # unless set below: stopped, to be resumed
         try:
             status = await self._steps(state, save=save)
@@ -322,10 +327,22 @@ class RunLoop:
             ),
         )
 
+    async def _usage(self, state: RunProgress) -> dict[str, pb.TokenUsage]:
+        """A terminal event's ``usage`` and ``total_usage``: the subtree from the children's
+        terminal events in this session's log, never from asking their services."""
+        children = child_totals(self._library_cache)
+        if self._log_has_older_children:
+            await children.read_log(self.store, self.session_id)
+        return {
+            "usage": token_usage(state.usage),
+            "total_usage": token_usage(state.usage + children.total()),
+        }
+
     async def _complete(self, state: RunProgress, output_json: str) -> SessionStatus:
         self.writer.emit(pb.StreamEvent(output=pb.Output(output_json=output_json)), defer=True)
+        usage = await self._usage(state)
         await self.writer.finish(
-            pb.StreamEvent(completed=pb.Completed(output_json=output_json)),
+            pb.StreamEvent(completed=pb.Completed(output_json=output_json, **usage)),
             SessionUpdate(
                 status=SessionStatus.COMPLETED,
                 output_json=output_json,
@@ -349,8 +366,9 @@ class RunLoop:
         state.error = error
         # What an operator acts on: the reason (a stable word) and the status's error.
         logger.warning("session %s failed (%s): %s", self.session_id, reason, error)
+        usage = await self._usage(state)
         await self.writer.finish(
-            pb.StreamEvent(failed=pb.Failed(error=error, failure_reason=reason)),
+            pb.StreamEvent(failed=pb.Failed(error=error, failure_reason=reason, **usage)),
             SessionUpdate(
                 status=SessionStatus.FAILED,
                 error=error,
@@ -362,8 +380,9 @@ class RunLoop:
         return SessionStatus.FAILED
 
     async def _interrupted(self, state: RunProgress, reason: str) -> SessionStatus:
+        usage = await self._usage(state)
         await self.writer.finish(
-            pb.StreamEvent(interrupted=pb.Interrupted(reason=reason)),
+            pb.StreamEvent(interrupted=pb.Interrupted(reason=reason, **usage)),
             SessionUpdate(
                 status=SessionStatus.INTERRUPTED, step_count=state.step, usage=state.usage
             ),

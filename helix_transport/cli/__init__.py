@@ -2,8 +2,11 @@
 ``python -m services.NAME``.
 
 ``main`` parses and dispatches; ``serve`` serves an agent; ``client`` holds ``call``,
-``status``, ``interrupt`` and ``describe``; ``conformance`` runs the conformance kit;
-``printer`` renders events for people; ``flags`` holds the flags commands share.
+``status``, ``interrupt`` and ``describe``; ``tree`` draws a delegation tree (``treeview``
+its lines); ``inspect_command`` serves the ``inspector`` page; ``conformance`` runs the
+conformance kit. Shared: ``printer`` renders events for people, ``views`` statuses and
+descriptions, ``jsonout`` messages as ``--json`` prints them, ``follow`` reads a session
+across its turns, ``exits`` holds the exit codes and ``flags`` the flags commands share.
 """
 
 from __future__ import annotations

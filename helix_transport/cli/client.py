@@ -1,4 +1,7 @@
-"""The client commands: ``call``, ``status``, ``interrupt`` and ``describe``."""
+"""The client commands: ``call``, ``status``, ``interrupt`` and ``describe``.
+
+Each returns its ``ExitCode`` (``exits.py``): a session's outcome where there is one.
+"""
 
 from __future__ import annotations
 
@@ -8,13 +11,19 @@ import contextlib
 import json
 import math
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 
 from helix_transport._config import ClientConfig
+from helix_transport._events import TERMINAL_KINDS
+from helix_transport._exceptions import UsageError
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
+from helix_transport.cli.exits import ExitCode, for_status, for_terminal_kind
 from helix_transport.cli.flags import client_auth, client_options, positive_seconds, seconds
-from helix_transport.cli.printer import EventPrinter, proto_json, status_name
+from helix_transport.cli.follow import session_events
+from helix_transport.cli.jsonout import dumps, message_json
+from helix_transport.cli.printer import EventPrinter, status_name, wants_color
+from helix_transport.cli.views import describe_text, status_text
 from helix_transport.transport import AgentClient
 
 _SLOW_S = 2.0  # when `call` says it is still waiting for the service
@@ -24,9 +33,13 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     """Add the client commands to ``sub`` (an ``add_subparsers`` result)."""
     call_ = sub.add_parser("call", help="start a session and stream its events")
     call_.add_argument("address")
-    call_.add_argument("--input", default="{}", help="the input as JSON")
+    call_.add_argument(
+        "--input", default="{}", help="the input as JSON; - reads it from standard input"
+    )
     call_.add_argument("--session-id", default="", help="choose the session id (idempotent)")
-    call_.add_argument("--follow", action="store_true", help="only stream an existing session")
+    call_.add_argument(
+        "--follow", action="store_true", help="stream an existing session (every turn)"
+    )
     call_.add_argument("--from-sequence", type=int, default=0)
     call_.add_argument("--json", action="store_true", help="print events as JSON lines")
     call_.add_argument(
@@ -43,6 +56,12 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         metavar="SECONDS",
         help="if the session is running, answer when it ends or after SECONDS (at most 60)",
     )
+    status_.add_argument(
+        "--include-children",
+        action="store_true",
+        help="add the usage of every session below this one (asks their services)",
+    )
+    status_.add_argument("--json", action="store_true", help="print the status as JSON")
     client_options(status_)
 
     interrupt_ = sub.add_parser("interrupt", help="interrupt a running session")
@@ -53,13 +72,31 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
     describe_ = sub.add_parser("describe", help="show an agent's type and schemas")
     describe_.add_argument("address")
+    describe_.add_argument("--json", action="store_true", help="print the description as JSON")
     client_options(describe_)
 
 
-async def _connect(args: argparse.Namespace, config: ClientConfig | None = None) -> AgentClient:
+async def connect(args: argparse.Namespace, config: ClientConfig | None = None) -> AgentClient:
+    """A client for ``args.address`` with the command's credentials."""
     return await AgentClient.connect(
         args.address, config=config or ClientConfig.default, auth=client_auth(args)
     )
+
+
+async def read_input(text: str, *, flag: str = "--input") -> str:
+    """The input JSON of ``--input``: ``-`` reads standard input (off the event loop).
+    Checked here, so a typo fails at once, even with the service out of reach.
+
+    Raises:
+        UsageError: the text is not JSON.
+    """
+    if text == "-":
+        text = await asyncio.to_thread(sys.stdin.read)
+    try:
+        json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"{flag}: not JSON ({exc})") from None
+    return text
 
 
 @contextlib.contextmanager
@@ -81,13 +118,14 @@ def _deadline_s(deadline: timedelta | None) -> float:
 
 
 async def call(args: argparse.Namespace) -> int:
-    """Start a session (or follow one) and print its events: 0 if it completed."""
+    """Start a session (or follow one) and print its events; its outcome's exit code."""
     config = ClientConfig(rpc_timeout=timedelta(seconds=args.timeout))
     waiting = (
         f"{args.address} is not serving yet (not listening, starting or draining); "
         f"retrying for up to {_deadline_s(config.reconnect.deadline):g} s (Ctrl-C stops)"
     )
-    async with await _connect(args, config) as client:
+    input_json = "{}" if args.follow else await read_input(args.input)
+    async with await connect(args, config) as client:
         session_id = args.session_id
         if args.follow:
             # Fails at once, as `status` does, where nothing listens or no such session
@@ -96,44 +134,62 @@ async def call(args: argparse.Namespace) -> int:
             await client.get_status(session_id)
         else:
             with _say_if_slow(waiting):
-                started = await client.start(args.input, session_id=session_id)
+                started = await client.start(input_json, session_id=session_id)
             session_id = started.session_id
             if not started.created and args.session_id:  # a chosen id, not our own retry
                 print(f"(session {session_id} already existed; streaming it)", file=sys.stderr)
         printer = EventPrinter()
+        show: Callable[[pb.StreamEvent], None] = (
+            (lambda event: print(dumps(message_json(event), indent=None), flush=True))
+            if args.json
+            else printer.print
+        )
         final: pb.StreamEvent | None = None
-        async for event in client.stream(session_id, from_sequence=args.from_sequence):
-            if args.json:
-                print(proto_json(event, indent=None), flush=True)
-            else:
-                printer.print(event)
-            final = event
-        printer.close()
+        try:
+            # Every turn: `--follow` of a continued session shows them all.
+            async for event in session_events(client, session_id, from_sequence=args.from_sequence):
+                show(event)
+                final = event
+        finally:
+            printer.close()
         kind = final.WhichOneof("payload") if final is not None else None
         if kind == "completed" and not args.json:
             print(json.dumps(json.loads(final.completed.output_json), indent=2))  # type: ignore[union-attr]
-        return 0 if kind in ("completed", None) else 1
+        if kind not in TERMINAL_KINDS:  # nothing after --from-sequence: ask how it stands
+            return for_status((await client.get_status(session_id)).status)
+        return for_terminal_kind(kind)
 
 
 async def status(args: argparse.Namespace) -> int:
-    """Print a session's status as JSON."""
+    """Print a session's status: exit 0 completed, 1 failed, 3 interrupted, 5 running."""
     wait = None if args.wait is None else timedelta(seconds=args.wait)
-    async with await _connect(args) as client:
-        print(proto_json(await client.get_status(args.session_id, wait=wait)))
-    return 0
+    async with await connect(args) as client:
+        reply = await client.get_status(
+            args.session_id, include_children=args.include_children, wait=wait
+        )
+    if args.json:
+        shown = message_json(reply)
+        if not args.include_children:
+            del shown["total_usage"]  # without the flag it only repeats `usage`
+        print(dumps(shown))
+    else:
+        color = wants_color(sys.stdout)
+        print(status_text(reply, include_children=args.include_children, color=color))
+    return for_status(reply.status)
 
 
 async def interrupt(args: argparse.Namespace) -> int:
     """Interrupt a session and say whether that changed anything."""
-    async with await _connect(args) as client:
+    async with await connect(args) as client:
         result = await client.interrupt(args.session_id, reason=args.reason)
     state = "interrupt recorded" if result.accepted else "already finished; nothing changed"
     print(f"{args.session_id}: {status_name(result.status)} ({state})")
-    return 0
+    return ExitCode.COMPLETED
 
 
 async def describe(args: argparse.Namespace) -> int:
-    """Print the agent's type and schemas as JSON."""
-    async with await _connect(args) as client:
-        print(proto_json(await client.describe()))
-    return 0
+    """Print the agent's type, tools and schemas."""
+    async with await connect(args) as client:
+        described = await client.describe()
+    print(dumps(message_json(described)) if args.json else describe_text(described))
+    return ExitCode.COMPLETED

@@ -14,7 +14,9 @@ def add_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "conformance", help="check an agent service (any language) against the contract"
     )
     conformance.add_argument("address")
-    conformance.add_argument("--input", required=True, help="a valid input for the agent, as JSON")
+    conformance.add_argument(
+        "--input", required=True, help="a valid input for the agent, as JSON (- reads stdin)"
+    )
     conformance.add_argument(
         "--bad-input", default=None, help="an input its schema rejects (default: from Describe)"
     )
@@ -26,12 +28,14 @@ def add_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
 async def conformance(args: argparse.Namespace) -> int:
     """Run the kit against ``args.address``: 0 if every check passed, 1 if not, 2 on bad input."""
+    from helix_transport.cli.client import read_input
     from helix_transport.testing.conformance import format_results, run_conformance
 
+    input_json = await read_input(args.input)
     try:
         results = await run_conformance(
             args.address,
-            input_json=args.input,
+            input_json=input_json,
             bad_input_json=args.bad_input,
             timeout_s=args.timeout,
             auth=client_auth(args),

@@ -6,27 +6,35 @@ helix-mesh status 127.0.0.1:50061 SESSION_ID
 helix-mesh interrupt 127.0.0.1:50061 SESSION_ID --reason "user stop"
 helix-mesh describe 127.0.0.1:50061
 helix-mesh sessions 127.0.0.1:50061 [--status running] [--since 1h] [--json]
+helix-mesh tree 127.0.0.1:50061 SESSION_ID --follow
+helix-mesh inspect 127.0.0.1:50061
 helix-mesh conformance 127.0.0.1:50061 --input '{"topic": "gRPC"}'
 helix-mesh gc sqlite:///.helix/researcher.db --retention 7d [--dry-run]
+
+Exit codes: ``ExitCode`` in exits.py (and docs/cli.md).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.metadata
 import os
 import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from helix_transport._exceptions import ConnectError, HelixError
-from helix_transport.cli import client, conformance, gc, serve, sessions
+from helix_transport.cli import client, conformance, gc, inspect_command, serve, sessions, tree
+from helix_transport.cli.exits import ExitCode, for_error
 
 _COMMANDS: dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, int]]] = {
     "call": client.call,
     "status": client.status,
     "interrupt": client.interrupt,
     "describe": client.describe,
+    "tree": tree.tree,
+    "inspect": inspect_command.inspect,
     "conformance": conformance.conformance,
     "gc": gc.gc,
     "sessions": sessions.sessions,
@@ -34,10 +42,17 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, int]]] =
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="helix-mesh", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="helix-mesh",
+        description=__doc__.split("\n\n")[0],
+        epilog="exit codes: " + ", ".join(f"{c.value} {c.name.lower()}" for c in ExitCode),
+    )
+    parser.add_argument("--version", action="version", version=f"helix-mesh {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     serve.add_command(sub)
     client.add_commands(sub)
+    tree.add_command(sub)
+    inspect_command.add_command(sub)
     conformance.add_command(sub)
     gc.add_command(sub)
     sessions.add_command(sub)
@@ -60,14 +75,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         return asyncio.run(_COMMANDS[args.command](args))
     except HelixError as exc:
         print(f"helix-mesh: {exc}{_hint(exc, args)}", file=sys.stderr)
-        return 2 if type(exc).__name__ == "UsageError" else 1
+        return for_error(exc)
     except KeyboardInterrupt:
-        return 130
+        return ExitCode.CTRL_C
     except BrokenPipeError:
         # The reader left (`helix-mesh call ... | head`): not an error. Point stdout at
         # /dev/null so the interpreter's last flush does not fail again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 141
+        return ExitCode.BROKEN_PIPE
+
+
+def _version() -> str:
+    """The installed distribution's version (``unknown`` when run from a bare checkout)."""
+    try:
+        return importlib.metadata.version("helix-mesh")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 def _hint(exc: HelixError, args: argparse.Namespace) -> str:

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from typing import TextIO
-
-from google.protobuf import json_format
 
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 
@@ -15,16 +14,17 @@ _MORE = "…"  # where a line of text was broken off, and where it goes on
 _SCOPE = re.compile(r"-[0-9a-f]{16}$")  # a child id's last part (agent.tools.child_scope)
 
 
+def wants_color(out: TextIO) -> bool:
+    """Colour for a terminal, unless ``NO_COLOR`` is set to anything (https://no-color.org)."""
+    if os.environ.get("NO_COLOR"):
+        return False
+    isatty = getattr(out, "isatty", None)
+    return bool(isatty and isatty())
+
+
 def status_name(value: pb.SessionStatus.ValueType) -> str:
     """``completed`` for ``SESSION_STATUS_COMPLETED``."""
     return _STATUS_NAMES.get(value, str(value))
-
-
-def proto_json(
-    message: pb.GetStatusResponse | pb.DescribeResponse | pb.StreamEvent, *, indent: int | None = 2
-) -> str:
-    """JSON with the proto's own field names, as every command prints them."""
-    return json_format.MessageToJson(message, preserving_proto_field_name=True, indent=indent)
 
 
 class EventPrinter:
@@ -40,7 +40,7 @@ class EventPrinter:
 
     def __init__(self, out: TextIO = sys.stdout, *, color: bool | None = None) -> None:
         self.out = out
-        self.color = out.isatty() if color is None else color
+        self.color = wants_color(out) if color is None else color
         self._open: tuple[str, str] | None = None  # the open text line: (session, prefix)
         self._buffered: dict[str, tuple[str, list[str]]] = {}  # session -> (prefix, text)
 
@@ -147,13 +147,17 @@ class EventPrinter:
 
 
 def _who(event: pb.StreamEvent, parent: str) -> str:
+    return child_label(event.agent_type, event.session_id, parent)
+
+
+def child_label(agent_type: str, session_id: str, parent: str | None) -> str:
     """``researcher``, or for a child ``researcher call_2_0``: what its id adds to its
     parent's (``{parent}-remote-call_2_0-{scope}``, ``{parent}-task-call_1_0-0-{scope}``),
     less the scope, which is the same for every child of one parent."""
-    if not parent or not event.session_id.startswith(parent + "-"):
-        return event.agent_type
-    added = _SCOPE.sub("", event.session_id[len(parent) + 1 :])
-    return f"{event.agent_type} {added.partition('-')[2] or added}"
+    if not parent or not session_id.startswith(parent + "-"):
+        return agent_type
+    added = _SCOPE.sub("", session_id[len(parent) + 1 :])
+    return f"{agent_type} {added.partition('-')[2] or added}"
 
 
 def _short(text: str, limit: int = 100) -> str:

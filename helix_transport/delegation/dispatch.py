@@ -12,9 +12,11 @@ parent step:
 - when the parent's pass ends (a step without tool calls) while a batch is
   still out: the run *parks* at the start of its next step until the batch is
   done, then goes on in the same run and the same stream. While it waits, it
-  asks each running task's status with a long poll, so the batch is delivered
-  as its last task ends, and its own stream sends heartbeats
-  (``StreamResponse.heartbeat``, not logged).
+  follows each running task's stream, forwarding its events into its own log
+  (``helix_transport.delegation.forwarding``), so the batch is delivered as its
+  last task ends; a quiet stream sends heartbeats (``StreamResponse.heartbeat``,
+  not logged). Unparked, each step forwards a running task's events up to where
+  its service says it is.
 
 **Deadline.** With ``run_deadline_s``, the run has a wall-clock deadline counted
 from the first step of each turn (kept in the checkpointed state, so a restarted
@@ -65,7 +67,8 @@ from helix_transport.delegation.children import (
     subagent_ended,
     subagent_started,
 )
-from helix_transport.delegation.forwarded import start_logged
+from helix_transport.delegation.forwarded import ends_logged, start_logged
+from helix_transport.delegation.forwarding import forward_child, new_child, status_of
 from helix_transport.delegation.spans import end_delegation, open_delegation, reopen_delegations
 from helix_transport.registry import resolve_address
 
@@ -76,6 +79,8 @@ UNREACHABLE_PAUSE_S = 0.25
 unreachable past the client's reconnect deadline."""
 MAX_TASKS = 64
 """Tasks one call may dispatch."""
+DEADLINE_TAIL_S = 5.0
+"""At the run's deadline, how long to forward an interrupted task's last events."""
 
 _GONE = pb.GetStatusResponse(
     status=pb.SESSION_STATUS_FAILED,
@@ -250,6 +255,8 @@ class Dispatcher:
             # A task re-run by a resumed parent: its subagent_start may be in the log.
             rejoined = await ctx.run.store.get_subsession_ref(ctx.session_id, task.session_id)
             logged = rejoined is not None and await start_logged(ctx, task.session_id)
+            if rejoined is None:
+                new_child(ctx, task.session_id)
             # The ref before the Start, so that an interrupt cascading while the Start
             # is in flight finds the child (see cascade.Cascade).
             await _save_ref(ctx, task)
@@ -310,19 +317,21 @@ class Dispatcher:
         if deadline is not None and time.time() >= deadline:
             return await self._deadline(ctx, out, state)
         ready = [b for b in out if all(t["status"] != "running" for t in b["tasks"])]
-        return self._deliver(ctx, ready, heading="[sub-agent results]")
+        return await self._deliver(ctx, ready, heading="[sub-agent results]")
 
     async def _park(
         self, ctx: ToolContext, batches: list[dict[str, Any]], deadline: float | None
     ) -> None:
         """Wait until one outstanding batch is done (or the deadline passes).
 
-        Each running task's status is a long poll, so a batch is delivered as its last
-        task ends, not at the next poll.
+        Each running task's stream is followed (and forwarded) to its end, so a batch is
+        delivered as its last task ends, not at the next poll.
         """
         changed = asyncio.Event()
-        running = [t for b in batches for t in b["tasks"] if t["status"] == "running"]
-        watchers = [asyncio.create_task(self._watch(ctx, t)) for t in running]
+        running = [
+            (t, b["tool_call_id"]) for b in batches for t in b["tasks"] if t["status"] == "running"
+        ]
+        watchers = [asyncio.create_task(self._watch(ctx, t, call)) for t, call in running]
         for watcher in watchers:
             watcher.add_done_callback(lambda _: changed.set())
         try:
@@ -342,14 +351,22 @@ class Dispatcher:
                 watcher.cancel()
             await asyncio.gather(*watchers, return_exceptions=True)
 
-    async def _watch(self, ctx: ToolContext, task: dict[str, Any]) -> None:
-        """Until ``task`` ends (``AgentClient.wait``: a long poll, so its reply comes as
-        the task ends). A parked parent outlasts a service that stays unreachable past
-        the client's reconnect deadline: it waits again; the run's deadline bounds it."""
+    async def _watch(self, ctx: ToolContext, task: dict[str, Any], tool_call_id: str) -> None:
+        """Forward ``task``'s events until it ends, then record how. A parked parent
+        outlasts a service that stays unreachable past the client's reconnect deadline:
+        it follows again; the run's deadline bounds it."""
         while True:
             try:
                 client = await ctx.run.clients.get(task["address"])
-                status = await client.wait(task["session_id"])
+                final = await forward_child(
+                    ctx,
+                    child_id=task["session_id"],
+                    tool_call_id=tool_call_id,
+                    client=client,
+                    retry=client.config.reconnect.until_cancelled(),
+                )
+                # None: the log held all of it already (a resumed parent); ask how it ended.
+                status = status_of(final) if final else await client.get_status(task["session_id"])
             except SessionNotFound:
                 status = _GONE
             except HelixError:
@@ -362,47 +379,68 @@ class Dispatcher:
         self, ctx: ToolContext, batches: list[dict[str, Any]], state: dict[str, Any]
     ) -> list[dict[str, Any]]:
         state["final_pass_step"] = ctx.step
-        late = [t for b in batches for t in b["tasks"] if t["status"] == "running"]
+        late = [
+            (t, b["tool_call_id"]) for b in batches for t in b["tasks"] if t["status"] == "running"
+        ]
 
-        async def stop(task: dict[str, Any]) -> None:
-            with contextlib.suppress(HelixError):  # best effort; it is reported timed out
+        async def stop(task: dict[str, Any], tool_call_id: str) -> None:
+            with contextlib.suppress(HelixError, TimeoutError):  # best effort: timed out
                 client = await ctx.run.clients.get(task["address"])
                 await client.interrupt(task["session_id"], reason="the parent's deadline passed")
+                # Its last events (its end) into the log, if they come at once.
+                async with asyncio.timeout(DEADLINE_TAIL_S):
+                    await forward_child(
+                        ctx, child_id=task["session_id"], tool_call_id=tool_call_id, client=client
+                    )
             task["status"], task["error"] = "timed_out", "the run's deadline passed"
             await _save_ref(ctx, _Task(**task))
             _end_span(ctx, task)
 
-        await asyncio.gather(*(stop(t) for t in late))
-        delivered = self._deliver(ctx, batches, heading="[sub-agent results at the deadline]")
+        await asyncio.gather(*(stop(t, call) for t, call in late))
+        delivered = await self._deliver(ctx, batches, heading="[sub-agent results at the deadline]")
         note = "The run's deadline has passed: give your best answer now, in this step."
         if delivered:
             delivered[0]["content"] += "\n" + note
             return delivered
         return [{"role": "user", "content": note}]
 
-    def _deliver(
+    async def _deliver(
         self, ctx: ToolContext, batches: list[dict[str, Any]], *, heading: str
     ) -> list[dict[str, Any]]:
         if not batches:
             return []
+        # A delivery re-run by a resumed parent (its subagent_end flushed, its checkpoint
+        # not) shows the model the batch again, but logs no second end.
+        logged = await ends_logged(ctx, [t["session_id"] for b in batches for t in b["tasks"]])
         reports = []
         for batch in batches:
             batch["delivered"] = True  # durable with the conversation that holds it
             for task in batch["tasks"]:
                 reports.append(_Task(**task).report())
-                _end_event(ctx, batch["tool_call_id"], _Task(**task))
+                if not logged[task["session_id"]]:
+                    _end_event(ctx, batch["tool_call_id"], _Task(**task))
         return [{"role": "user", "content": f"{heading}\n{json.dumps(reports)}"}]
 
     async def _refresh(self, ctx: ToolContext, batches: list[dict[str, Any]]) -> None:
-        running = [t for b in batches for t in b["tasks"] if t["status"] == "running"]
-        await asyncio.gather(*(self._read_status(ctx, t) for t in running))
+        running = [
+            (t, b["tool_call_id"]) for b in batches for t in b["tasks"] if t["status"] == "running"
+        ]
+        await asyncio.gather(*(self._read_status(ctx, t, call) for t, call in running))
 
-    async def _read_status(self, ctx: ToolContext, task: dict[str, Any]) -> None:
-        """``task``'s status, recorded in the task and its ref once it has ended; while
-        its service cannot be reached, still running as far as we know."""
+    async def _read_status(self, ctx: ToolContext, task: dict[str, Any], tool_call_id: str) -> None:
+        """Forward ``task``'s events up to where its service says it is; record how it
+        ended once it has. While its service cannot be reached, still running as far as
+        we know (forwarded and recorded at a later step)."""
         try:
             client = await ctx.run.clients.get(task["address"])
             status = await client.get_status(task["session_id"])
+            await forward_child(
+                ctx,
+                child_id=task["session_id"],
+                tool_call_id=tool_call_id,
+                client=client,
+                until=status.last_sequence,
+            )
         except SessionNotFound:
             status = _GONE
         except HelixError:

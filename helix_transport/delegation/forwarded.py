@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from collections.abc import Iterable
 
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.agent.tools import ToolContext
@@ -22,6 +23,18 @@ class Logged:
     """The last child sequence forwarded (0: none)."""
     end: pb.SubagentEnd | None = None
     """The ``subagent_end`` in the log, if the call ended."""
+
+
+@dataclasses.dataclass
+class ChildLogged:
+    """What a parent's log holds of one child, whatever the calls that ran it."""
+
+    starts: int = 0
+    """Its ``subagent_start``s: one per turn begun."""
+    ends: int = 0
+    """Its ``subagent_end``s: one per turn delivered."""
+    last_sequence: int = 0
+    """The last child sequence forwarded (0: none)."""
 
 
 class ForwardedSoFar:
@@ -43,6 +56,7 @@ class ForwardedSoFar:
         self._session_id = session_id
         self._read_to = 0
         self._calls: dict[str, Logged] = {}
+        self._children: dict[str, ChildLogged] = {}
         self._lock = asyncio.Lock()  # concurrent rejoins wait for one reader
         self._passes = 0
 
@@ -60,8 +74,17 @@ class ForwardedSoFar:
                 await self._read_on()
             return self._calls.get(tool_call_id) or Logged()
 
+    async def child(self, child_id: str) -> ChildLogged:
+        """What the log holds of ``child_id``, read on to its end."""
+        await self.logged("")
+        return self.child_so_far(child_id)
+
+    def child_so_far(self, child_id: str) -> ChildLogged:
+        """What the last pass over the log found of ``child_id`` (no read)."""
+        return self._children.get(child_id) or ChildLogged()
+
     async def _read_on(self) -> None:
-        calls = self._calls
+        calls, children = self._calls, self._children
         async for events in pages(self._store, self._session_id, from_sequence=self._read_to):
             for event in events:
                 kind = event.WhichOneof("payload")
@@ -69,21 +92,34 @@ class ForwardedSoFar:
                     call, child = event.child_event.tool_call_id, event.child_event.event
                     logged = calls.setdefault(call, Logged())
                     logged.last_sequence = max(logged.last_sequence, child.sequence)
+                    of = children.setdefault(child.session_id, ChildLogged())
+                    of.last_sequence = max(of.last_sequence, child.sequence)
                 elif kind == "subagent_start":
                     start = event.subagent_start
                     logged = calls.setdefault(start.tool_call_id, Logged())
                     logged.started.add(start.child_session_id)
+                    children.setdefault(start.child_session_id, ChildLogged()).starts += 1
                 elif kind == "subagent_end":
                     end = event.subagent_end
                     calls.setdefault(end.tool_call_id, Logged()).end = end
+                    children.setdefault(end.child_session_id, ChildLogged()).ends += 1
             self._read_to = events[-1].sequence
 
 
-async def start_logged(ctx: ToolContext, child_id: str) -> bool:
-    """True when the parent's log holds the ``subagent_start`` of ``child_id`` for the
-    current tool call: a call re-run by a resumed parent must not write it again. Ask only
-    when the child's ref existed before the call (refs are saved before the event)."""
-    return child_id in (await forwarded_so_far(ctx).logged(ctx.tool_call_id)).started
+async def start_logged(ctx: ToolContext, child_id: str, *, turn: int = 1) -> bool:
+    """True when the parent's log holds the ``subagent_start`` of ``child_id``'s turn
+    ``turn`` (one start per turn, whichever call began it): a call re-run by a resumed
+    parent must not write it again. Ask only when the child's ref existed before the
+    call (refs are saved before the event)."""
+    return (await forwarded_so_far(ctx).child(child_id)).starts >= turn
+
+
+async def ends_logged(ctx: ToolContext, child_ids: Iterable[str]) -> dict[str, int]:
+    """How many ``subagent_end``s of each of ``child_ids`` the parent's log holds (one
+    per turn delivered): a delivery re-run by a resumed parent must not log one twice."""
+    index = forwarded_so_far(ctx)
+    await index.logged("")
+    return {child_id: index.child_so_far(child_id).ends for child_id in child_ids}
 
 
 def forwarded_so_far(ctx: ToolContext) -> ForwardedSoFar:

@@ -56,6 +56,11 @@ const TERMINAL_STATUS = {
   terminated: 'SESSION_STATUS_TERMINATED',
 };
 
+// A terminal event's usage (own and subtree's): this agent calls no model and has no
+// children, so both are zero, said explicitly.
+const NO_TOKENS = { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 };
+const TERMINAL_USAGE = { usage: NO_TOKENS, total_usage: NO_TOKENS };
+
 /** The generated-at-load-time `helix.agent.v1` package. */
 function loadContract() {
   const definition = protoLoader.loadSync(PROTO_FILE, {
@@ -511,15 +516,17 @@ class TranslatorService {
       await this.pause(session);
       const outputJson = JSON.stringify(plan.output);
       session.append(step, 'output', { output_json: outputJson });
-      session.append(step, 'completed', { output_json: outputJson });
+      session.append(step, 'completed', { output_json: outputJson, ...TERMINAL_USAGE });
     } catch (err) {
       if (err instanceof Stopped) return; // checkpointed; the next process resumes it
       if (err instanceof Interrupted) {
-        session.append(step, 'interrupted', { reason: session.interrupt.reason });
+        session.append(step, 'interrupted', { reason: session.interrupt.reason, ...TERMINAL_USAGE });
         return;
       }
       const { details } = toStatus(err);
-      if (!session.terminal) session.append(step, 'failed', { error: details, failure_reason: 'internal' });
+      if (!session.terminal) {
+        session.append(step, 'failed', { error: details, failure_reason: 'internal', ...TERMINAL_USAGE });
+      }
     }
   }
 
@@ -636,7 +643,7 @@ class TranslatorService {
       created_at: session.header.created_at,
       updated_at: session.updatedAt,
       finished_at: terminal ? terminal.time : null,
-      usage: { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 },
+      usage: NO_TOKENS,
       parent_session_id: session.header.parent_session_id,
     };
   }

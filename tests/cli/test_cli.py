@@ -13,17 +13,8 @@ from helix_transport import AgentClient, ServerConfig, create_server
 from helix_transport.store import MemoryStore
 from helix_transport.testing.processes import free_port
 from tests.agents import counter
+from tests.cli.run import cli as cli  # also imported from here (tests/cli/test_sessions.py)
 from tests.helpers import ROOT
-
-
-async def cli(*args: str) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "helix_transport.cli", *args,
-        cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    out, err = await proc.communicate()
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
 
 
 async def test_call_status_interrupt_describe() -> None:
@@ -36,22 +27,23 @@ async def test_call_status_interrupt_describe() -> None:
         assert "[counter #1] started c1" in out and "→ tick" in out and "completed" in out
         assert json.loads(out[out.rindex("{") :]) == {"total": 2, "steps": 2}
 
-        code, out, _ = await cli("status", address, "c1")
-        assert code == 0 and json.loads(out)["status"] == "SESSION_STATUS_COMPLETED"
+        code, out, _ = await cli("status", address, "c1", "--json")
+        assert code == 0 and json.loads(out)["status"] == "completed"
 
         code, out, _ = await cli("interrupt", address, "c1")
         assert code == 0 and "already finished; nothing changed" in out
 
-        code, out, _ = await cli("describe", address)
+        code, out, _ = await cli("describe", address, "--json")
         assert code == 0 and json.loads(out)["agent_type"] == "counter"
 
         code, out, _ = await cli(
             "call", address, "--follow", "--session-id", "c1", "--json", "--from-sequence", "3"
         )
         lines = [json.loads(line) for line in out.splitlines()]
-        assert code == 0 and int(lines[0]["sequence"]) == 4
-        # The proto's field names, as `status` and `describe` print them.
-        assert lines[-1]["session_id"] == "c1" and "output_json" in lines[-1]["completed"]
+        assert code == 0 and lines[0]["sequence"] == 4
+        # The proto's field names, the output parsed, as `status --json` prints them.
+        assert lines[-1]["session_id"] == "c1"
+        assert lines[-1]["completed"]["output"] == {"total": 2, "steps": 2}
 
 
 async def test_a_bad_health_port_is_a_usage_error() -> None:
@@ -73,20 +65,20 @@ async def test_status_waits_for_a_running_session_to_end(monkeypatch: pytest.Mon
         await AgentClient.connect(server.address) as client,
     ):
         await client.start(json.dumps({"steps": 20, "words": 10}), session_id="w1")
-        code, out, _ = await cli("status", server.address, "w1")
-        assert code == 0 and json.loads(out)["status"] == "SESSION_STATUS_RUNNING"
-        code, out, _ = await cli("status", server.address, "w1", "--wait", "60")
-        assert code == 0 and json.loads(out)["status"] == "SESSION_STATUS_COMPLETED"
+        code, out, _ = await cli("status", server.address, "w1", "--json")
+        assert code == 5 and json.loads(out)["status"] == "running"
+        code, out, _ = await cli("status", server.address, "w1", "--wait", "60", "--json")
+        assert code == 0 and json.loads(out)["status"] == "completed"
         code, _, err = await cli("status", server.address, "w1", "--wait", "61")
-        assert code == 1 and err.strip() == "helix-mesh: wait: longer than 60s; ask again instead"
+        assert code == 2 and err.strip() == "helix-mesh: wait: longer than 60s; ask again instead"
 
 
 async def test_errors_are_one_line_and_non_zero() -> None:
     async with await create_server(counter, MemoryStore(), allow_unauthenticated=True) as server:
         code, _, err = await cli("status", server.address, "missing")
-        assert code == 1 and err.strip() == "helix-mesh: session 'missing' not found"
+        assert code == 2 and err.strip() == "helix-mesh: session 'missing' not found"
         code, _, err = await cli("call", server.address, "--input", '{"steps": "x"}')
-        assert code == 1 and err.strip().startswith("helix-mesh: input_json.steps:")
+        assert code == 2 and err.strip().startswith("helix-mesh: input_json.steps:")
         assert "Traceback" not in err
 
 
@@ -127,7 +119,7 @@ async def test_follow_waits_quietly_for_a_quiet_session(monkeypatch: pytest.Monk
         assert code == 0 and "completed" in out
         assert err == ""
         code, _, err = await cli("call", server.address, "--follow", "--session-id", "nope")
-        assert code == 1 and err.strip() == "helix-mesh: session 'nope' not found"
+        assert code == 2 and err.strip() == "helix-mesh: session 'nope' not found"
 
 
 @pytest.mark.parametrize(

@@ -34,8 +34,10 @@ from helix_transport.delegation.companions import (
     PersistentChild,
     SendArgs,
     SpawnArgs,
+    _lifecycle,
     child_session_id,
 )
+from helix_transport.delegation.forwarding import forward_child
 from helix_transport.store import MemoryStore
 from helix_transport.transport._pool import ClientPool
 from services.critic import agent as critic
@@ -444,14 +446,17 @@ async def test_a_blocking_spawn_whose_result_cannot_be_read_shows_the_previous_o
         parent.state[STATE_KEY]["children"]["critic-1"]["delivered"] = False
         real_wait = AgentClient.wait
 
-        async def unreachable(self: AgentClient, *args: Any, **kw: Any) -> Any:
+        async def unreachable(*args: Any, **kw: Any) -> Any:
             raise ConnectError(server.address, "out of reach for the test")
 
+        # Waiting follows the child's stream (forwarding it) and may ask its status.
         monkeypatch.setattr(AgentClient, "wait", unreachable)
+        monkeypatch.setattr(_lifecycle, "forward_child", unreachable)
         with pytest.raises(ToolError) as lost:
             again = SpawnArgs(agent="critic", message="v2", name="critic-1")
             await tools._spawn(parent.ctx(), again)
         monkeypatch.setattr(AgentClient, "wait", real_wait)
+        monkeypatch.setattr(_lifecycle, "forward_child", forward_child)
         await client.wait(CHILD, from_sequence=1)  # turn 2 began, and ends
     assert "began its turn, but its result could not be read" in lost.value.message
     assert '"round": 1' in lost.value.message

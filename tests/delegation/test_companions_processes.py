@@ -107,6 +107,47 @@ async def test_maker_reconsults_a_critic_that_remembers(tmp_path: Path) -> None:
     assert [e.status for e in ends] == [pb.SESSION_STATUS_COMPLETED] * 2
 
 
+async def test_a_parent_killed_while_a_child_turn_runs_logs_one_start_per_turn(
+    tmp_path: Path,
+) -> None:
+    # The maker re-consults its critic (turn 2 of the same child); SIGKILL the maker while
+    # that turn streams. The resumed maker re-runs the call, and the critic's service
+    # answers its Continue with a replay of turn 2: before the fix the maker logged that
+    # turn's subagent_start again (the start of a later turn was never looked up in the
+    # log, only a first turn's), giving 3 starts and 2 ends for 2 turns.
+    drafts = ["v1: code", "v2: code and tests"]
+    reviewer = child_session_id("make", "reviewer", child_scope("maker", ""))
+    async with services(
+        "services.critic:agent",
+        "tests.agents.companions:maker",
+        tmp_path,
+        child_env={"HELIX_SCRIPTED_DELAY_MS": "40"},  # a turn streams for a while
+    ) as (_, maker):
+        async with await AgentClient.connect(maker.address) as client:
+            await client.start(json.dumps({"drafts": drafts}), session_id="make")
+            starts = 0
+            async for event in client.stream("make"):
+                starts += event.WhichOneof("payload") == "subagent_start"
+                if starts == 2 and event.WhichOneof("payload") == "child_event":
+                    break  # turn 2 began and streams into the maker's log
+        await maker.kill()
+        await maker.start()
+        async with await AgentClient.connect(maker.address) as client:
+            retry = client.config.reconnect.until_cancelled()
+            events = [e async for e in client.stream("make", retry=retry)]
+
+    assert kinds(events)[-1] == "completed"
+    assert "run_resumed" in kinds(events)
+    started = [e.subagent_start for e in events if e.WhichOneof("payload") == "subagent_start"]
+    ended = [e.subagent_end for e in events if e.WhichOneof("payload") == "subagent_end"]
+    assert [s.child_session_id for s in started] == [reviewer, reviewer]
+    assert [e.status for e in ended] == [pb.SESSION_STATUS_COMPLETED] * 2
+    # Both turns' events, each once, in order, whatever the kill cut off.
+    forwarded = [e.child_event.event.sequence for e in events if e.HasField("child_event")]
+    assert forwarded == list(range(1, len(forwarded) + 1))
+    assert events[-2].WhichOneof("payload") == "output"
+
+
 async def test_background_researchers_are_each_delivered_once(tmp_path: Path) -> None:
     topics = ["event sourcing", "grpc streaming", "backoff"]
     async with (

@@ -151,6 +151,9 @@ async def test_python_parent_delegates_to_the_node_service(
     assert kind(child[0]) == "run_started" and child[0].run_started.parent_session_id == "root"
     assert child[0].run_started.metadata["helix.root_session_id"] == "root"
     assert [kind(e) for e in child].count("text_delta") == len(TEXT.split())
+    # Its terminal event reports its usage, own and subtree's: none (it calls no model).
+    end = child[-1].completed
+    assert end.HasField("usage") and end.HasField("total_usage") and end.total_usage == end.usage
 
     child_output = json.loads(child_status.output_json)
     assert child_status.status == pb.SESSION_STATUS_COMPLETED

@@ -54,7 +54,7 @@ async def test_serve_with_a_token_file_and_the_cli_with_a_token(
     await service.start()
     try:
         code, out, err = await _cli("describe", service.address)
-        assert code == 1 and "UNAUTHENTICATED" in err.upper() and "missing credentials" in err
+        assert code == 2 and "UNAUTHENTICATED" in err.upper() and "missing credentials" in err
         code, out, err = await _cli(
             "call", service.address, "--input", '{"steps": 1, "words": 1}',
             env={"HELIX_TOKEN": tokens.alice},
@@ -69,7 +69,7 @@ async def test_serve_with_a_token_file_and_the_cli_with_a_token(
         )  # fmt: skip
         assert code == 0, out + err
         code, out, err = await _cli("describe", service.address, "--token", "not-" + tokens.bob)
-        assert code == 1 and "invalid bearer token" in err
+        assert code == 2 and "invalid bearer token" in err
         assert tokens.bob not in err
     finally:
         await service.terminate()
@@ -103,7 +103,7 @@ async def test_serve_with_mutual_tls_and_a_health_port(tmp_path: Path, pki: Pki)
         assert code == 0, err
         assert json.loads(out[out.rindex("{\n") :]) == {"total": 1, "steps": 1}
         code, _, err = await _cli("describe", f"localhost:{service.port}", "--tls-ca", str(pki.ca))
-        assert code == 1 and "cannot reach" in err  # no client certificate: no handshake
+        assert code == 4 and "cannot reach" in err  # no client certificate: no handshake
     finally:
         await service.terminate()
     assert "health on 127.0.0.1:" in log.read_text()

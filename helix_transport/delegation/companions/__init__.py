@@ -57,12 +57,13 @@ one killed after it never delivers again. Terminated children are not pushed
 (the parent stopped them on purpose). A new message (``send_message``, or a spawn
 that re-consults) to a child whose finished turn the parent's model has not seen
 yet shows that outcome in the tool's result (``previous_turn``) before the next
-turn starts, so it is not lost. The parent's *log* may show a
-``subagent_end`` twice across such a crash, like any event of a cut-off step.
+turn starts, so it is not lost. The parent's *log* holds one ``subagent_end``
+per turn even so: a delivery again reads the log for an end a crashed run wrote.
 
 **Events.** The parent's log gets ``subagent_start`` when a turn starts and
-``subagent_end`` when its outcome is delivered; the child's own events stay in
-the child's log (stream the child's session on its service to watch it live).
+``subagent_end`` when its outcome is delivered, and the child's events between
+as ``child_event``s (``helix_transport.delegation.forwarding``): a waited-for
+turn's as they come, a non-blocking one's at each of the parent's steps.
 A running child is recorded as a sub-session ref, so interrupting the parent
 interrupts it too.
 """

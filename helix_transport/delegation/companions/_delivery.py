@@ -13,6 +13,7 @@ from helix_transport.agent.tools import (
 )
 from helix_transport.delegation.companions._children import PREFIX, Child, Children
 from helix_transport.delegation.companions._lifecycle import Lifecycle
+from helix_transport.delegation.forwarded import ends_logged
 from helix_transport.delegation.spans import reopen_delegations
 
 
@@ -30,7 +31,10 @@ class Delivery(Lifecycle):
         if not plain and not queued:
             return []
         await asyncio.gather(*(self._refresh(ctx, c) for c in plain))
-        lines = [self._notify(ctx, c) for c in plain if c.status != "running"]
+        ended = [c for c in plain if c.status != "running"]
+        if ended:  # the ends a resumed parent logged before its crash (see _delivered)
+            await ends_logged(ctx, [c.session_id for c in ended])
+        lines = [self._notify(ctx, c) for c in ended]
         for handed in await asyncio.gather(*(self._hand_over(ctx, c) for c in queued)):
             lines.extend(handed)
         if not lines:

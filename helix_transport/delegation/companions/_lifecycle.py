@@ -28,7 +28,8 @@ from helix_transport.delegation.companions._children import (
     PersistentChild,
     child_session_id,
 )
-from helix_transport.delegation.forwarded import start_logged
+from helix_transport.delegation.forwarded import forwarded_so_far, start_logged
+from helix_transport.delegation.forwarding import forward_child, new_child, status_of
 from helix_transport.delegation.spans import end_delegation, open_delegation
 from helix_transport.registry import resolve_address
 from helix_transport.store import SubSessionRef
@@ -68,6 +69,8 @@ class Lifecycle:
         # The ref before the Start, so that an interrupt cascading while the Start is in
         # flight finds the child (see cascade.Cascade).
         previous = await ctx.run.store.get_subsession_ref(ctx.session_id, child.session_id)
+        if previous is None:
+            new_child(ctx, child.session_id)
         await self._save_ref(ctx, child)
         try:
             await client.start(
@@ -175,8 +178,14 @@ class Lifecycle:
     async def _began(
         self, ctx: ToolContext, child: Child, *, ref_saved: bool = False, logged: bool = False
     ) -> None:
-        """Record the turn begun; ``logged``: its ``subagent_start`` is in the log already."""
+        """Record the turn begun; ``logged``: its ``subagent_start`` is in the log already.
+
+        A later turn asks the log: a parent re-running the call (or the step) that began
+        it after a crash must not log its start twice.
+        """
         Children(ctx.run.state.extensions).put(child)
+        if not logged and child.turn > 1:
+            logged = await start_logged(ctx, child.session_id, turn=child.turn)
         if not logged:
             ctx.emit(
                 subagent_started(
@@ -251,24 +260,41 @@ class Lifecycle:
         return child.outcome()
 
     async def _follow(self, ctx: ToolContext, child: Child) -> None:
-        """Wait for the current turn to end and record how it ended.
-
-        A long poll (``AgentClient.wait``), not the child's stream: the parent keeps
-        none of the child's events, so none of them cross the wire to it.
-        """
+        """Forward the current turn's events into the parent's log to its end, and record
+        how it ended."""
         client = await ctx.run.clients.get(child.address)
-        status = await client.wait(
-            child.session_id, from_sequence=child.from_sequence, retry=_until_answered(client)
+        retry = _until_answered(client)
+        final = await forward_child(
+            ctx,
+            child_id=child.session_id,
+            tool_call_id=child.tool_call_id,
+            client=client,
+            retry=retry,
+            past=child.from_sequence,
         )
+        if final is not None and final.sequence > child.from_sequence:
+            status = status_of(final)
+        else:  # the log held the whole turn already (a resumed parent): ask how it ended
+            status = await client.wait(
+                child.session_id, from_sequence=child.from_sequence, retry=retry
+            )
         await self._record(ctx, child, status)
 
     async def _refresh(self, ctx: ToolContext, child: Child) -> None:
-        """Bring a running child's status up to date (one ``GetStatus``)."""
+        """Bring a running child up to date: one ``GetStatus``, and its events up to there
+        forwarded into the parent's log."""
         if child.status != "running":
             return
         client = await ctx.run.clients.get(child.address)
         try:
             status = await client.get_status(child.session_id)
+            await forward_child(
+                ctx,
+                child_id=child.session_id,
+                tool_call_id=child.tool_call_id,
+                client=client,
+                until=status.last_sequence,
+            )
         except HelixError:
             return  # unreachable for now: still "running" as far as we know
         # Terminal, past the start of our turn: the turn we started has ended.
@@ -350,6 +376,10 @@ class Lifecycle:
         Children(ctx.run.state.extensions).put(child)
         status = SessionStatus(child.status)
         self._end_span(ctx, child)
+        # A delivery re-run by a resumed parent (its end flushed, its checkpoint not):
+        # the log, as last read (a rejoin reads it), already holds this turn's end.
+        if forwarded_so_far(ctx).child_so_far(child.session_id).ends >= child.turn:
+            return
         ctx.emit(
             subagent_ended(
                 tool_call_id=child.tool_call_id,

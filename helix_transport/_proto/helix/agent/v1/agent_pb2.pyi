@@ -863,16 +863,31 @@ class Interrupted(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     REASON_FIELD_NUMBER: _builtins.int
+    USAGE_FIELD_NUMBER: _builtins.int
+    TOTAL_USAGE_FIELD_NUMBER: _builtins.int
     reason: _builtins.str
     """`InterruptRequest.reason` of the interrupt that stopped the run."""
+    @_builtins.property
+    def usage(self) -> Global___TokenUsage:
+        """The session's own token usage up to this event (not its children's)."""
+
+    @_builtins.property
+    def total_usage(self) -> Global___TokenUsage:
+        """`usage` plus the `total_usage` of the terminal events of every sub-agent in
+        this session's log (each counted once): the whole subtree's usage, from the
+        log alone.
+        """
+
     def __init__(
         self,
         *,
         reason: _builtins.str = ...,
+        usage: Global___TokenUsage | None = ...,
+        total_usage: Global___TokenUsage | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["total_usage", b"total_usage", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["reason", b"reason"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["reason", b"reason", "total_usage", b"total_usage", "usage", b"usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -885,16 +900,31 @@ class Completed(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     OUTPUT_JSON_FIELD_NUMBER: _builtins.int
+    USAGE_FIELD_NUMBER: _builtins.int
+    TOTAL_USAGE_FIELD_NUMBER: _builtins.int
     output_json: _builtins.str
     """The output, as in the preceding `output` event and `GetStatusResponse.output_json`."""
+    @_builtins.property
+    def usage(self) -> Global___TokenUsage:
+        """The session's own token usage up to this event (not its children's)."""
+
+    @_builtins.property
+    def total_usage(self) -> Global___TokenUsage:
+        """`usage` plus the `total_usage` of the terminal events of every sub-agent in
+        this session's log (each counted once): the whole subtree's usage, from the
+        log alone.
+        """
+
     def __init__(
         self,
         *,
         output_json: _builtins.str = ...,
+        usage: Global___TokenUsage | None = ...,
+        total_usage: Global___TokenUsage | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["total_usage", b"total_usage", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["output_json", b"output_json"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["output_json", b"output_json", "total_usage", b"total_usage", "usage", b"usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -908,6 +938,8 @@ class Failed(_message.Message):
 
     ERROR_FIELD_NUMBER: _builtins.int
     FAILURE_REASON_FIELD_NUMBER: _builtins.int
+    USAGE_FIELD_NUMBER: _builtins.int
+    TOTAL_USAGE_FIELD_NUMBER: _builtins.int
     error: _builtins.str
     """For people."""
     failure_reason: _builtins.str
@@ -915,15 +947,28 @@ class Failed(_message.Message):
     "invalid_state" (a tool left state that is not JSON), "invalid_output",
     "tool_error", "internal".
     """
+    @_builtins.property
+    def usage(self) -> Global___TokenUsage:
+        """The session's own token usage up to this event (not its children's)."""
+
+    @_builtins.property
+    def total_usage(self) -> Global___TokenUsage:
+        """`usage` plus the `total_usage` of the terminal events of every sub-agent in
+        this session's log (each counted once): the whole subtree's usage, from the
+        log alone.
+        """
+
     def __init__(
         self,
         *,
         error: _builtins.str = ...,
         failure_reason: _builtins.str = ...,
+        usage: Global___TokenUsage | None = ...,
+        total_usage: Global___TokenUsage | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["total_usage", b"total_usage", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "failure_reason", b"failure_reason"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "failure_reason", b"failure_reason", "total_usage", b"total_usage", "usage", b"usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -936,16 +981,31 @@ class Terminated(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     REASON_FIELD_NUMBER: _builtins.int
+    USAGE_FIELD_NUMBER: _builtins.int
+    TOTAL_USAGE_FIELD_NUMBER: _builtins.int
     reason: _builtins.str
     """Why, as given by the owner."""
+    @_builtins.property
+    def usage(self) -> Global___TokenUsage:
+        """The session's own token usage up to this event (not its children's)."""
+
+    @_builtins.property
+    def total_usage(self) -> Global___TokenUsage:
+        """`usage` plus the `total_usage` of the terminal events of every sub-agent in
+        this session's log (each counted once): the whole subtree's usage, from the
+        log alone.
+        """
+
     def __init__(
         self,
         *,
         reason: _builtins.str = ...,
+        usage: Global___TokenUsage | None = ...,
+        total_usage: Global___TokenUsage | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["total_usage", b"total_usage", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["reason", b"reason"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["reason", b"reason", "total_usage", b"total_usage", "usage", b"usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

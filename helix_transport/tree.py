@@ -1,0 +1,315 @@
+"""The delegation tree, folded from one log: the root session's events, children nested.
+
+A parent forwards every event of each child into its own log as a ``ChildEvent``
+(a grandchild's event arrives wrapped once per level), and every terminal event
+carries its session's usage, its own and its subtree's. So the root's log alone is
+enough to draw the whole tree and total it, with every child's service down::
+
+    tree = SessionTree()
+    async for event in client.stream(root_session_id):
+        node = tree.add(event)  # the node the event touched; the tree is live
+    assert tree.root is not None
+    print(tree.root.total_usage.total_tokens)
+
+or ``fold_events(events)`` for a log already read. The CLI's ``tree`` command and
+its ``inspect`` page both use this fold.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from helix_transport._events import TERMINAL_KINDS, SessionStatus
+from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
+
+__all__ = ["SessionTree", "TreeNode", "TreeUsage", "fold_events"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class TreeUsage:
+    """Token counts, as ``TokenUsage`` in the contract."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+
+    def __add__(self, other: TreeUsage) -> TreeUsage:
+        return TreeUsage(
+            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
+            completion_tokens=self.completion_tokens + other.completion_tokens,
+            total_tokens=self.total_tokens + other.total_tokens,
+        )
+
+    @classmethod
+    def from_proto(cls, usage: pb.TokenUsage) -> TreeUsage:
+        """The counts of a ``TokenUsage`` (an unset one is all zero)."""
+        return cls(
+            prompt_tokens=usage.prompt_tokens,
+            completion_tokens=usage.completion_tokens,
+            total_tokens=usage.total_tokens,
+        )
+
+    def to_json(self) -> dict[str, int]:
+        """``{"prompt_tokens": ..., "completion_tokens": ..., "total_tokens": ...}``."""
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.total_tokens,
+        }
+
+
+@dataclass(kw_only=True)
+class TreeNode:
+    """One session of the tree, as far as the events folded so far tell."""
+
+    session_id: str
+    agent_type: str
+    parent_session_id: str | None
+    """``None`` at the root."""
+    tool_call_id: str | None
+    """The parent's tool call that started it (``None`` at the root)."""
+    address: str | None
+    """The child's service address, when its parent logged one."""
+    status: SessionStatus = SessionStatus.RUNNING
+    """``RUNNING`` until its terminal event (or, for a child whose own events were not
+    forwarded, its parent's ``subagent_end``)."""
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    steps: int = 0
+    """The highest step it started (steps go on numbering across turns)."""
+    usage: TreeUsage = field(default_factory=TreeUsage)
+    """Its own usage, as its latest terminal event reports it (zero before one)."""
+    total_usage: TreeUsage = field(default_factory=TreeUsage)
+    """Its own plus its subtree's: from its terminal event once it has ended, summed
+    from its children while it runs."""
+    output_json: str | None = None
+    error: str | None = None
+    events: list[pb.StreamEvent] = field(default_factory=list)
+    """Its own events, unwrapped from ``ChildEvent``, in order (a child's are in the child)."""
+    children: list[TreeNode] = field(default_factory=list)
+    turn: int = 1
+    """Its current turn (2 and up once continued)."""
+    _sequences: set[int] = field(default_factory=set, repr=False)
+    _reported_total: TreeUsage | None = field(default=None, repr=False)
+    _ended_by_own_event: bool = field(default=False, repr=False)
+
+    def duration(self, *, now: datetime | None = None) -> timedelta | None:
+        """How long it ran: start to end; while running, start to ``now`` when given."""
+        if self.started_at is None:
+            return None
+        if self.ended_at is not None:
+            return self.ended_at - self.started_at
+        return None if now is None else now - self.started_at
+
+    def to_json(self) -> dict[str, object]:
+        """The node and its subtree as JSON values (times in RFC 3339, output parsed)."""
+        output: object = None
+        if self.output_json:
+            try:
+                output = json.loads(self.output_json)
+            except ValueError:
+                output = self.output_json  # a foreign service's: shown as it came
+        return {
+            "session_id": self.session_id,
+            "agent_type": self.agent_type,
+            "status": self.status.value,
+            "tool_call_id": self.tool_call_id,
+            "address": self.address,
+            "started_at": _rfc3339(self.started_at),
+            "ended_at": _rfc3339(self.ended_at),
+            "steps": self.steps,
+            "usage": {"own": self.usage.to_json(), "total": self.total_usage.to_json()},
+            "output": output,
+            "error": self.error,
+            "children": [child.to_json() for child in self.children],
+        }
+
+    def walk(self) -> Iterable[TreeNode]:
+        """This node, then its subtree, depth first in the order children appeared."""
+        yield self
+        for child in self.children:
+            yield from child.walk()
+
+
+class SessionTree:
+    """The fold of one root session's stream, live: ``add`` each event as it arrives."""
+
+    def __init__(self) -> None:
+        self.root: TreeNode | None = None
+        self._nodes: dict[str, TreeNode] = {}
+
+    def node(self, session_id: str) -> TreeNode | None:
+        """The node of ``session_id``, if an event named it."""
+        return self._nodes.get(session_id)
+
+    def add(self, event: pb.StreamEvent) -> TreeNode:
+        """Fold one event of the root's stream; returns the node it touched (for a
+        ``ChildEvent``, the innermost child's).
+
+        Idempotent per (``session_id``, ``sequence``) at every depth: an event seen
+        before (a replay, a reconnect's overlap) changes nothing.
+
+        Raises:
+            ValueError: for an event of another session than the root's.
+        """
+        if self.root is None:
+            self.root = self._nodes[event.session_id] = TreeNode(
+                session_id=event.session_id,
+                agent_type=event.agent_type,
+                parent_session_id=None,
+                tool_call_id=None,
+                address=None,
+            )
+        elif event.session_id != self.root.session_id:
+            raise ValueError(
+                f"event of session {event.session_id!r} in the stream of {self.root.session_id!r}"
+            )
+        touched = self._fold(self.root, event)
+        self._total_upwards(touched)
+        return touched
+
+    def _fold(self, node: TreeNode, event: pb.StreamEvent) -> TreeNode:
+        if event.sequence:
+            if event.sequence in node._sequences:
+                return node
+            node._sequences.add(event.sequence)
+        kind = event.WhichOneof("payload")
+        if kind == "child_event":
+            wrapped = event.child_event
+            child = self._child(
+                node, wrapped.event.session_id, wrapped.event.agent_type, wrapped.tool_call_id
+            )
+            return self._fold(child, wrapped.event)
+        node.events.append(event)
+        at = _time(event)
+        if node.started_at is None:
+            node.started_at = at
+        if kind == "run_started":
+            node.started_at = at or node.started_at
+            parent = event.run_started.parent_session_id
+            if parent and node.parent_session_id is None and node is not self.root:
+                node.parent_session_id = parent
+        elif kind == "step_started":
+            node.steps = max(node.steps, event.step)
+        elif kind == "turn_started":
+            node.turn = event.turn_started.turn
+            _reopen(node)
+        elif kind in TERMINAL_KINDS:
+            _end_by_own_event(node, event, kind, at)
+        elif kind == "subagent_start":
+            start = event.subagent_start
+            child = self._child(
+                node, start.child_session_id, start.child_agent_type, start.tool_call_id
+            )
+            child.address = start.address or child.address
+            if child.status.is_terminal:  # a companion's next turn
+                _reopen(child)
+            if child.started_at is None:
+                child.started_at = at
+        elif kind == "subagent_end":
+            self._ended_by_parent(node, event.subagent_end, at)
+        return node
+
+    def _child(
+        self, parent: TreeNode, session_id: str, agent_type: str, tool_call_id: str
+    ) -> TreeNode:
+        child = self._nodes.get(session_id)
+        if child is None:
+            child = self._nodes[session_id] = TreeNode(
+                session_id=session_id,
+                agent_type=agent_type,
+                parent_session_id=parent.session_id,
+                tool_call_id=tool_call_id or None,
+                address=None,
+            )
+            parent.children.append(child)
+        elif not child.agent_type:
+            child.agent_type = agent_type
+        return child
+
+    def _ended_by_parent(self, parent: TreeNode, end: pb.SubagentEnd, at: datetime | None) -> None:
+        """The parent's word on a child's end; the child's own terminal event, when it
+        was forwarded, says more (its usage) and is not overridden."""
+        child = self._child(parent, end.child_session_id, end.child_agent_type, end.tool_call_id)
+        if child._ended_by_own_event:
+            return
+        try:
+            child.status = SessionStatus.from_proto(end.status)
+        except ValueError:
+            child.status = SessionStatus.FAILED  # a terminal status nobody named
+        child.output_json = end.output_json or None
+        child.error = end.error or None
+        child.ended_at = at
+
+    def _total_upwards(self, node: TreeNode | None) -> None:
+        """Recompute ``total_usage`` from ``node`` up to the root."""
+        while node is not None:
+            if node._reported_total is not None:
+                node.total_usage = node._reported_total
+            else:
+                total = node.usage
+                for child in node.children:
+                    total = total + child.total_usage
+                node.total_usage = total
+            parent = node.parent_session_id
+            node = self._nodes.get(parent) if parent is not None else None
+
+
+def fold_events(events: Iterable[pb.StreamEvent]) -> SessionTree:
+    """The tree of a root session's events (see ``SessionTree.add``)."""
+    tree = SessionTree()
+    for event in events:
+        tree.add(event)
+    return tree
+
+
+def _end_by_own_event(
+    node: TreeNode, event: pb.StreamEvent, kind: str, at: datetime | None
+) -> None:
+    node.ended_at = at
+    node._ended_by_own_event = True
+    terminal: pb.Completed | pb.Failed | pb.Interrupted | pb.Terminated
+    if kind == "completed":
+        terminal = event.completed
+        node.status, node.output_json, node.error = (
+            SessionStatus.COMPLETED,
+            terminal.output_json,
+            None,
+        )
+    elif kind == "failed":
+        terminal = event.failed
+        node.status, node.error = SessionStatus.FAILED, terminal.error
+    elif kind == "interrupted":
+        terminal = event.interrupted
+        node.status, node.error = SessionStatus.INTERRUPTED, terminal.reason or None
+    else:
+        terminal = event.terminated
+        node.status, node.error = SessionStatus.TERMINATED, terminal.reason or None
+    node.usage = TreeUsage.from_proto(terminal.usage)
+    if terminal.HasField("total_usage"):
+        node._reported_total = TreeUsage.from_proto(terminal.total_usage)
+    else:  # a service that reports no subtree: what its forwarded children say
+        node._reported_total = None
+
+
+def _reopen(node: TreeNode) -> None:
+    """A new turn: running again until that turn's terminal event."""
+    node.status = SessionStatus.RUNNING
+    node.ended_at = None
+    node.output_json = None
+    node.error = None
+    node._ended_by_own_event = False
+    node._reported_total = None
+
+
+def _time(event: pb.StreamEvent) -> datetime | None:
+    if not event.HasField("time"):
+        return None
+    return datetime.fromtimestamp(event.time.seconds + event.time.nanos / 1e9, tz=UTC)
+
+
+def _rfc3339(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat().replace("+00:00", "Z")

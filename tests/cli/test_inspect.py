@@ -1,0 +1,186 @@
+"""``helix-mesh inspect`` in a real browser: Debian's headless chromium, driven by
+Playwright, on the page a real ``helix-mesh inspect`` process serves for a real mesh
+(a parent service delegating to a child service, two processes with SQLite stores).
+
+The test watches the tree grow while the delegation runs, opens a child's timeline,
+SIGKILLs and restarts the child's service and then the parent's, interrupts a running
+child from the page, sees the tree complete, and sees markup in a session's input shown
+as text. Under CI=true a missing chromium or
+Playwright fails the test; elsewhere it is skipped.
+
+``HELIX_SCREENSHOT_DIR=docs`` also saves the finished tree as ``inspect.png`` there
+(the picture in the README).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from helix_transport import AgentClient
+from helix_transport.agent.tools import child_scope
+from helix_transport.delegation.remote import child_session_id
+from helix_transport.registry import address_env_var
+from helix_transport.testing.processes import ServiceProcess, free_port
+from tests.conftest import unreachable
+from tests.helpers import ROOT
+
+if TYPE_CHECKING:
+    from playwright.async_api import Browser, Page
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]  # fmt: skip
+HAVE_CHROMIUM = Path(CHROMIUM).exists()
+WAIT_MS = 90_000  # a loaded machine restarts a service in seconds, not milliseconds
+
+pytestmark = pytest.mark.timeout(420)
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[Browser]:
+    if not HAVE_CHROMIUM:
+        unreachable(f"{CHROMIUM} is missing (make services-install installs Debian's chromium)")
+    try:
+        from playwright.async_api import async_playwright
+    except ImportError:
+        unreachable("playwright is not installed (pip install -e '.[dev]')")
+    async with async_playwright() as playwright:
+        launched = await playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield launched
+        finally:
+            await launched.close()
+
+
+@pytest.fixture
+async def services(tmp_path: Path) -> AsyncIterator[dict[str, ServiceProcess]]:
+    """The child (counter) and the parent (delegator), slowed to a visible pace."""
+    pace = {"HELIX_SCRIPTED_DELAY_MS": "60", "HELIX_LOG_LEVEL": "WARNING"}
+    child = ServiceProcess(
+        "tests.agents:counter", port=free_port(), store_url=f"sqlite:///{tmp_path}/c.db",
+        log_path=tmp_path / "counter.log", env=pace, cwd=ROOT,
+    )  # fmt: skip
+    parent = ServiceProcess(
+        "tests.agents:delegator", port=free_port(), store_url=f"sqlite:///{tmp_path}/d.db",
+        log_path=tmp_path / "delegator.log", cwd=ROOT,
+        env={**pace, address_env_var("counter"): child.address},
+    )  # fmt: skip
+    try:
+        await asyncio.gather(child.start(timeout_s=60), parent.start(timeout_s=60))
+        yield {"child": child, "parent": parent}
+    finally:
+        await asyncio.gather(child.stop(), parent.stop())
+
+
+@pytest.fixture
+async def inspect_url(services: dict[str, ServiceProcess]) -> AsyncIterator[str]:
+    """``helix-mesh inspect PARENT --port 0`` as a process; the URL it prints."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "helix_transport.cli", "inspect", services["parent"].address,
+        "--port", "0",
+        cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        line = (await asyncio.wait_for(proc.stdout.readline(), 60)).decode()
+        assert line.startswith("helix-mesh inspect: http://127.0.0.1:"), line
+        yield line.split()[2]
+    finally:
+        if proc.returncode is None:
+            proc.terminate()
+        await asyncio.wait_for(proc.wait(), 30)
+
+
+def node(page: Page, session_id: str, status: str | None = None) -> str:
+    """The selector of a tree node (in ``status``, if given)."""
+    selector = f'.node[data-session-id="{session_id}"]'
+    return selector + (f'[data-status="{status}"]' if status else "")
+
+
+async def test_the_page_follows_a_delegation_through_restarts_and_an_interrupt(
+    browser: Browser, services: dict[str, ServiceProcess], inspect_url: str, tmp_path: Path
+) -> None:
+    parent, child = services["parent"], services["child"]
+    page = await browser.new_page(viewport={"width": 1500, "height": 900})
+    page.set_default_timeout(WAIT_MS)
+    await page.goto(inspect_url)
+    await page.wait_for_selector("#service:has-text('delegator')")
+
+    short = {"tool": "count", "args": {"steps": 6, "words": 6}}
+    long = {"tool": "count", "args": {"steps": 50, "words": 20}}  # a minute: interrupted first
+    async with await AgentClient.connect(parent.address) as client:
+        await client.start(json.dumps({"calls": [short, long]}), session_id="run-1")
+    scope = child_scope("delegator", "")
+    first, second = (child_session_id("run-1", f"call_1_{i}", scope) for i in (0, 1))
+
+    # The session appears in the recent sessions (ListSessions); its tree grows live.
+    await page.click('#sessions tbody tr[data-session-id="run-1"]')
+    await page.wait_for_selector(node(page, "run-1", "running"))
+    await page.wait_for_selector(node(page, second, "running"))
+    await page.wait_for_selector(node(page, first))
+    assert await page.locator("#tree-state").get_attribute("data-state") == "live"
+
+    # A child's timeline: its own events, unwrapped from the parent's log.
+    await page.click(node(page, second))
+    await page.wait_for_selector("#timeline li[data-kind='tool_start']")
+    assert await page.text_content("#node-session") == second
+    assert '"steps": 50' in (await page.text_content("#node-input") or "")
+
+    # The child's service dies mid-run and comes back, then the parent's (whose log the
+    # page streams, resuming from its last sequence): the child's timeline goes on.
+    for service in (child, parent):
+        ticks = await page.locator("#timeline li[data-kind='tool_start']").count()
+        await service.kill()
+        await service.start(timeout_s=60)
+        await page.wait_for_function(
+            "n => document.querySelectorAll(\"#timeline li[data-kind='tool_start']\").length > n",
+            arg=ticks,
+        )
+    await page.wait_for_selector(node(page, first, "completed"))
+
+    # Interrupt the long child from the page, with the CLI's credentials.
+    await page.wait_for_selector("#interrupt:not([disabled])")
+    await page.click("#interrupt")
+    await page.wait_for_selector("#interrupt-result:has-text('interrupt recorded')")
+    await page.wait_for_selector(node(page, second, "interrupted"))
+
+    # The root ends with both children accounted for; the stream is over.
+    await page.wait_for_selector(node(page, "run-1", "completed"))
+    await page.wait_for_selector("#tree-state[data-state='ended']")
+    assert await page.locator(".node").count() == 3
+    await page.click(node(page, "run-1"))
+    output = await page.text_content("#node-output") or ""
+    assert '"total": 6' in output  # the first child's result, in the root's output
+    totals = await page.text_content("#tree-totals") or ""
+    assert totals.startswith("3 sessions · ") and " tokens in all" in totals
+
+    picture = tmp_path / "inspect.png"
+    await page.screenshot(path=str(picture), full_page=True)
+    assert picture.read_bytes().startswith(b"\x89PNG")
+    if os.environ.get("HELIX_SCREENSHOT_DIR"):
+        shutil.copy(picture, Path(os.environ["HELIX_SCREENSHOT_DIR"]) / "inspect.png")
+
+    # Event text is untrusted: markup in an input shows as text and never runs.
+    hostile = '<img src=x onerror="window.pwned=1"><script>window.pwned=2</script>'
+    marked = {"tool": "count", "args": {"steps": 1, "words": 1, "note": hostile}}
+    async with await AgentClient.connect(parent.address) as client:
+        await client.start(json.dumps({"calls": [marked]}), session_id="run-2")
+        await client.wait("run-2")
+    await page.click('#sessions tbody tr[data-session-id="run-2"]')
+    await page.wait_for_selector("#tree-state[data-state='ended']")
+    await page.click(node(page, "run-2"))
+    assert json.dumps(hostile) in (await page.text_content("#node-input") or "")
+    await page.wait_for_selector("#timeline li[data-kind='tool_start']:has-text('onerror')")
+    assert await page.locator("main img, main script").count() == 0
+    assert await page.evaluate("window.pwned") is None
