@@ -339,8 +339,8 @@ class RunLoop:
         }
 
     async def _complete(self, state: RunProgress, output_json: str) -> SessionStatus:
+        usage = await self._usage(state)  # before the deferred output: no await between
         self.writer.emit(pb.StreamEvent(output=pb.Output(output_json=output_json)), defer=True)
-        usage = await self._usage(state)
         await self.writer.finish(
             pb.StreamEvent(completed=pb.Completed(output_json=output_json, **usage)),
             SessionUpdate(
