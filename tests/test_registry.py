@@ -64,6 +64,7 @@ def test_service_config_balances_and_retries_unary_calls() -> None:
         "GetStatus",
         "Interrupt",
         "Describe",
+        "ListSessions",
     }
     assert method_config["retryPolicy"]["retryableStatusCodes"] == ["UNAVAILABLE"]
     assert options["grpc.enable_retries"] == 1

@@ -1,9 +1,9 @@
 # syntax=docker/dockerfile:1
 #
 # The Node.js agent service, services/translator_node (agent type "translator-node"):
-# server.js and translator.js, their production dependencies from package-lock.json, and
-# the contract, proto/helix/agent/v1/agent.proto, which server.js loads at run time from
-# ../../proto (nothing is generated).
+# server.js and the modules it requires, their production dependencies from
+# package-lock.json, and the contract, proto/helix/agent/v1/agent.proto, which server.js
+# loads at run time from ../../proto (nothing is generated).
 #
 #   docker build -f deploy/docker/translator-node.Dockerfile -t helix-translator-node:dev .
 #   docker run --rm -p 50051:50051 helix-translator-node:dev
@@ -40,7 +40,8 @@ WORKDIR /app/services/translator_node
 COPY proto/helix /app/proto/helix
 COPY --from=deps /app/services/translator_node/node_modules ./node_modules
 COPY services/translator_node/package.json services/translator_node/server.js \
-     services/translator_node/trace.js services/translator_node/translator.js ./
+     services/translator_node/listing.js services/translator_node/trace.js \
+     services/translator_node/translator.js ./
 
 # uid/gid 10001, numeric (Kubernetes' runAsNonRoot verifies it), as in the Python image.
 # The data directory is the only place the user may write. The smoke test loads the
