@@ -173,9 +173,8 @@ class RedisRetention:
             for c, (owned, member) in zip(candidates, listed, strict=True):
                 args: list[str | bytes] = [self._prefix, c.session_id, c.root_session_id]
                 args += [repr(finished_before), str(ms), repr(now), member]
-                await self._expire(
-                    keys=[owned], args=args + owed.get(c.session_id, []), client=pipe
-                )
+                args += owed.get(c.session_id, [])
+                await self._expire(keys=[owned], args=args, client=pipe)
             answers = await pipe.execute()
         return [c.session_id for c, done in zip(candidates, answers, strict=True) if done == 1]
 
