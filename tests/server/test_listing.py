@@ -100,10 +100,17 @@ async def test_a_shared_store_lists_only_this_services_agent_type(serve: Serve) 
 
 
 async def test_a_large_page_size_is_served_as_the_maximum(serve: Serve, store: Store) -> None:
-    for n in range(505):  # straight into the store: 505 runs would only slow the test
+    # Straight into the store, and finished: 505 runs (the server resumes a RUNNING
+    # session it finds at start) would only slow the test.
+    for n in range(505):
         await store.create_session(
             make_record(
-                f"s-{n:03}", agent_type="counter", principal="anonymous", created_at=float(n)
+                f"s-{n:03}",
+                agent_type="counter",
+                principal="anonymous",
+                created_at=float(n),
+                status=SessionStatus.COMPLETED,
+                finished_at=float(n) + 0.5,
             )
         )
     patient = ClientConfig(rpc_timeout=timedelta(seconds=60))  # 500 at once, on a busy machine
