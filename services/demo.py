@@ -31,6 +31,25 @@ ROOT = Path(__file__).resolve().parent.parent
 QUESTION = "How does a gRPC agent mesh resume a stream and why does it keep an event log?"
 
 
+def mesh(workdir: Path, env: dict[str, str]) -> dict[str, ServiceProcess]:
+    """The demo's three services (not yet started), on free ports, each with its own
+    SQLite store in ``workdir``; the orchestrator finds the other two through the registry."""
+    services = {
+        name: ServiceProcess(
+            f"services.{name}:agent",
+            port=free_port(),
+            store_url=f"sqlite:///{workdir / (name + '.db')}",
+            log_path=workdir / f"{name}.log",
+            env=env,
+            cwd=ROOT,
+        )
+        for name in ("researcher", "summarizer", "orchestrator")
+    }
+    for name in ("researcher", "summarizer"):
+        services["orchestrator"].env[address_env_var(name)] = services[name].address
+    return services
+
+
 async def main(question: str) -> int:
     model = os.environ.get("HELIX_MODEL") or "the scripted model (offline)"
     print(f"helix-mesh demo: three agent services on 127.0.0.1, using {model}\n")
@@ -39,19 +58,7 @@ async def main(question: str) -> int:
         # A small per-chunk delay makes the offline stream visibly live.
         env = {"HELIX_SCRIPTED_DELAY_MS": os.environ.get("HELIX_SCRIPTED_DELAY_MS", "15"),
                "HELIX_LOG_LEVEL": "WARNING"}  # fmt: skip
-        services = {
-            name: ServiceProcess(
-                f"services.{name}:agent",
-                port=free_port(),
-                store_url=f"sqlite:///{workdir / (name + '.db')}",
-                log_path=workdir / f"{name}.log",
-                env=env,
-                cwd=ROOT,
-            )
-            for name in ("researcher", "summarizer", "orchestrator")
-        }
-        for name in ("researcher", "summarizer"):
-            services["orchestrator"].env[address_env_var(name)] = services[name].address
+        services = mesh(workdir, env)
         started = time.perf_counter()
         try:
             await asyncio.gather(*(s.start() for s in services.values()))

@@ -5,8 +5,9 @@ Playwright, on the page a real ``helix-mesh inspect`` process serves for a real 
 The test watches the tree grow while the delegation runs, opens a child's timeline,
 SIGKILLs and restarts the child's service and then the parent's, interrupts a running
 child from the page, sees the tree complete, and sees markup in a session's input shown
-as text. Under CI=true a missing chromium or
-Playwright fails the test; elsewhere it is skipped.
+as text. A second test follows the demo's mesh (``make demo``: orchestrator, researcher
+and summarizer on the scripted model) the same way, through a researcher's SIGKILL and
+restart. Under CI=true a missing chromium or Playwright fails the test; elsewhere it is skipped.
 
 ``HELIX_SCREENSHOT_DIR=docs`` also saves the finished tree as ``inspect.png`` there
 (the picture in the README).
@@ -15,6 +16,7 @@ Playwright fails the test; elsewhere it is skipped.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -30,6 +32,7 @@ from helix_transport.agent.tools import child_scope
 from helix_transport.delegation.remote import child_session_id
 from helix_transport.registry import address_env_var
 from helix_transport.testing.processes import ServiceProcess, free_port
+from services import demo
 from tests.conftest import unreachable
 from tests.helpers import ROOT
 
@@ -83,12 +86,11 @@ async def services(tmp_path: Path) -> AsyncIterator[dict[str, ServiceProcess]]:
         await asyncio.gather(child.stop(), parent.stop())
 
 
-@pytest.fixture
-async def inspect_url(services: dict[str, ServiceProcess]) -> AsyncIterator[str]:
-    """``helix-mesh inspect PARENT --port 0`` as a process; the URL it prints."""
+@contextlib.asynccontextmanager
+async def inspecting(address: str) -> AsyncIterator[str]:
+    """``helix-mesh inspect ADDRESS --port 0`` as a process; the URL it prints."""
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "helix_transport.cli", "inspect", services["parent"].address,
-        "--port", "0",
+        sys.executable, "-m", "helix_transport.cli", "inspect", address, "--port", "0",
         cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
     )  # fmt: skip
     try:
@@ -100,6 +102,12 @@ async def inspect_url(services: dict[str, ServiceProcess]) -> AsyncIterator[str]
         if proc.returncode is None:
             proc.terminate()
         await asyncio.wait_for(proc.wait(), 30)
+
+
+@pytest.fixture
+async def inspect_url(services: dict[str, ServiceProcess]) -> AsyncIterator[str]:
+    async with inspecting(services["parent"].address) as url:
+        yield url
 
 
 def node(page: Page, session_id: str, status: str | None = None) -> str:
@@ -184,3 +192,65 @@ async def test_the_page_follows_a_delegation_through_restarts_and_an_interrupt(
     await page.wait_for_selector("#timeline li[data-kind='tool_start']:has-text('onerror')")
     assert await page.locator("main img, main script").count() == 0
     assert await page.evaluate("window.pwned") is None
+
+
+async def test_the_page_follows_the_demo_mesh_through_a_researcher_restart(
+    browser: Browser, tmp_path: Path
+) -> None:
+    """The demo's mesh (``make demo``: orchestrator, researcher, summarizer on the scripted
+    model) asked the demo's question: the tree grows, a child's timeline shows its own
+    events, the researcher's service is SIGKILLed mid-run and restarted on the same port
+    and store, and the tree still completes with its totals."""
+    pace = {"HELIX_SCRIPTED_DELAY_MS": "100", "HELIX_LOG_LEVEL": "WARNING"}
+    services = demo.mesh(tmp_path, pace)
+    try:
+        await asyncio.gather(*(s.start(timeout_s=60) for s in services.values()))
+        async with inspecting(services["orchestrator"].address) as url:
+            page = await browser.new_page(viewport={"width": 1500, "height": 900})
+            page.set_default_timeout(WAIT_MS)
+            await page.goto(url)
+            await page.wait_for_selector("#service:has-text('orchestrator')")
+            async with await AgentClient.connect(services["orchestrator"].address) as client:
+                question = json.dumps({"question": demo.QUESTION})
+                await client.start(question, session_id="demo-1")
+            await _follow_the_demo(page, services)
+    finally:
+        await asyncio.gather(*(s.stop() for s in services.values()))
+
+
+async def _follow_the_demo(page: Page, services: dict[str, ServiceProcess]) -> None:
+    # The tree grows while the root runs: a researcher appears under the orchestrator.
+    await page.click('#sessions tbody tr[data-session-id="demo-1"]')
+    await page.wait_for_selector(node(page, "demo-1", "running"))
+    researching = '.node[data-status="running"]:has(.agent:text-is("researcher"))'
+    researcher = page.locator(researching).first
+    await researcher.wait_for()
+    assert await page.get_attribute(node(page, "demo-1"), "data-status") == "running"
+    assert await page.locator(".node").count() > 1
+    assert await page.locator("#tree-state").get_attribute("data-state") == "live"
+
+    # The researcher's timeline: its own events, unwrapped from the orchestrator's log.
+    child = await researcher.get_attribute("data-session-id")
+    assert child and child != "demo-1"
+    await page.click(node(page, child))
+    await page.wait_for_selector("#timeline li")
+    assert await page.text_content("#node-session") == child
+    assert await page.locator("#timeline li[data-kind='subagent_start']").count() == 0
+
+    # The researcher's service dies mid-run and comes back on its port and store.
+    await services["researcher"].kill()
+    await services["researcher"].start(timeout_s=60)
+
+    # The root ends with every node in a final status, the summarizer's included.
+    await page.wait_for_selector(node(page, "demo-1", "completed"))
+    await page.wait_for_selector("#tree-state[data-state='ended']")
+    await page.wait_for_selector(node(page, child, "completed"))
+    statuses = await page.eval_on_selector_all(".node", "ns => ns.map(n => n.dataset.status)")
+    agents = await page.eval_on_selector_all(".node .agent", "ns => ns.map(n => n.textContent)")
+    assert len(statuses) >= 3 and set(statuses) == {"completed"}, statuses
+    assert agents[0] == "orchestrator" and {"researcher", "summarizer"} <= set(agents), agents
+    totals = await page.text_content("#tree-totals") or ""
+    assert totals.startswith(f"{len(statuses)} sessions · ") and " tokens in all" in totals
+    assert not totals.startswith(f"{len(statuses)} sessions · 0 tokens"), totals
+    await page.click(node(page, "demo-1"))
+    assert '"findings"' in (await page.text_content("#node-output") or "")
