@@ -366,7 +366,7 @@ class _HoldsTurns(MemoryStore):
 
 
 async def test_a_child_is_recorded_running_before_its_next_turn_is_asked_for(
-    parent: Parent,
+    parent: Parent, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The ref said the last turn completed until the Continue came back, so an
     # Interrupt of the parent in between did not cascade to the child, whose new turn
@@ -387,6 +387,9 @@ async def test_a_child_is_recorded_running_before_its_next_turn_is_asked_for(
         done = await parent.store.get_subsession_ref(PARENT, CHILD)
         assert done is not None and done.status is SessionStatus.COMPLETED
 
+        # The second turn must still run when the third is asked for (the send now
+        # forwards the child's events, so a quick turn could end before it returns).
+        monkeypatch.setenv("HELIX_SCRIPTED_DELAY_MS", "100")
         store.release.clear()
         store.held.clear()
         sending = asyncio.create_task(

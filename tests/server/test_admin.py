@@ -57,7 +57,9 @@ async def test_only_an_admin_of_no_tenant_sweeps(tmp_path: Path) -> None:
             await alice.start(json.dumps({"steps": 1}), session_id="mine")
             finished = await alice.wait("mine")
             # Sessions finished more than a second ago: wait for that second to pass.
-            await asyncio.sleep(max(0.0, finished.finished_at.ToSeconds() + 1.5 - time.time()))
+            # ToSeconds() would drop the fraction: up to a second too early.
+            ended = finished.finished_at.ToNanoseconds() / 1e9
+            await asyncio.sleep(max(0.0, ended + 1.5 - time.time()))
 
             for token in (ALICE, TENANT_OPS):
                 code, details = await _status(address, token, _sweep_request(1))
