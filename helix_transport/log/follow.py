@@ -98,6 +98,7 @@ async def _follow(
 
 
 _NOTICE_GRACE_S = 0.25
+_UNWIND_S = 1.0
 
 
 async def _wait_either(
@@ -126,10 +127,18 @@ async def _wait_either(
     finally:
         for task in waits:
             task.cancel()
-        await asyncio.wait(waits)
+        # Bounded: a blocked read that is slow to unwind (redis-py drops the connection
+        # of a cancelled read) must not keep a cancelled reader from ending.
+        await asyncio.wait(waits, timeout=_UNWIND_S)
         for task in waits:
-            if not task.cancelled():
-                task.exception()  # a store error here resurfaces at the next read
+            # A store error here resurfaces at the next read; retrieved so it is not
+            # reported as never retrieved, now or when a slow task ends.
+            task.add_done_callback(_retrieve)
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 async def _wait(waiter: asyncio.Future[None], timeout_s: float) -> bool:
