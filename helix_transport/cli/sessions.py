@@ -13,12 +13,12 @@ import sys
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from helix_transport._events import SessionStatus
 from helix_transport._exceptions import RemoteError
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.cli.flags import client_auth, client_options
+from helix_transport.cli.jsonout import message_json
 from helix_transport.cli.printer import status_name
 from helix_transport.transport import AgentClient
 
@@ -113,7 +113,7 @@ async def _sessions(args: argparse.Namespace) -> int:
         )
         if args.json:
             async for summary in listed:
-                print(json.dumps(as_json(summary)), flush=True)
+                print(json.dumps(message_json(summary)), flush=True)
             return 0
         rows = [_row(summary, now=time.time()) async for summary in listed]
     if not rows:
@@ -121,27 +121,6 @@ async def _sessions(args: argparse.Namespace) -> int:
         return 0
     print(table(rows))
     return 0
-
-
-def as_json(summary: pb.SessionSummary) -> dict[str, Any]:
-    """One session as plain JSON: ints as numbers, times as RFC 3339 (or null)."""
-    return {
-        "session_id": summary.session_id,
-        "agent_type": summary.agent_type,
-        "status": status_name(summary.status),
-        "parent_session_id": summary.parent_session_id,
-        "created_at": _rfc3339(summary, "created_at"),
-        "updated_at": _rfc3339(summary, "updated_at"),
-        "finished_at": _rfc3339(summary, "finished_at"),
-        "last_sequence": summary.last_sequence,
-    }
-
-
-def _rfc3339(summary: pb.SessionSummary, name: str) -> str | None:
-    if not summary.HasField(name):  # type: ignore[arg-type]
-        return None
-    text: str = getattr(summary, name).ToJsonString()
-    return text
 
 
 def _row(summary: pb.SessionSummary, *, now: float) -> tuple[str, ...]:
