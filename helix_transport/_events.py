@@ -54,11 +54,13 @@ class SessionStatus(enum.StrEnum):
     FAILED = "failed"
     INTERRUPTED = "interrupted"
     TERMINATED = "terminated"
+    SUSPENDED = "suspended"
+    """Waiting for input from people (its own request or a child's); no process runs it."""
 
     @property
     def is_terminal(self) -> bool:
         """True once the session can no longer change on its own."""
-        return self is not SessionStatus.RUNNING
+        return self not in (SessionStatus.RUNNING, SessionStatus.SUSPENDED)
 
     def to_proto(self) -> pb.SessionStatus.ValueType:
         """The ``helix.agent.v1.SessionStatus`` value."""
@@ -83,5 +85,6 @@ _TO_PROTO = {
     SessionStatus.FAILED: pb.SESSION_STATUS_FAILED,
     SessionStatus.INTERRUPTED: pb.SESSION_STATUS_INTERRUPTED,
     SessionStatus.TERMINATED: pb.SESSION_STATUS_TERMINATED,
+    SessionStatus.SUSPENDED: pb.SESSION_STATUS_SUSPENDED,
 }
 _FROM_PROTO = {v: k for k, v in _TO_PROTO.items()}

@@ -73,6 +73,23 @@ can only be continued `fresh` (the new turn starts without the earlier
 conversation; its log still continues). `Continue` is idempotent: the caller
 names the turn it starts, so a retried request never starts a turn twice.
 
+# Input from people
+
+A tool can require an approval before it runs, or be executed by the client
+(the caller supplies its result). A session that reaches such a call logs
+`input_required` (request id = the tool call id) and, once it has nothing else
+to run, logs `suspended` and becomes SUSPENDED: no process holds it, its
+stream stays open with heartbeats. A parent whose only remaining work is a
+suspended child suspends in turn, so the root's stream carries every pending
+request of the tree (wrapped once per level), each with its `path` of session
+ids from the root. The answer goes to the root's service (`SubmitInput`), which
+passes it down the path; the session that asked records it, logs
+`input_answered` and resumes (a `run_resumed` event, reason "input"), then each
+parent on the path resumes. A denial, a client tool's error or a passed
+deadline is an error result the model sees. `Interrupt` ends a suspended
+session as any other (pending requests are cancelled); `Continue` resumes an
+interrupted one with its memory.
+
 # Errors
 
 Servers map failures to precise status codes and never send stack traces.
@@ -144,7 +161,14 @@ class _SessionStatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Session
     SESSION_STATUS_INTERRUPTED: _SessionStatus.ValueType  # 4
     """Stopped by an `Interrupt` request (directly or through its parent)."""
     SESSION_STATUS_TERMINATED: _SessionStatus.ValueType  # 5
-    """Stopped by its owner (e.g. a parent terminating a persistent child)."""
+    """Stopped by its owner (e.g. a parent terminating a persistent child), or
+    aborted (`InterruptRequest.abort`); never resumed.
+    """
+    SESSION_STATUS_SUSPENDED: _SessionStatus.ValueType  # 6
+    """Waiting for input from people (its own request, or a sub-agent's): no process
+    runs it until an answer, a request's deadline or an interrupt wakes it. Not
+    terminal: its stream stays open and sends heartbeats.
+    """
 
 class SessionStatus(_SessionStatus, metaclass=_SessionStatusEnumTypeWrapper):
     """Lifecycle of a session."""
@@ -160,8 +184,75 @@ SESSION_STATUS_FAILED: SessionStatus.ValueType  # 3
 SESSION_STATUS_INTERRUPTED: SessionStatus.ValueType  # 4
 """Stopped by an `Interrupt` request (directly or through its parent)."""
 SESSION_STATUS_TERMINATED: SessionStatus.ValueType  # 5
-"""Stopped by its owner (e.g. a parent terminating a persistent child)."""
+"""Stopped by its owner (e.g. a parent terminating a persistent child), or
+aborted (`InterruptRequest.abort`); never resumed.
+"""
+SESSION_STATUS_SUSPENDED: SessionStatus.ValueType  # 6
+"""Waiting for input from people (its own request, or a sub-agent's): no process
+runs it until an answer, a request's deadline or an interrupt wakes it. Not
+terminal: its stream stays open and sends heartbeats.
+"""
 Global___SessionStatus: _TypeAlias = SessionStatus  # noqa: Y015
+
+class _InputKind:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _InputKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_InputKind.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    INPUT_KIND_UNSPECIFIED: _InputKind.ValueType  # 0
+    """Never sent."""
+    INPUT_KIND_APPROVAL: _InputKind.ValueType  # 1
+    """Approve or deny a tool call before it runs (`SubmitInputRequest.approval`)."""
+    INPUT_KIND_CLIENT_RESULT: _InputKind.ValueType  # 2
+    """Run a client-executed tool and send its result (`SubmitInputRequest.result`)."""
+
+class InputKind(_InputKind, metaclass=_InputKindEnumTypeWrapper):
+    """What a request for input asks for."""
+
+INPUT_KIND_UNSPECIFIED: InputKind.ValueType  # 0
+"""Never sent."""
+INPUT_KIND_APPROVAL: InputKind.ValueType  # 1
+"""Approve or deny a tool call before it runs (`SubmitInputRequest.approval`)."""
+INPUT_KIND_CLIENT_RESULT: InputKind.ValueType  # 2
+"""Run a client-executed tool and send its result (`SubmitInputRequest.result`)."""
+Global___InputKind: _TypeAlias = InputKind  # noqa: Y015
+
+class _InputOutcome:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _InputOutcomeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_InputOutcome.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    INPUT_OUTCOME_UNSPECIFIED: _InputOutcome.ValueType  # 0
+    """Never sent."""
+    INPUT_OUTCOME_APPROVED: _InputOutcome.ValueType  # 1
+    """Approved: the tool runs."""
+    INPUT_OUTCOME_DENIED: _InputOutcome.ValueType  # 2
+    """Denied: the tool does not run; the model sees an error result with the reason."""
+    INPUT_OUTCOME_RESULT: _InputOutcome.ValueType  # 3
+    """A client tool's result arrived."""
+    INPUT_OUTCOME_ERROR: _InputOutcome.ValueType  # 4
+    """A client tool failed; the model sees the error."""
+    INPUT_OUTCOME_EXPIRED: _InputOutcome.ValueType  # 5
+    """The deadline passed first; the model sees an error result."""
+
+class InputOutcome(_InputOutcome, metaclass=_InputOutcomeEnumTypeWrapper):
+    """How a request for input ended."""
+
+INPUT_OUTCOME_UNSPECIFIED: InputOutcome.ValueType  # 0
+"""Never sent."""
+INPUT_OUTCOME_APPROVED: InputOutcome.ValueType  # 1
+"""Approved: the tool runs."""
+INPUT_OUTCOME_DENIED: InputOutcome.ValueType  # 2
+"""Denied: the tool does not run; the model sees an error result with the reason."""
+INPUT_OUTCOME_RESULT: InputOutcome.ValueType  # 3
+"""A client tool's result arrived."""
+INPUT_OUTCOME_ERROR: InputOutcome.ValueType  # 4
+"""A client tool failed; the model sees the error."""
+INPUT_OUTCOME_EXPIRED: InputOutcome.ValueType  # 5
+"""The deadline passed first; the model sees an error result."""
+Global___InputOutcome: _TypeAlias = InputOutcome  # noqa: Y015
 
 @_typing.final
 class StartRequest(_message.Message):
@@ -397,6 +488,9 @@ class StreamEvent(_message.Message):
     TERMINATED_FIELD_NUMBER: _builtins.int
     CHILD_EVENT_FIELD_NUMBER: _builtins.int
     TURN_STARTED_FIELD_NUMBER: _builtins.int
+    INPUT_REQUIRED_FIELD_NUMBER: _builtins.int
+    INPUT_ANSWERED_FIELD_NUMBER: _builtins.int
+    SUSPENDED_FIELD_NUMBER: _builtins.int
     sequence: _builtins.int
     """Position in the session's log: 1, 2, 3, ... with no gaps."""
     session_id: _builtins.str
@@ -473,6 +567,18 @@ class StreamEvent(_message.Message):
     def turn_started(self) -> Global___TurnStarted:
         """A new turn of a continued session begins (right after a terminal event)."""
 
+    @_builtins.property
+    def input_required(self) -> Global___InputRequired:
+        """The session asks for input: an approval, or a client tool's result."""
+
+    @_builtins.property
+    def input_answered(self) -> Global___InputAnswered:
+        """A request for input was answered (or expired); the run goes on with it."""
+
+    @_builtins.property
+    def suspended(self) -> Global___Suspended:
+        """The session stopped running until input arrives (its own, or a sub-agent's)."""
+
     def __init__(
         self,
         *,
@@ -497,12 +603,15 @@ class StreamEvent(_message.Message):
         terminated: Global___Terminated | None = ...,
         child_event: Global___ChildEvent | None = ...,
         turn_started: Global___TurnStarted | None = ...,
+        input_required: Global___InputRequired | None = ...,
+        input_answered: Global___InputAnswered | None = ...,
+        suspended: Global___Suspended | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["child_event", b"child_event", "completed", b"completed", "error", b"error", "failed", b"failed", "interrupted", b"interrupted", "output", b"output", "payload", b"payload", "run_resumed", b"run_resumed", "run_started", b"run_started", "step_started", b"step_started", "subagent_end", b"subagent_end", "subagent_start", b"subagent_start", "terminated", b"terminated", "text_delta", b"text_delta", "time", b"time", "tool_end", b"tool_end", "tool_start", b"tool_start", "turn_started", b"turn_started"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["child_event", b"child_event", "completed", b"completed", "error", b"error", "failed", b"failed", "input_answered", b"input_answered", "input_required", b"input_required", "interrupted", b"interrupted", "output", b"output", "payload", b"payload", "run_resumed", b"run_resumed", "run_started", b"run_started", "step_started", b"step_started", "subagent_end", b"subagent_end", "subagent_start", b"subagent_start", "suspended", b"suspended", "terminated", b"terminated", "text_delta", b"text_delta", "time", b"time", "tool_end", b"tool_end", "tool_start", b"tool_start", "turn_started", b"turn_started"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_type", b"agent_type", "child_event", b"child_event", "completed", b"completed", "error", b"error", "failed", b"failed", "interrupted", b"interrupted", "output", b"output", "payload", b"payload", "run_resumed", b"run_resumed", "run_started", b"run_started", "sequence", b"sequence", "session_id", b"session_id", "step", b"step", "step_started", b"step_started", "subagent_end", b"subagent_end", "subagent_start", b"subagent_start", "terminated", b"terminated", "text_delta", b"text_delta", "time", b"time", "tool_end", b"tool_end", "tool_start", b"tool_start", "turn_started", b"turn_started"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_type", b"agent_type", "child_event", b"child_event", "completed", b"completed", "error", b"error", "failed", b"failed", "input_answered", b"input_answered", "input_required", b"input_required", "interrupted", b"interrupted", "output", b"output", "payload", b"payload", "run_resumed", b"run_resumed", "run_started", b"run_started", "sequence", b"sequence", "session_id", b"session_id", "step", b"step", "step_started", b"step_started", "subagent_end", b"subagent_end", "subagent_start", b"subagent_start", "suspended", b"suspended", "terminated", b"terminated", "text_delta", b"text_delta", "time", b"time", "tool_end", b"tool_end", "tool_start", b"tool_start", "turn_started", b"turn_started"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_payload: _TypeAlias = _typing.Literal["run_started", "step_started", "text_delta", "tool_start", "tool_end", "subagent_start", "subagent_end", "output", "error", "interrupted", "completed", "failed", "run_resumed", "terminated", "child_event", "turn_started"]  # noqa: Y015
+    _WhichOneofReturnType_payload: _TypeAlias = _typing.Literal["run_started", "step_started", "text_delta", "tool_start", "tool_end", "subagent_start", "subagent_end", "output", "error", "interrupted", "completed", "failed", "run_resumed", "terminated", "child_event", "turn_started", "input_required", "input_answered", "suspended"]  # noqa: Y015
     _WhichOneofArgType_payload: _TypeAlias = _typing.Literal["payload", b"payload"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_payload) -> _WhichOneofReturnType_payload | None: ...
 
@@ -591,6 +700,114 @@ class TurnStarted(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___TurnStarted: _TypeAlias = TurnStarted  # noqa: Y015
+
+@_typing.final
+class InputRequired(_message.Message):
+    """A request for input, logged by the session that needs it. It reaches the
+    root's stream wrapped in one `ChildEvent` per level, like any child event.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    TOOL_NAME_FIELD_NUMBER: _builtins.int
+    ARGUMENTS_JSON_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
+    PATH_FIELD_NUMBER: _builtins.int
+    DEADLINE_FIELD_NUMBER: _builtins.int
+    request_id: _builtins.str
+    """The id to answer with: the tool call's id (`ToolStart.tool_call_id`)."""
+    tool_name: _builtins.str
+    """The tool the call is for."""
+    arguments_json: _builtins.str
+    """The call's arguments as a JSON object."""
+    kind: Global___InputKind.ValueType
+    """What answer is wanted."""
+    @_builtins.property
+    def path(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The session ids from the root of the tree down to the session that asks
+        (its last entry): `SubmitInputRequest.path`.
+        """
+
+    @_builtins.property
+    def deadline(self) -> _timestamp_pb2.Timestamp:
+        """When the request expires into an error result the model sees; unset: never."""
+
+    def __init__(
+        self,
+        *,
+        request_id: _builtins.str = ...,
+        tool_name: _builtins.str = ...,
+        arguments_json: _builtins.str = ...,
+        kind: Global___InputKind.ValueType = ...,
+        path: _abc.Iterable[_builtins.str] | None = ...,
+        deadline: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["deadline", b"deadline"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["arguments_json", b"arguments_json", "deadline", b"deadline", "kind", b"kind", "path", b"path", "request_id", b"request_id", "tool_name", b"tool_name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___InputRequired: _TypeAlias = InputRequired  # noqa: Y015
+
+@_typing.final
+class InputAnswered(_message.Message):
+    """A request for input was answered, in the session that asked."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    OUTCOME_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    request_id: _builtins.str
+    """`InputRequired.request_id`."""
+    outcome: Global___InputOutcome.ValueType
+    """How it ended."""
+    reason: _builtins.str
+    """The reason given with an approval or a denial, or a client tool's error."""
+    def __init__(
+        self,
+        *,
+        request_id: _builtins.str = ...,
+        outcome: Global___InputOutcome.ValueType = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["outcome", b"outcome", "reason", b"reason", "request_id", b"request_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___InputAnswered: _TypeAlias = InputAnswered  # noqa: Y015
+
+@_typing.final
+class Suspended(_message.Message):
+    """The session stopped running until input arrives. Its stream stays open."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REQUEST_IDS_FIELD_NUMBER: _builtins.int
+    SUSPENDED_CHILDREN_FIELD_NUMBER: _builtins.int
+    suspended_children: _builtins.int
+    """Its sub-agents that are suspended themselves."""
+    @_builtins.property
+    def request_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Its own requests still unanswered."""
+
+    def __init__(
+        self,
+        *,
+        request_ids: _abc.Iterable[_builtins.str] | None = ...,
+        suspended_children: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["request_ids", b"request_ids", "suspended_children", b"suspended_children"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Suspended: _TypeAlias = Suspended  # noqa: Y015
 
 @_typing.final
 class StepStarted(_message.Message):
@@ -1212,19 +1429,26 @@ class InterruptRequest(_message.Message):
 
     SESSION_ID_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
+    ABORT_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """The session to interrupt; required."""
     reason: _builtins.str
     """Free text recorded in the `interrupted` event. At most 4096 characters."""
+    abort: _builtins.bool
+    """Abort instead: the session and every sub-agent below it end TERMINATED
+    (a `terminated` event), pending requests for input are cancelled, and the
+    session can never be resumed (only continued `fresh`). Capability `abort`.
+    """
     def __init__(
         self,
         *,
         session_id: _builtins.str = ...,
         reason: _builtins.str = ...,
+        abort: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["reason", b"reason", "session_id", b"session_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["abort", b"abort", "reason", b"reason", "session_id", b"session_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1370,6 +1594,7 @@ class DescribeResponse(_message.Message):
     INPUT_SCHEMA_JSON_FIELD_NUMBER: _builtins.int
     OUTPUT_SCHEMA_JSON_FIELD_NUMBER: _builtins.int
     TOOL_NAMES_FIELD_NUMBER: _builtins.int
+    CAPABILITIES_FIELD_NUMBER: _builtins.int
     agent_type: _builtins.str
     """The agent type, matching `^[a-z][a-z0-9_-]{0,62}$`; the mesh registry finds
     its service under `HELIX_AGENT_ADDRESS_<TYPE>` (upper-cased, `-` as `_`).
@@ -1384,6 +1609,13 @@ class DescribeResponse(_message.Message):
     def tool_names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Names of the agent's tools, for discovery."""
 
+    @_builtins.property
+    def capabilities(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The optional parts of this contract the service implements: `continue`,
+        `list_sessions`, `human_input` (SubmitInput, suspension), `abort`. A client
+        (and the conformance kit) treats an absent one as unimplemented.
+        """
+
     def __init__(
         self,
         *,
@@ -1392,14 +1624,143 @@ class DescribeResponse(_message.Message):
         input_schema_json: _builtins.str = ...,
         output_schema_json: _builtins.str = ...,
         tool_names: _abc.Iterable[_builtins.str] | None = ...,
+        capabilities: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_type", b"agent_type", "description", b"description", "input_schema_json", b"input_schema_json", "output_schema_json", b"output_schema_json", "tool_names", b"tool_names"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_type", b"agent_type", "capabilities", b"capabilities", "description", b"description", "input_schema_json", b"input_schema_json", "output_schema_json", b"output_schema_json", "tool_names", b"tool_names"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DescribeResponse: _TypeAlias = DescribeResponse  # noqa: Y015
+
+@_typing.final
+class SubmitInputRequest(_message.Message):
+    """Request of `SubmitInput`."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    PATH_FIELD_NUMBER: _builtins.int
+    APPROVAL_FIELD_NUMBER: _builtins.int
+    RESULT_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    """The session the caller holds: the root of the tree, or any session on the
+    request's `path`; required.
+    """
+    request_id: _builtins.str
+    """`InputRequired.request_id`; required."""
+    @_builtins.property
+    def path(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """`InputRequired.path` from `session_id` on (its first entry is `session_id`);
+        empty for a request of `session_id` itself.
+        """
+
+    @_builtins.property
+    def approval(self) -> Global___Approval:
+        """For an INPUT_KIND_APPROVAL request."""
+
+    @_builtins.property
+    def result(self) -> Global___ClientResult:
+        """For an INPUT_KIND_CLIENT_RESULT request."""
+
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        request_id: _builtins.str = ...,
+        path: _abc.Iterable[_builtins.str] | None = ...,
+        approval: Global___Approval | None = ...,
+        result: Global___ClientResult | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["answer", b"answer", "approval", b"approval", "result", b"result"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["answer", b"answer", "approval", b"approval", "path", b"path", "request_id", b"request_id", "result", b"result", "session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_answer: _TypeAlias = _typing.Literal["approval", "result"]  # noqa: Y015
+    _WhichOneofArgType_answer: _TypeAlias = _typing.Literal["answer", b"answer"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_answer) -> _WhichOneofReturnType_answer | None: ...
+
+Global___SubmitInputRequest: _TypeAlias = SubmitInputRequest  # noqa: Y015
+
+@_typing.final
+class Approval(_message.Message):
+    """An approval or a denial of a tool call."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    APPROVED_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    approved: _builtins.bool
+    """True: the tool runs. False: it does not, and the model sees why."""
+    reason: _builtins.str
+    """Why, for the model and the log; at most 4096 characters."""
+    def __init__(
+        self,
+        *,
+        approved: _builtins.bool = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approved", b"approved", "reason", b"reason"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Approval: _TypeAlias = Approval  # noqa: Y015
+
+@_typing.final
+class ClientResult(_message.Message):
+    """The result of a client-executed tool."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESULT_JSON_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    result_json: _builtins.str
+    """The result as JSON, given to the model; ignored when `error` is set."""
+    error: _builtins.str
+    """Set when the tool failed: the model sees this error instead."""
+    def __init__(
+        self,
+        *,
+        result_json: _builtins.str = ...,
+        error: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "result_json", b"result_json"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ClientResult: _TypeAlias = ClientResult  # noqa: Y015
+
+@_typing.final
+class SubmitInputResponse(_message.Message):
+    """Response of `SubmitInput`."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STATUS_FIELD_NUMBER: _builtins.int
+    APPLIED_FIELD_NUMBER: _builtins.int
+    status: Global___SessionStatus.ValueType
+    """The status of `session_id` once the answer was recorded."""
+    applied: _builtins.bool
+    """True when this call recorded the answer; false for a repeat of it."""
+    def __init__(
+        self,
+        *,
+        status: Global___SessionStatus.ValueType = ...,
+        applied: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied", b"applied", "status", b"status"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SubmitInputResponse: _TypeAlias = SubmitInputResponse  # noqa: Y015
 
 @_typing.final
 class ListSessionsRequest(_message.Message):

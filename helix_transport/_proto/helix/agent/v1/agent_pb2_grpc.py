@@ -70,6 +70,11 @@ class AgentServiceStub:
                 request_serializer=helix_dot_agent_dot_v1_dot_agent__pb2.ListSessionsRequest.SerializeToString,
                 response_deserializer=helix_dot_agent_dot_v1_dot_agent__pb2.ListSessionsResponse.FromString,
                 _registered_method=True)
+        self.SubmitInput = channel.unary_unary(
+                '/helix.agent.v1.AgentService/SubmitInput',
+                request_serializer=helix_dot_agent_dot_v1_dot_agent__pb2.SubmitInputRequest.SerializeToString,
+                response_deserializer=helix_dot_agent_dot_v1_dot_agent__pb2.SubmitInputResponse.FromString,
+                _registered_method=True)
 
 
 class AgentServiceServicer:
@@ -150,6 +155,23 @@ class AgentServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SubmitInput(self, request, context):
+        """Answers a request for input (an approval, or a client tool's result) that a
+        session of the tree below `session_id` is waiting for (see "Input from
+        people"). Sent to the service of the session the caller holds, normally the
+        root; each service on `path` passes it to the next, down to the session that
+        asked, which records it durably before the reply and resumes. Idempotent per
+        request: the same answer again changes nothing (`applied=false`), a different
+        answer to an answered request is FAILED_PRECONDITION. NOT_FOUND for an
+        unknown session, an unknown request, or a `path` that leaves the caller's
+        tree; INVALID_ARGUMENT naming the field for a missing answer, an answer of
+        the wrong kind or `result_json` that is not JSON; FAILED_PRECONDITION for a
+        session that ended before the answer. Optional (capability `human_input`).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -187,6 +209,11 @@ def add_AgentServiceServicer_to_server(servicer, server):
                     servicer.ListSessions,
                     request_deserializer=helix_dot_agent_dot_v1_dot_agent__pb2.ListSessionsRequest.FromString,
                     response_serializer=helix_dot_agent_dot_v1_dot_agent__pb2.ListSessionsResponse.SerializeToString,
+            ),
+            'SubmitInput': grpc.unary_unary_rpc_method_handler(
+                    servicer.SubmitInput,
+                    request_deserializer=helix_dot_agent_dot_v1_dot_agent__pb2.SubmitInputRequest.FromString,
+                    response_serializer=helix_dot_agent_dot_v1_dot_agent__pb2.SubmitInputResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -379,6 +406,33 @@ class AgentService:
             '/helix.agent.v1.AgentService/ListSessions',
             helix_dot_agent_dot_v1_dot_agent__pb2.ListSessionsRequest.SerializeToString,
             helix_dot_agent_dot_v1_dot_agent__pb2.ListSessionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SubmitInput(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/helix.agent.v1.AgentService/SubmitInput',
+            helix_dot_agent_dot_v1_dot_agent__pb2.SubmitInputRequest.SerializeToString,
+            helix_dot_agent_dot_v1_dot_agent__pb2.SubmitInputResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -73,6 +73,23 @@ can only be continued `fresh` (the new turn starts without the earlier
 conversation; its log still continues). `Continue` is idempotent: the caller
 names the turn it starts, so a retried request never starts a turn twice.
 
+# Input from people
+
+A tool can require an approval before it runs, or be executed by the client
+(the caller supplies its result). A session that reaches such a call logs
+`input_required` (request id = the tool call id) and, once it has nothing else
+to run, logs `suspended` and becomes SUSPENDED: no process holds it, its
+stream stays open with heartbeats. A parent whose only remaining work is a
+suspended child suspends in turn, so the root's stream carries every pending
+request of the tree (wrapped once per level), each with its `path` of session
+ids from the root. The answer goes to the root's service (`SubmitInput`), which
+passes it down the path; the session that asked records it, logs
+`input_answered` and resumes (a `run_resumed` event, reason "input"), then each
+parent on the path resumes. A denial, a client tool's error or a passed
+deadline is an error result the model sees. `Interrupt` ends a suspended
+session as any other (pending requests are cancelled); `Continue` resumes an
+interrupted one with its memory.
+
 # Errors
 
 Servers map failures to precise status codes and never send stack traces.
@@ -184,6 +201,19 @@ class AgentServiceStub:
     an unknown status or an invalid timestamp. Optional: a server may answer
     UNIMPLEMENTED.
     """
+    SubmitInput: _grpc.UnaryUnaryMultiCallable[_agent_pb2.SubmitInputRequest, _agent_pb2.SubmitInputResponse]
+    """Answers a request for input (an approval, or a client tool's result) that a
+    session of the tree below `session_id` is waiting for (see "Input from
+    people"). Sent to the service of the session the caller holds, normally the
+    root; each service on `path` passes it to the next, down to the session that
+    asked, which records it durably before the reply and resumes. Idempotent per
+    request: the same answer again changes nothing (`applied=false`), a different
+    answer to an answered request is FAILED_PRECONDITION. NOT_FOUND for an
+    unknown session, an unknown request, or a `path` that leaves the caller's
+    tree; INVALID_ARGUMENT naming the field for a missing answer, an answer of
+    the wrong kind or `result_json` that is not JSON; FAILED_PRECONDITION for a
+    session that ended before the answer. Optional (capability `human_input`).
+    """
 
 @_typing.type_check_only
 class AgentServiceAsyncStub(AgentServiceStub):
@@ -234,6 +264,19 @@ class AgentServiceAsyncStub(AgentServiceStub):
     `page_size`, a `page_token` this server did not issue for these filters,
     an unknown status or an invalid timestamp. Optional: a server may answer
     UNIMPLEMENTED.
+    """
+    SubmitInput: _aio.UnaryUnaryMultiCallable[_agent_pb2.SubmitInputRequest, _agent_pb2.SubmitInputResponse]  # type: ignore[assignment]
+    """Answers a request for input (an approval, or a client tool's result) that a
+    session of the tree below `session_id` is waiting for (see "Input from
+    people"). Sent to the service of the session the caller holds, normally the
+    root; each service on `path` passes it to the next, down to the session that
+    asked, which records it durably before the reply and resumes. Idempotent per
+    request: the same answer again changes nothing (`applied=false`), a different
+    answer to an answered request is FAILED_PRECONDITION. NOT_FOUND for an
+    unknown session, an unknown request, or a `path` that leaves the caller's
+    tree; INVALID_ARGUMENT naming the field for a missing answer, an answer of
+    the wrong kind or `result_json` that is not JSON; FAILED_PRECONDITION for a
+    session that ended before the answer. Optional (capability `human_input`).
     """
 
 class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -324,6 +367,25 @@ class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
         `page_size`, a `page_token` this server did not issue for these filters,
         an unknown status or an invalid timestamp. Optional: a server may answer
         UNIMPLEMENTED.
+        """
+
+    @_abc_1.abstractmethod
+    def SubmitInput(
+        self,
+        request: _agent_pb2.SubmitInputRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_agent_pb2.SubmitInputResponse, _abc.Awaitable[_agent_pb2.SubmitInputResponse]]:
+        """Answers a request for input (an approval, or a client tool's result) that a
+        session of the tree below `session_id` is waiting for (see "Input from
+        people"). Sent to the service of the session the caller holds, normally the
+        root; each service on `path` passes it to the next, down to the session that
+        asked, which records it durably before the reply and resumes. Idempotent per
+        request: the same answer again changes nothing (`applied=false`), a different
+        answer to an answered request is FAILED_PRECONDITION. NOT_FOUND for an
+        unknown session, an unknown request, or a `path` that leaves the caller's
+        tree; INVALID_ARGUMENT naming the field for a missing answer, an answer of
+        the wrong kind or `result_json` that is not JSON; FAILED_PRECONDITION for a
+        session that ended before the answer. Optional (capability `human_input`).
         """
 
 def add_AgentServiceServicer_to_server(servicer: AgentServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
