@@ -11,7 +11,8 @@ Every error the library raises on purpose is a ``HelixError``::
     ├── ServerUnavailable          the server is draining or not ready -> UNAVAILABLE
     ├── StoreError                 the state store failed or refused
     │   ├── SessionNotFound        no such session                -> NOT_FOUND
-    │   │   └── SessionExpired     it finished and retention removed it
+    │   │   ├── SessionExpired     it finished and retention removed it
+    │   │   └── RequestNotFound    no such request for input in its tree
     │   ├── SessionExists          same id, different input       -> ALREADY_EXISTS
     │   ├── SessionStateConflict   not possible in the session's state -> FAILED_PRECONDITION
     │   ├── SequenceConflict       the log moved under a writer (another owner wrote)
@@ -152,6 +153,23 @@ class SessionExpired(SessionNotFound):
 
     def _fields(self) -> dict[str, Any]:
         return {"session_id": self.session_id, "expired_at": self.expired_at}
+
+
+class RequestNotFound(SessionNotFound):
+    """No request for input with this id waits in the session's tree (an unknown id,
+    or a ``path`` that does not lead to the session that asked)."""
+
+    def __init__(self, session_id: str, request_id: str) -> None:
+        StoreError.__init__(
+            self,
+            f"request {request_id!r} not found in the tree of session {session_id!r} "
+            "(unknown id, or a path that does not lead to the session that asked)",
+        )
+        self.session_id = session_id
+        self.request_id = request_id
+
+    def _fields(self) -> dict[str, Any]:
+        return {"session_id": self.session_id, "request_id": self.request_id}
 
 
 class SessionExists(StoreError):

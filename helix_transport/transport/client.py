@@ -224,6 +224,53 @@ class AgentClient:
         request = pb.ContinueRequest(session_id=session_id, message=message, turn=turn, fresh=fresh)
         return await self._idempotent(self._stub.Continue, request, session_id, retry=retry)
 
+    async def submit_input(
+        self,
+        session_id: str,
+        request_id: str,
+        *,
+        path: Sequence[str] = (),
+        approved: bool | None = None,
+        reason: str = "",
+        result_json: str | None = None,
+        error: str | None = None,
+        retry: RetryConfig | None = None,
+    ) -> pb.SubmitInputResponse:
+        """Answer a request for input waiting in the tree of ``session_id`` (``SubmitInput``).
+
+        Give exactly one answer: ``approved`` (with an optional ``reason``) for an
+        approval, ``result_json`` for a client tool's result, or ``error`` for a client
+        tool that failed. ``path`` is the request's ``InputRequired.path`` (the session
+        ids from ``session_id`` down to the session that asked; empty when it asked
+        itself). Retries while the service is unavailable, like ``start``: the answer is
+        idempotent per request, so a retry applies it at most once (``applied=false``
+        then).
+
+        Raises:
+            UsageError: not exactly one answer given.
+            RequestNotFound: no such request waits in the tree (or ``path`` leaves it).
+            SessionNotFound: no such session.
+            SessionStateConflict: the request was answered differently, or the session
+                that asked has ended.
+            InvalidArgument: an answer of the wrong kind, or ``result_json`` not JSON.
+        """
+        self._check_open()
+        given = [a for a in (approved, result_json, error) if a is not None]
+        if len(given) != 1:
+            raise UsageError(
+                "submit_input needs exactly one answer: approved=, result_json= or error="
+            )
+        request = pb.SubmitInputRequest(session_id=session_id, request_id=request_id, path=path)
+        if approved is not None:
+            request.approval.CopyFrom(pb.Approval(approved=approved, reason=reason))
+        elif result_json is not None:
+            request.result.CopyFrom(pb.ClientResult(result_json=result_json))
+        else:
+            request.result.CopyFrom(pb.ClientResult(error=error or ""))
+        return await self._idempotent(
+            self._stub.SubmitInput, request, session_id, retry=retry, request_id=request_id
+        )
+
     async def _idempotent(
         self,
         rpc: Callable[..., Awaitable[_Reply]],
@@ -231,11 +278,13 @@ class AgentClient:
         session_id: str,
         *,
         retry: RetryConfig | None = None,
+        request_id: str = "",
     ) -> _Reply:
         """Call ``rpc``, retrying while the service is unavailable (from when the
         channel reconnects) or refuses with a retry hint (after it), within the
         reconnect deadline; then the last error as a helix error. Only for calls a
-        retry cannot repeat (``Start`` and ``Continue`` name what they create)."""
+        retry cannot repeat (``Start`` and ``Continue`` name what they create,
+        ``SubmitInput`` answers a request once)."""
         retry = retry or self.config.reconnect
         started = time.monotonic()
         attempt = 0
@@ -245,7 +294,9 @@ class AgentClient:
             except grpc.aio.AioRpcError as exc:
                 delay = _retry_delay(exc, retry, attempt, address=self.address)
                 if delay is None or retry.expired(started, time.monotonic()):
-                    raise to_helix_error(exc, address=self.address, session_id=session_id) from exc
+                    raise to_helix_error(
+                        exc, address=self.address, session_id=session_id, request_id=request_id
+                    ) from exc
                 unavailable = exc.code() == grpc.StatusCode.UNAVAILABLE
             if unavailable:
                 await self.reconnected(within_s=delay)
@@ -298,7 +349,8 @@ class AgentClient:
     async def wait(
         self, session_id: str, *, from_sequence: int = 0, retry: RetryConfig | None = None
     ) -> pb.GetStatusResponse:
-        """The session's status once it has ended, like ``Popen.wait``.
+        """The session's status once it has ended (or is suspended, waiting for
+        input from people: ``SESSION_STATUS_SUSPENDED``), like ``Popen.wait``.
 
         Ended means a terminal status whose ``last_sequence`` is past ``from_sequence``
         (give a continued session's turn start, ``ContinueResponse.from_sequence``, to
@@ -354,12 +406,20 @@ class AgentClient:
             if wait is None or time.monotonic() - asked < wait.total_seconds() / 2:
                 await asyncio.sleep(PACE_S)  # answered at once: pace the asks
 
-    async def interrupt(self, session_id: str, *, reason: str = "") -> pb.InterruptResponse:
-        """Ask a running session to stop (durable; a finished one is left as it is)."""
+    async def interrupt(
+        self, session_id: str, *, reason: str = "", abort: bool = False
+    ) -> pb.InterruptResponse:
+        """Ask a running or suspended session to stop (durable; a finished one is left
+        as it is). An interrupted session can be resumed with ``continue_session``.
+
+        With ``abort`` the session and every sub-agent below it end TERMINATED instead,
+        their pending requests for input cancelled, never to be resumed (a service
+        without the ``abort`` capability refuses it).
+        """
         self._check_open()
         with map_grpc_errors(self.address, session_id):
             return await self._stub.Interrupt(
-                pb.InterruptRequest(session_id=session_id, reason=reason),
+                pb.InterruptRequest(session_id=session_id, reason=reason, abort=abort),
                 timeout=self._timeout,
                 metadata=self._metadata(),
             )
