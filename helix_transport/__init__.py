@@ -68,7 +68,13 @@ if TYPE_CHECKING:
     from helix_transport.server.auth import AuthConfig
     from helix_transport.store import Store, open_store
     from helix_transport.transport import AgentClient, ClientAuth, EventStream
-    from helix_transport.tree import SessionTree, TreeNode, TreeUsage, fold_events
+    from helix_transport.tree import (
+        PendingRequest,
+        SessionTree,
+        TreeNode,
+        TreeUsage,
+        fold_events,
+    )
 
 _LAZY = {
     "Agent": "helix_transport.agent.definition",
@@ -89,6 +95,7 @@ _LAZY = {
     "MaxStepsExceeded": "helix_transport._exceptions",
     "MetricsConfig": "helix_transport.metrics",
     "ModelAPIError": "helix_transport._exceptions",
+    "PendingRequest": "helix_transport.tree",
     "PersistentChild": "helix_transport.delegation.companions",
     "PermissionDenied": "helix_transport._exceptions",
     "RemoteError": "helix_transport._exceptions",
@@ -151,6 +158,7 @@ __all__ = [
     "MetricsConfig",
     "ModelAPIError",
     "PermissionDenied",
+    "PendingRequest",
     "PersistentChild",
     "RemoteError",
     "RequestNotFound",

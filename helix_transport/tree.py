@@ -13,6 +13,12 @@ enough to draw the whole tree and total it, with every child's service down::
 
 or ``fold_events(events)`` for a log already read. The CLI's ``tree`` command and
 its ``inspect`` page both use this fold.
+
+Requests for input travel the same way: a session's ``input_required`` reaches the
+root's log wrapped once per level, so ``tree.pending_requests()`` lists every request
+waiting anywhere in the tree, each with the ``path`` to answer it by
+(``AgentClient.submit_input``). A request leaves when its session logs
+``input_answered`` for it, or ends.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from datetime import UTC, datetime, timedelta
 from helix_transport._events import TERMINAL_KINDS, SessionStatus
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 
-__all__ = ["SessionTree", "TreeNode", "TreeUsage", "fold_events"]
+__all__ = ["PendingRequest", "SessionTree", "TreeNode", "TreeUsage", "fold_events"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,6 +67,67 @@ class TreeUsage:
         }
 
 
+@dataclass(frozen=True, kw_only=True)
+class PendingRequest:
+    """A request for input a session of the tree waits for (its ``InputRequired``)."""
+
+    session_id: str
+    """The session that asked (the last entry of ``path``)."""
+    request_id: str
+    """The id to answer with: the tool call's id."""
+    tool_name: str
+    arguments_json: str
+    """The call's arguments, as a JSON object."""
+    kind: str
+    """``approval`` (approve or deny the call) or ``client_result`` (run the tool, send
+    its result)."""
+    path: tuple[str, ...]
+    """Session ids from the root down to ``session_id``: ``SubmitInputRequest.path``."""
+    deadline: datetime | None = None
+    """When it expires into an error result; ``None``: never."""
+
+    def to_json(self) -> dict[str, object]:
+        """The request as JSON values (arguments parsed, deadline in RFC 3339)."""
+        try:
+            arguments: object = json.loads(self.arguments_json)
+        except ValueError:
+            arguments = self.arguments_json  # a foreign service's: shown as it came
+        return {
+            "session_id": self.session_id,
+            "request_id": self.request_id,
+            "tool_name": self.tool_name,
+            "arguments": arguments,
+            "kind": self.kind,
+            "path": list(self.path),
+            "deadline": _rfc3339(self.deadline),
+        }
+
+    @classmethod
+    def from_proto(
+        cls, session_id: str, asked: pb.InputRequired, *, path: tuple[str, ...] = ()
+    ) -> PendingRequest:
+        """The request of an ``InputRequired`` logged by ``session_id``; ``path`` is the
+        fold's own when the event carries none (a service that did not fill it)."""
+        deadline = None
+        if asked.HasField("deadline"):
+            deadline = asked.deadline.ToDatetime(tzinfo=UTC)
+        return cls(
+            session_id=session_id,
+            request_id=asked.request_id,
+            tool_name=asked.tool_name,
+            arguments_json=asked.arguments_json,
+            kind=_KIND_NAMES.get(asked.kind, "unspecified"),
+            path=tuple(asked.path) or path,
+            deadline=deadline,
+        )
+
+
+_KIND_NAMES = {
+    pb.INPUT_KIND_APPROVAL: "approval",
+    pb.INPUT_KIND_CLIENT_RESULT: "client_result",
+}
+
+
 @dataclass(kw_only=True)
 class TreeNode:
     """One session of the tree, as far as the events folded so far tell."""
@@ -75,7 +142,8 @@ class TreeNode:
     """The child's service address, when its parent logged one."""
     status: SessionStatus = SessionStatus.RUNNING
     """``RUNNING`` until its terminal event (or, for a child whose own events were not
-    forwarded, its parent's ``subagent_end``)."""
+    forwarded, its parent's ``subagent_end``); ``SUSPENDED`` from its ``suspended``
+    event to its next one."""
     started_at: datetime | None = None
     ended_at: datetime | None = None
     steps: int = 0
@@ -92,6 +160,8 @@ class TreeNode:
     children: list[TreeNode] = field(default_factory=list)
     turn: int = 1
     """Its current turn (2 and up once continued)."""
+    pending: dict[str, PendingRequest] = field(default_factory=dict)
+    """Its own requests for input still unanswered, by request id, in the order asked."""
     _sequences: set[int] = field(default_factory=set, repr=False)
     _reported_total: TreeUsage | None = field(default=None, repr=False)
     _ended_by_own_event: bool = field(default=False, repr=False)
@@ -124,6 +194,7 @@ class TreeNode:
             "usage": {"own": self.usage.to_json(), "total": self.total_usage.to_json()},
             "output": output,
             "error": self.error,
+            "pending_requests": [request.to_json() for request in self.pending.values()],
             "children": [child.to_json() for child in self.children],
         }
 
@@ -144,6 +215,13 @@ class SessionTree:
     def node(self, session_id: str) -> TreeNode | None:
         """The node of ``session_id``, if an event named it."""
         return self._nodes.get(session_id)
+
+    def pending_requests(self) -> list[PendingRequest]:
+        """Every request for input waiting in the tree: node by node, depth first, each
+        node's in the order asked."""
+        if self.root is None:
+            return []
+        return [request for node in self.root.walk() for request in node.pending.values()]
 
     def add(self, event: pb.StreamEvent) -> TreeNode:
         """Fold one event of the root's stream; returns the node it touched (for a
@@ -177,6 +255,9 @@ class SessionTree:
                 return node
             node._sequences.add(event.sequence)
         kind = event.WhichOneof("payload")
+        if node.status is SessionStatus.SUSPENDED:
+            # Only a running session writes its log (a forwarded child event included).
+            node.status = SessionStatus.RUNNING
         if kind == "child_event":
             wrapped = event.child_event
             child = self._child(
@@ -199,6 +280,15 @@ class SessionTree:
             _reopen(node)
         elif kind in TERMINAL_KINDS:
             _end_by_own_event(node, event, kind, at)
+        elif kind == "input_required":
+            asked = PendingRequest.from_proto(
+                node.session_id, event.input_required, path=self._path(node)
+            )
+            node.pending[asked.request_id] = asked
+        elif kind == "input_answered":
+            node.pending.pop(event.input_answered.request_id, None)
+        elif kind == "suspended":
+            node.status = SessionStatus.SUSPENDED
         elif kind == "subagent_start":
             start = event.subagent_start
             child = self._child(
@@ -243,6 +333,17 @@ class SessionTree:
         child.output_json = end.output_json or None
         child.error = end.error or None
         child.ended_at = at
+        if child.status.is_terminal:
+            child.pending.clear()
+
+    def _path(self, node: TreeNode) -> tuple[str, ...]:
+        """Session ids from the root down to ``node``."""
+        path = [node.session_id]
+        parent = node.parent_session_id
+        while parent is not None and (above := self._nodes.get(parent)) is not None:
+            path.append(above.session_id)
+            parent = above.parent_session_id
+        return tuple(reversed(path))
 
     def _total_upwards(self, node: TreeNode | None) -> None:
         """Recompute ``total_usage`` from ``node`` up to the root."""
@@ -271,6 +372,7 @@ def _end_by_own_event(
 ) -> None:
     node.ended_at = at
     node._ended_by_own_event = True
+    node.pending.clear()  # an ended session answers nothing (its requests are cancelled)
     terminal: pb.Completed | pb.Failed | pb.Interrupted | pb.Terminated
     if kind == "completed":
         terminal = event.completed
@@ -301,6 +403,7 @@ def _reopen(node: TreeNode) -> None:
     node.ended_at = None
     node.output_json = None
     node.error = None
+    node.pending.clear()
     node._ended_by_own_event = False
     node._reported_total = None
 

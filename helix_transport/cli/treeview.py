@@ -4,6 +4,9 @@
     ├─ researcher call_1_0  completed  1.1 s  2 steps  200 tokens  root-1-remote-…
     └─ summarizer call_2_0  running  0.4 s  1 step  0 tokens  root-1-remote-…
 
+A session waiting for input is ``suspended``, with each of its pending requests on a
+line of its own under it (``? approval send_email({...})  call_1_0``).
+
 Each line is built as segments (text, colour) so it can be cut to a terminal's
 width without cutting through a colour code.
 """
@@ -16,7 +19,7 @@ from typing import NamedTuple
 from helix_transport._events import SessionStatus
 from helix_transport.cli.printer import child_label
 from helix_transport.cli.views import format_duration
-from helix_transport.tree import SessionTree, TreeNode
+from helix_transport.tree import PendingRequest, SessionTree, TreeNode
 
 _STATUS_COLORS = {
     SessionStatus.COMPLETED: "32",
@@ -24,6 +27,7 @@ _STATUS_COLORS = {
     SessionStatus.INTERRUPTED: "33",
     SessionStatus.TERMINATED: "33",
     SessionStatus.RUNNING: "36",
+    SessionStatus.SUSPENDED: "35",
 }
 _ERROR_CHARS = 80
 
@@ -49,6 +53,10 @@ def _node_lines(
 ) -> None:
     lines.append([Segment(prefix + branch), *node_segments(node, now=now)])
     inner = prefix + ("" if not branch else "│  " if branch == "├─ " else "   ")
+    for request in node.pending.values():
+        lines.append(
+            [Segment(inner + ("│  " if node.children else "   ")), *request_segments(request)]
+        )
     for index, child in enumerate(node.children):
         last = index == len(node.children) - 1
         _node_lines(child, lines, prefix=inner, branch="└─ " if last else "├─ ", now=now)
@@ -56,7 +64,7 @@ def _node_lines(
 
 def node_segments(node: TreeNode, *, now: datetime) -> list[Segment]:
     """One node's line, without its branch: name, status, duration, steps, usage, id."""
-    running = node.status is SessionStatus.RUNNING
+    running = not node.status.is_terminal  # running, or suspended: not over
     took = format_duration(node.duration(now=now))
     steps = f"{node.steps} step" + ("" if node.steps == 1 else "s")
     usage = f"{node.usage.total_tokens:,} tokens"
@@ -75,6 +83,19 @@ def node_segments(node: TreeNode, *, now: datetime) -> list[Segment]:
             error = error[: _ERROR_CHARS - 1] + "…"
         segments.append(Segment(f"  {error}", "31"))
     return segments
+
+
+def request_segments(request: PendingRequest) -> list[Segment]:
+    """A pending request's line: what it asks for, the call, the id to answer with."""
+    kind = "approval" if request.kind == "approval" else "client result"
+    arguments = request.arguments_json.replace("\n", " ")
+    if len(arguments) > _ERROR_CHARS:
+        arguments = arguments[: _ERROR_CHARS - 1] + "…"
+    return [
+        Segment(f"? {kind} ", _STATUS_COLORS[SessionStatus.SUSPENDED]),
+        Segment(f"{request.tool_name}({arguments})  "),
+        Segment(request.request_id, "2"),
+    ]
 
 
 def _label(node: TreeNode) -> str:
@@ -97,9 +118,11 @@ def render(line: list[Segment], *, color: bool, width: int | None = None) -> str
     return "".join(out)
 
 
-def tree_shape(tree: SessionTree) -> tuple[tuple[str, str, int, int, int], ...]:
+def tree_shape(
+    tree: SessionTree,
+) -> tuple[tuple[str, str, int, int, int, tuple[str, ...]], ...]:
     """What a reader of appended trees wants a new copy for: a node added, a status,
-    a step or a usage changed; not every streamed word."""
+    a step, a usage or its pending requests changed; not every streamed word."""
     if tree.root is None:
         return ()
     return tuple(
@@ -109,6 +132,7 @@ def tree_shape(tree: SessionTree) -> tuple[tuple[str, str, int, int, int], ...]:
             n.steps,
             n.usage.total_tokens,
             n.total_usage.total_tokens,
+            tuple(n.pending),
         )
         for n in tree.root.walk()
     )
