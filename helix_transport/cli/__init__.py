@@ -2,7 +2,8 @@
 ``python -m services.NAME``.
 
 ``main`` parses and dispatches; ``serve`` serves an agent; ``client`` holds ``call``,
-``status``, ``interrupt`` and ``describe``; ``tree`` draws a delegation tree (``treeview``
+``status``, ``interrupt`` and ``describe``; ``respond`` answers a request for input
+(``answer`` shows, asks and locates them, for it and for ``call``); ``tree`` draws a delegation tree (``treeview``
 its lines); ``inspect_command`` serves the ``inspector`` page; ``conformance`` runs the
 conformance kit. Shared: ``printer`` renders events for people, ``views`` statuses and
 descriptions, ``jsonout`` messages as ``--json`` prints them, ``follow`` reads a session

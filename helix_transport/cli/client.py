@@ -1,4 +1,5 @@
-"""The client commands: ``call``, ``status``, ``interrupt`` and ``describe``.
+"""The client commands: ``call``, ``status``, ``interrupt`` and ``describe``
+(``respond`` is in ``respond.py``, the requests for input ``call`` shows in ``answer.py``).
 
 Each returns its ``ExitCode`` (``exits.py``): a session's outcome where there is one.
 """
@@ -18,6 +19,7 @@ from helix_transport._config import ClientConfig
 from helix_transport._events import TERMINAL_KINDS
 from helix_transport._exceptions import UsageError
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
+from helix_transport.cli.answer import RequestWatch
 from helix_transport.cli.exits import ExitCode, for_status, for_terminal_kind
 from helix_transport.cli.flags import client_auth, client_options, positive_seconds, seconds
 from helix_transport.cli.follow import session_events
@@ -43,6 +45,11 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     call_.add_argument("--from-sequence", type=int, default=0)
     call_.add_argument("--json", action="store_true", help="print events as JSON lines")
     call_.add_argument(
+        "--auto-approve",
+        action="store_true",
+        help="approve every approval request by itself (and say so), even on a terminal",
+    )
+    call_.add_argument(
         "--timeout", type=positive_seconds, default=10.0, help="seconds per unary call"
     )
     client_options(call_)
@@ -64,10 +71,15 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     status_.add_argument("--json", action="store_true", help="print the status as JSON")
     client_options(status_)
 
-    interrupt_ = sub.add_parser("interrupt", help="interrupt a running session")
+    interrupt_ = sub.add_parser("interrupt", help="interrupt a running or suspended session")
     interrupt_.add_argument("address")
     interrupt_.add_argument("session_id")
     interrupt_.add_argument("--reason", default="")
+    interrupt_.add_argument(
+        "--abort",
+        action="store_true",
+        help="end it and its whole subtree as terminated, never to be resumed",
+    )
     client_options(interrupt_)
 
     describe_ = sub.add_parser("describe", help="show an agent's type and schemas")
@@ -144,11 +156,17 @@ async def call(args: argparse.Namespace) -> int:
             if args.json
             else printer.print
         )
+        # Requests for input: on a terminal ask for the answer, else say how to give it.
+        mode = "auto" if args.auto_approve else "ask" if sys.stdin.isatty() else "hint"
+        watch = RequestWatch(
+            client, session_id, mode=mode, out=sys.stderr if args.json else sys.stdout
+        )
         final: pb.StreamEvent | None = None
         try:
             # Every turn: `--follow` of a continued session shows them all.
             async for event in session_events(client, session_id, from_sequence=args.from_sequence):
                 show(event)
+                await watch.add(event)
                 final = event
         finally:
             printer.close()
@@ -181,8 +199,9 @@ async def status(args: argparse.Namespace) -> int:
 async def interrupt(args: argparse.Namespace) -> int:
     """Interrupt a session and say whether that changed anything."""
     async with await connect(args) as client:
-        result = await client.interrupt(args.session_id, reason=args.reason)
-    state = "interrupt recorded" if result.accepted else "already finished; nothing changed"
+        result = await client.interrupt(args.session_id, reason=args.reason, abort=args.abort)
+    asked = "abort" if args.abort else "interrupt"
+    state = f"{asked} recorded" if result.accepted else "already finished; nothing changed"
     print(f"{args.session_id}: {status_name(result.status)} ({state})")
     return ExitCode.COMPLETED
 

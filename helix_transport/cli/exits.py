@@ -46,7 +46,8 @@ class ExitCode(enum.IntEnum):
     """The service could not be reached, or is not serving now (draining, at capacity):
     trying again later can help."""
     RUNNING = 5
-    """The session has not ended yet (``status``, ``tree`` without ``--follow``)."""
+    """The session has not ended yet: running, or suspended waiting for input
+    (``status``, ``tree`` without ``--follow``)."""
     CTRL_C = 130
     """Stopped by Ctrl-C (SIGINT), as shells report it."""
     BROKEN_PIPE = 141
@@ -59,6 +60,7 @@ _BY_STATUS = {
     pb.SESSION_STATUS_INTERRUPTED: ExitCode.INTERRUPTED,
     pb.SESSION_STATUS_TERMINATED: ExitCode.INTERRUPTED,
     pb.SESSION_STATUS_RUNNING: ExitCode.RUNNING,
+    pb.SESSION_STATUS_SUSPENDED: ExitCode.RUNNING,  # not ended: waiting for input
 }
 
 _TERMINAL_KINDS = {

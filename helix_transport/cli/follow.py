@@ -17,6 +17,9 @@ from helix_transport._config import RetryConfig
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.transport import AgentClient
 
+_GOING_ON = (pb.SESSION_STATUS_RUNNING, pb.SESSION_STATUS_SUSPENDED)
+"""Statuses whose log can still grow: a suspended session resumes when answered."""
+
 
 async def session_events(
     client: AgentClient,
@@ -28,7 +31,8 @@ async def session_events(
 ) -> AsyncIterator[pb.StreamEvent]:
     """The events of ``session_id`` after ``from_sequence``, every turn, in order.
 
-    Ends once the session has ended with nothing more in its log, or with
+    Ends once the session has ended (not merely suspended) with nothing more in its
+    log, or with
     ``until_sequence`` after the event of that sequence (a snapshot: read what was
     logged when ``GetStatus`` answered, then stop). Each stream resumes across breaks
     as ``EventStream`` does, with ``retry`` (``client.config.reconnect`` by default).
@@ -44,5 +48,5 @@ async def session_events(
                     return
         last = stream.last_sequence
         status = await client.get_status(session_id)
-        if status.last_sequence <= last and status.status != pb.SESSION_STATUS_RUNNING:
+        if status.last_sequence <= last and status.status not in _GOING_ON:
             return

@@ -3,7 +3,8 @@
 helix-mesh serve services.researcher:agent --port 50061 [--store sqlite:///r.db]
 helix-mesh call 127.0.0.1:50061 --input '{"topic": "gRPC"}'
 helix-mesh status 127.0.0.1:50061 SESSION_ID
-helix-mesh interrupt 127.0.0.1:50061 SESSION_ID --reason "user stop"
+helix-mesh interrupt 127.0.0.1:50061 SESSION_ID --reason "user stop" [--abort]
+helix-mesh respond 127.0.0.1:50061 SESSION_ID REQUEST_ID --approve [--reason TEXT]
 helix-mesh describe 127.0.0.1:50061
 helix-mesh sessions 127.0.0.1:50061 [--status running] [--since 1h] [--json]
 helix-mesh tree 127.0.0.1:50061 SESSION_ID --follow
@@ -25,13 +26,23 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from helix_transport._exceptions import ConnectError, HelixError
-from helix_transport.cli import client, conformance, gc, inspect_command, serve, sessions, tree
+from helix_transport.cli import (
+    client,
+    conformance,
+    gc,
+    inspect_command,
+    respond,
+    serve,
+    sessions,
+    tree,
+)
 from helix_transport.cli.exits import ExitCode, for_error
 
 _COMMANDS: dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, int]]] = {
     "call": client.call,
     "status": client.status,
     "interrupt": client.interrupt,
+    "respond": respond.respond,
     "describe": client.describe,
     "tree": tree.tree,
     "inspect": inspect_command.inspect,
@@ -51,6 +62,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     serve.add_command(sub)
     client.add_commands(sub)
+    respond.add_command(sub)
     tree.add_command(sub)
     inspect_command.add_command(sub)
     conformance.add_command(sub)

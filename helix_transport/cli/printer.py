@@ -9,6 +9,13 @@ from typing import TextIO
 
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 
+_OUTCOMES = {
+    pb.INPUT_OUTCOME_APPROVED: "approved",
+    pb.INPUT_OUTCOME_DENIED: "denied",
+    pb.INPUT_OUTCOME_RESULT: "result received",
+    pb.INPUT_OUTCOME_ERROR: "client tool failed",
+    pb.INPUT_OUTCOME_EXPIRED: "expired",
+}
 _STATUS_NAMES = {v: k.removeprefix("SESSION_STATUS_").lower() for k, v in pb.SessionStatus.items()}
 _MORE = "…"  # where a line of text was broken off, and where it goes on
 _SCOPE = re.compile(r"-[0-9a-f]{16}$")  # a child id's last part (agent.tools.child_scope)
@@ -131,6 +138,22 @@ class EventPrinter:
             return self._c("36", f"resumed at step {r.step} ({r.reason})")
         if kind == "error":
             return self._c("31", f"error: {event.error.message}")
+        if kind == "input_required":
+            asked = event.input_required
+            wanted = "approval" if asked.kind == pb.INPUT_KIND_APPROVAL else "client result"
+            call = f"{asked.tool_name}({_short(asked.arguments_json)})"
+            return self._c("35", f"? {wanted} needed") + f" for {call} [{asked.request_id}]"
+        if kind == "input_answered":
+            answered = event.input_answered
+            how = _OUTCOMES.get(answered.outcome, "answered")
+            why = f": {answered.reason}" if answered.reason else ""
+            return self._c("35", f"✓ {answered.request_id} {how}") + why
+        if kind == "suspended":
+            waits = event.suspended
+            parts = [f"{len(waits.request_ids)} request(s)"] if waits.request_ids else []
+            if waits.suspended_children:
+                parts.append(f"{waits.suspended_children} suspended sub-agent(s)")
+            return self._c("35", "suspended") + f": waiting for {' and '.join(parts) or 'input'}"
         if kind == "turn_started":
             turn = event.turn_started
             fresh = " (fresh)" if turn.fresh else ""

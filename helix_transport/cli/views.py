@@ -10,7 +10,16 @@ from typing import Protocol
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.cli.printer import status_name
 
-_STATUS_COLORS = {"completed": "32", "failed": "31", "interrupted": "33", "terminated": "33"}
+_STATUS_COLORS = {
+    "completed": "32",
+    "failed": "31",
+    "interrupted": "33",
+    "terminated": "33",
+    "suspended": "35",
+}
+
+
+_NOT_ENDED = (pb.SESSION_STATUS_RUNNING, pb.SESSION_STATUS_SUSPENDED)
 
 
 class Usage(Protocol):
@@ -83,9 +92,11 @@ def status_text(status: pb.GetStatusResponse, *, include_children: bool, color: 
     if status.HasField("finished_at"):
         took = status.finished_at.ToDatetime() - status.created_at.ToDatetime()
         rows.append(("finished", f"{status.finished_at.ToJsonString()} ({format_duration(took)})"))
-    elif status.status == pb.SESSION_STATUS_RUNNING and status.HasField("created_at"):
+    elif status.status in _NOT_ENDED and status.HasField("created_at"):
         so_far = datetime.now(UTC) - status.created_at.ToDatetime(tzinfo=UTC)
         rows.append(("running for", format_duration(so_far)))
+    if status.status == pb.SESSION_STATUS_SUSPENDED:
+        rows.append(("waiting for", "input: `helix-mesh tree` lists it, `respond` answers"))
     rows.append(("usage", format_usage(status.usage)))
     if include_children:
         rows.append(("usage with children", format_usage(status.total_usage)))
