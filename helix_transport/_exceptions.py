@@ -11,8 +11,7 @@ Every error the library raises on purpose is a ``HelixError``::
     ├── ServerUnavailable          the server is draining or not ready -> UNAVAILABLE
     ├── StoreError                 the state store failed or refused
     │   ├── SessionNotFound        no such session                -> NOT_FOUND
-    │   │   ├── SessionExpired     it finished and retention removed it
-    │   │   └── RequestNotFound    no such request for input in its tree
+    │   │   └── SessionExpired     it finished and retention removed it
     │   ├── SessionExists          same id, different input       -> ALREADY_EXISTS
     │   ├── SessionStateConflict   not possible in the session's state -> FAILED_PRECONDITION
     │   ├── SequenceConflict       the log moved under a writer (another owner wrote)
@@ -156,14 +155,14 @@ class SessionExpired(SessionNotFound):
 
 
 class RequestNotFound(SessionNotFound):
-    """No request for input with this id waits in the session's tree (an unknown id,
-    or a ``path`` that does not lead to the session that asked)."""
+    """The session (or the tree below it) has no request for input with this id, or
+    the ``path`` given with it leaves the caller's tree."""
 
-    def __init__(self, session_id: str, request_id: str) -> None:
+    def __init__(self, session_id: str, request_id: str, detail: str = "") -> None:
         StoreError.__init__(
             self,
-            f"request {request_id!r} not found in the tree of session {session_id!r} "
-            "(unknown id, or a path that does not lead to the session that asked)",
+            f"session {session_id!r}: no request for input {request_id!r}"
+            + (f" ({detail})" if detail else ""),
         )
         self.session_id = session_id
         self.request_id = request_id

@@ -41,8 +41,7 @@ def cut(text: str, most: int = MAX_MESSAGE) -> str:
 SESSION_EXPIRED = "session_expired"
 """``ErrorInfo.reason`` of a ``NOT_FOUND`` for a session retention removed."""
 REQUEST_NOT_FOUND = "request_not_found"
-"""``ErrorInfo.reason`` of a ``NOT_FOUND`` for a request for input (``SubmitInput``)
-that does not wait in the tree: the session exists."""
+"""``ErrorInfo.reason`` of a ``NOT_FOUND`` for a request for input (``SubmitInput``)."""
 
 
 def trailing_metadata(

@@ -45,7 +45,7 @@ def to_helix_error(
         reason = read_details(code, exc.trailing_metadata()).reason
         if reason == SESSION_EXPIRED:
             return SessionExpired(session_id)
-        if reason == REQUEST_NOT_FOUND and request_id:
+        if reason == REQUEST_NOT_FOUND:
             return RequestNotFound(session_id, request_id)
         return SessionNotFound(session_id)
     if code == grpc.StatusCode.ALREADY_EXISTS and session_id:

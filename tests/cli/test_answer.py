@@ -185,7 +185,9 @@ async def test_respond_as_a_process(recording: tuple[Recording, str]) -> None:
     assert list(servicer.got[0].path) == ["root", "leaf"]
     servicer.replies = [grpc.StatusCode.NOT_FOUND]
     code, _, err = await cli("respond", address, "root", "call_9_0", "--approve", "--path", "root")
-    assert code == 2 and err.startswith("helix-mesh: request 'call_9_0' not found")
+    assert code == 2 and err.startswith(
+        "helix-mesh: session 'root': no request for input 'call_9_0'"
+    )
 
 
 def test_a_fold_of_nothing_locates_nothing() -> None:
