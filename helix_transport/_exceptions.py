@@ -11,7 +11,8 @@ Every error the library raises on purpose is a ``HelixError``::
     ├── ServerUnavailable          the server is draining or not ready -> UNAVAILABLE
     ├── StoreError                 the state store failed or refused
     │   ├── SessionNotFound        no such session                -> NOT_FOUND
-    │   │   └── SessionExpired     it finished and retention removed it
+    │   │   ├── SessionExpired     it finished and retention removed it
+    │   │   └── RequestNotFound    no such request for input in its tree
     │   ├── SessionExists          same id, different input       -> ALREADY_EXISTS
     │   ├── SessionStateConflict   not possible in the session's state -> FAILED_PRECONDITION
     │   ├── SequenceConflict       the log moved under a writer (another owner wrote)

@@ -240,14 +240,14 @@ class AgentClient:
 
         Give exactly one answer: ``approved`` (with an optional ``reason``) for an
         approval, ``result_json`` for a client tool's result, or ``error`` for a client
-        tool that failed. ``path`` is the request's ``InputRequired.path`` (the session
+        tool that failed (given with ``result_json``, the error wins, as on the wire). ``path`` is the request's ``InputRequired.path`` (the session
         ids from ``session_id`` down to the session that asked; empty when it asked
         itself). Retries while the service is unavailable, like ``start``: the answer is
         idempotent per request, so a retry applies it at most once (``applied=false``
         then).
 
         Raises:
-            UsageError: not exactly one answer given.
+            UsageError: no answer, or an approval together with a result.
             RequestNotFound: no such request waits in the tree (or ``path`` leaves it).
             SessionNotFound: no such session.
             SessionStateConflict: the request was answered differently, or the session
@@ -255,18 +255,18 @@ class AgentClient:
             InvalidArgument: an answer of the wrong kind, or ``result_json`` not JSON.
         """
         self._check_open()
-        given = [a for a in (approved, result_json, error) if a is not None]
-        if len(given) != 1:
+        result = result_json is not None or error is not None
+        if (approved is None) == (not result):
             raise UsageError(
-                "submit_input needs exactly one answer: approved=, result_json= or error="
+                "submit_input needs exactly one answer: approved=, or result_json= or error="
             )
         request = pb.SubmitInputRequest(session_id=session_id, request_id=request_id, path=path)
         if approved is not None:
             request.approval.CopyFrom(pb.Approval(approved=approved, reason=reason))
-        elif result_json is not None:
-            request.result.CopyFrom(pb.ClientResult(result_json=result_json))
+        elif error is not None:  # as on the wire: an error wins over a result
+            request.result.CopyFrom(pb.ClientResult(error=error))
         else:
-            request.result.CopyFrom(pb.ClientResult(error=error or ""))
+            request.result.CopyFrom(pb.ClientResult(result_json=result_json or ""))
         return await self._idempotent(
             self._stub.SubmitInput, request, session_id, retry=retry, request_id=request_id
         )
@@ -422,34 +422,6 @@ class AgentClient:
                 pb.InterruptRequest(session_id=session_id, reason=reason, abort=abort),
                 timeout=self._timeout,
                 metadata=self._metadata(),
-            )
-
-    async def submit_input(
-        self,
-        session_id: str,
-        request_id: str,
-        *,
-        path: Sequence[str] = (),
-        approved: bool | None = None,
-        reason: str = "",
-        result_json: str | None = None,
-        error: str | None = None,
-    ) -> pb.SubmitInputResponse:
-        """Answer a request for input of ``session_id``'s tree (``InputRequired``): an
-        approval (``approved``, with ``reason``), or a client tool's ``result_json`` or
-        ``error``. ``path``: the request's ``InputRequired.path`` from ``session_id`` on.
-        Safe to retry: the same answer twice is applied once."""
-        request = pb.SubmitInputRequest(session_id=session_id, request_id=request_id, path=path)
-        if approved is not None:
-            request.approval.CopyFrom(pb.Approval(approved=approved, reason=reason))
-        elif error is not None:
-            request.result.CopyFrom(pb.ClientResult(error=error))
-        elif result_json is not None:
-            request.result.CopyFrom(pb.ClientResult(result_json=result_json))
-        self._check_open()
-        with map_grpc_errors(self.address, session_id, request_id):
-            return await self._stub.SubmitInput(
-                request, timeout=self._timeout, metadata=self._metadata()
             )
 
     async def describe(self) -> pb.DescribeResponse:

@@ -79,8 +79,10 @@ async def test_each_answer_goes_as_its_own_kind(serving: tuple[Recording, str]) 
         )
         await client.submit_input("root", "call_2_0", result_json='{"ok": 1}')
         await client.submit_input("root", "call_3_0", error="the client tool broke")
+        # A service passing a ClientResult on gives both; the error wins, as on the wire.
+        await client.submit_input("root", "call_4_0", result_json="", error="it broke")
     assert reply.applied and reply.status == pb.SESSION_STATUS_RUNNING
-    denied, result, failed = servicer.got
+    denied, result, failed, passed_on = servicer.got
     assert denied.session_id == "root" and list(denied.path) == ["root", "child"]
     assert denied.WhichOneof("answer") == "approval"
     assert (denied.approval.approved, denied.approval.reason) == (False, "not now")
@@ -88,11 +90,12 @@ async def test_each_answer_goes_as_its_own_kind(serving: tuple[Recording, str]) 
     assert (
         failed.WhichOneof("answer") == "result" and failed.result.error == "the client tool broke"
     )
+    assert passed_on.result.error == "it broke"
 
 
 @pytest.mark.parametrize(
     "answer",
-    [{}, {"approved": True, "result_json": "{}"}, {"result_json": "{}", "error": "x"}],
+    [{}, {"approved": True, "result_json": "{}"}, {"approved": False, "error": "x"}],
 )
 async def test_not_exactly_one_answer_is_refused_before_sending(
     serving: tuple[Recording, str], answer: dict[str, Any]
