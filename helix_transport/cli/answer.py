@@ -29,7 +29,7 @@ from helix_transport.cli.printer import status_name
 from helix_transport.transport import AgentClient
 from helix_transport.tree import PendingRequest, SessionTree
 
-AUTO_REASON = "approved by helix-mesh call --auto-approve"
+AUTO_LABEL = "--auto-approve"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -183,15 +183,23 @@ def outcome_text(request_id: str, answer: Answer, reply: pb.SubmitInputResponse)
 class RequestWatch:
     """``call``'s eye on requests for input: folds the root's stream and handles each
     request once, as it appears, by ``mode``: ``ask`` the terminal, ``auto`` approve
-    approvals (and explain the rest), or ``hint`` (say how to answer)."""
+    approvals (and explain the rest), or ``hint`` (say how to answer). ``auto_label``
+    says why an approval was automatic (``--auto-approve``, ``no terminal``)."""
 
     def __init__(
-        self, client: AgentClient, session_id: str, *, mode: str, out: TextIO = sys.stdout
+        self,
+        client: AgentClient,
+        session_id: str,
+        *,
+        mode: str,
+        out: TextIO = sys.stdout,
+        auto_label: str = AUTO_LABEL,
     ) -> None:
         self.client = client
         self.session_id = session_id
         self.mode = mode
         self.out = out
+        self.auto_label = auto_label
         self.tree = SessionTree()
         self._handled: set[tuple[str, str]] = set()
 
@@ -210,8 +218,8 @@ class RequestWatch:
         if self.mode == "ask":
             answer = await ask(request, out=self.out)
         elif self.mode == "auto" and request.kind == "approval":
-            answer = Answer(approved=True, reason=AUTO_REASON)
-            print(f"--auto-approve: approving {request.tool_name} by itself", file=self.out)
+            answer = Answer(approved=True, reason=f"automatic: {self.auto_label}")
+            print(f"{self.auto_label}: approving {request.tool_name} by itself", file=self.out)
         if answer is None:
             how = respond_command(self.client.address, self.session_id, request)
             print(f"  answer it with: {how}", file=self.out, flush=True)
@@ -225,4 +233,11 @@ class RequestWatch:
             # Answered elsewhere meanwhile, or the session ended: the stream says how.
             print(f"helix-mesh: could not answer {request.request_id}: {exc}", file=sys.stderr)
             return
-        print(outcome_text(request.request_id, answer, reply), file=self.out, flush=True)
+        print(outcome_text(request.request_id, answer, reply), file=self.out)
+        route = " > ".join(path) or self.session_id
+        print(
+            f"  the answer went to {self.client.address}, the service of {self.session_id}, "
+            f"and down the path {route}",
+            file=self.out,
+            flush=True,
+        )

@@ -1,10 +1,14 @@
 """The orchestrator agent: plans a question, delegates the work, composes the answer.
 
-It delegates over gRPC to two other services found through the mesh registry
-(``HELIX_AGENT_ADDRESS_RESEARCHER``, ``HELIX_AGENT_ADDRESS_SUMMARIZER``): one
+It delegates over gRPC to other services found through the mesh registry
+(``HELIX_AGENT_ADDRESS_RESEARCHER``, ``..._SUMMARIZER``, ``..._MAILER``): one
 ``research`` call per sub-question, all in one step so they run concurrently, then
-one ``summarize`` call over everything found. Offline, the scripted model plays
-exactly that plan; ``HELIX_MODEL`` switches to a real model with the same tools.
+one ``summarize`` call over everything found and, when the input names an
+``email_to``, one ``email`` call that has the mailer send the answer there. The
+mailer's ``send_email`` waits for a person's approval: the mailer suspends, then
+the orchestrator, until the answer comes down from the root. Offline, the scripted
+model plays exactly that plan; ``HELIX_MODEL`` switches to a real model with the
+same tools.
 """
 
 from __future__ import annotations
@@ -29,6 +33,9 @@ class Question(BaseModel):
     """The question to answer."""
 
     question: str = Field(min_length=1, description="The question to answer.")
+    email_to: str | None = Field(
+        default=None, description="Email the answer to this address too (a person approves)."
+    )
 
 
 class Answer(BaseModel):
@@ -36,6 +43,9 @@ class Answer(BaseModel):
 
     answer: str = Field(description="The answer to the question.")
     findings: list[str] = Field(description="The findings the answer is built from.")
+    email: str | None = Field(
+        default=None, description="What became of the email of the answer, when asked for one."
+    )
 
 
 _SENTENCE = re.compile(r"[^.?!;]+[.?!;]*")
@@ -84,6 +94,14 @@ class SummarizeRequest(BaseModel):
     max_sentences: int = Field(default=3, ge=1, le=10, description="Sentences to keep.")
 
 
+class EmailRequest(BaseModel):
+    """What the orchestrator asks the mailer."""
+
+    to: str = Field(min_length=3, description="The recipient's address.")
+    subject: str = Field(description="The subject line.")
+    body: str = Field(min_length=1, description="The text of the email.")
+
+
 MAX_PARTS = 3
 """Sub-questions researched at most (one concurrent research call each)."""
 
@@ -94,13 +112,17 @@ You answer questions by planning and delegating. The user message is JSON: {"que
 2. Call `research` once per sub-question (at most 3), all in the same turn, with \
 {"topic": <sub-question>}.
 3. Call `summarize` with {"text": <every finding joined into one text>}.
-4. Finish with `answer` (the summary, addressing the question) and `findings` (every \
-finding the researchers returned). Say plainly when nothing was found; never invent facts."""
+4. If the input has `email_to`, call `email` with {"to": <email_to>, "subject": <the \
+question>, "body": <the summary>}; a person approves it, and may refuse.
+5. Finish with `answer` (the summary, addressing the question), `findings` (every \
+finding the researchers returned) and, if you emailed, `email` (whether it was sent). \
+Say plainly when nothing was found; never invent facts."""
 
 
 def script(messages: list[dict[str, Any]]) -> ScriptedTurn:
-    """Plan, research every part concurrently, summarize, answer."""
-    question = Question.model_validate(user_input(messages)).question
+    """Plan, research every part concurrently, summarize, email if asked, answer."""
+    asked = Question.model_validate(user_input(messages))
+    question = asked.question
     results = step_results(messages)
     names = {name for name, _ in results}
     if not results:
@@ -126,10 +148,31 @@ def script(messages: list[dict[str, Any]]) -> ScriptedTurn:
             text=f"Summarizing {len(findings)} finding(s). ",
             tool_calls=(call("summarize", text=" ".join(findings), max_sentences=3),),
         )
+    if names == {"email"}:
+        return _finish_emailed(messages, results[0][1])
     summary = results[0][1] if results else {}
     findings = _findings(step_results(_before_last_step(messages)))
     answer = summary.get("summary") if isinstance(summary, dict) else None
-    return finish(answer=answer or " ".join(findings), findings=findings)
+    answer = answer or " ".join(findings)
+    if asked.email_to:
+        return ScriptedTurn(
+            text=f"Emailing the answer to {asked.email_to}. ",
+            tool_calls=(call("email", to=asked.email_to, subject=question, body=answer),),
+        )
+    return finish(answer=answer, findings=findings)
+
+
+def _finish_emailed(messages: list[dict[str, Any]], mailed: Any) -> ScriptedTurn:
+    """The answer once the mailer is done: the summary and findings of the steps before."""
+    before = _before_last_step(messages)
+    summary = step_results(before)[0][1] if step_results(before) else {}
+    findings = _findings(step_results(_before_last_step(before)))
+    answer = summary.get("summary") if isinstance(summary, dict) else None
+    if isinstance(mailed, dict) and "sent" in mailed:
+        email = str(mailed.get("detail") or ("sent" if mailed["sent"] else "not sent"))
+    else:  # the mailer failed or could not be reached
+        email = f"not sent: {mailed.get('error') if isinstance(mailed, dict) else mailed}"
+    return finish(answer=answer or " ".join(findings), findings=findings, email=email)
 
 
 def _findings(results: list[tuple[str, Any]]) -> list[str]:
@@ -171,6 +214,13 @@ agent = Agent(
             input_model=SummarizeRequest,
             description="Summarize a text into a few sentences and key points.",
             timeout_s=120,
+        ),
+        # No timeout: the mailer waits for a person's approval, however long it takes.
+        remote_agent_tool(
+            "email",
+            agent_type="mailer",
+            input_model=EmailRequest,
+            description="Email a text; a person approves it before it is sent.",
         ),
     ],
     model=register_script("orchestrator", script),

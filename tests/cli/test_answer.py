@@ -18,7 +18,7 @@ from helix_transport import AgentClient, SessionTree, UsageError
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._proto.helix.agent.v1 import agent_pb2_grpc as pb_grpc
 from helix_transport.cli import _parser
-from helix_transport.cli.answer import AUTO_REASON, Answer, RequestWatch, ask, locate
+from helix_transport.cli.answer import Answer, RequestWatch, ask, locate
 from helix_transport.cli.respond import answer_of
 from helix_transport.tree import PendingRequest
 from tests.cli.run import cli
@@ -168,10 +168,16 @@ async def test_the_watch_auto_approves_approvals_and_says_so(
             await watch.add(event)
     (sent,) = servicer.got  # the client tool's result is not the CLI's to make up
     assert (sent.request_id, list(sent.path)) == ("call_1_0", ["root", "mid", "leaf"])
-    assert (sent.approval.approved, sent.approval.reason) == (True, AUTO_REASON)
+    assert (
+        sent.approval.approved and sent.approval.reason == "approved automatically (--auto-approve)"
+    )
     text = out.getvalue()
     assert "--auto-approve: approving send_email by itself" in text
     assert "call_1_0: approved" in text and "(sent; session running)" in text
+    assert (
+        f"the answer went to {address}, the service of root, and down the path root > mid > leaf"
+        in text
+    )
     assert "root call_2_0 --result JSON|--error TEXT" in text
 
 
