@@ -168,9 +168,7 @@ async def test_the_watch_auto_approves_approvals_and_says_so(
             await watch.add(event)
     (sent,) = servicer.got  # the client tool's result is not the CLI's to make up
     assert (sent.request_id, list(sent.path)) == ("call_1_0", ["root", "mid", "leaf"])
-    assert (
-        sent.approval.approved and sent.approval.reason == "approved automatically (--auto-approve)"
-    )
+    assert sent.approval.approved and sent.approval.reason == "automatic: --auto-approve"
     text = out.getvalue()
     assert "--auto-approve: approving send_email by itself" in text
     assert "call_1_0: approved" in text and "(sent; session running)" in text
