@@ -20,6 +20,8 @@ from helix_transport.agent.tools import FINISH_TOOL, ToolContext
 from helix_transport.server import create_server
 from helix_transport.server.app import load_agent
 from helix_transport.store import MemoryStore
+from services.mailer import agent as mailer
+from services.mailer.agent import MailRequest, MailResult
 from services.orchestrator import agent as orchestrator
 from services.orchestrator.agent import Answer, Question
 from services.orchestrator.agent import script as orchestrator_script
@@ -327,7 +329,8 @@ def test_orchestrator_script_researches_the_whole_question_when_plan_fails() -> 
 AGENTS = [
     (researcher, ResearchInput, ResearchOutput, ["search_notes", "fetch_note"]),
     (summarizer, SummarizeInput, Summary, ["count_words", "split_sentences"]),
-    (orchestrator, Question, Answer, ["plan", "research", "summarize"]),
+    (orchestrator, Question, Answer, ["plan", "research", "summarize", "email"]),
+    (mailer, MailRequest, MailResult, ["send_email"]),
 ]
 
 
@@ -345,7 +348,7 @@ async def test_describe_reports_the_agents_schemas(
     assert list(described.tool_names) == tools
 
 
-@pytest.mark.parametrize("name", ["researcher", "summarizer", "orchestrator"])
+@pytest.mark.parametrize("name", ["researcher", "summarizer", "orchestrator", "mailer"])
 def test_service_reference_loads_the_agent(name: str) -> None:
     agent = load_agent(f"services.{name}:agent")
     assert agent.name == name
