@@ -1,0 +1,173 @@
+"""Answering a request for input with the CLI, end to end: three real service processes
+(``tests.agents.approvals``: root -> middle -> mailer, each with its SQLite store), the
+mailer's ``send`` waiting for an approval two levels below the root.
+
+``call`` without a terminal prints the request and the ``respond`` line, and follows
+the session to its end once someone answers; ``respond`` finds the request's path in
+the root's log and approves it (the tool runs once; a repeat changes nothing, another
+answer is refused), or, given the path ``tree --json`` shows, denies it (the tool does
+not run); ``status`` and ``tree`` show the session suspended; ``call --auto-approve``
+answers by itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from helix_transport import AgentClient
+from helix_transport.registry import address_env_var
+from helix_transport.testing.processes import ServiceProcess, free_port
+from tests.agents.approvals import SENT_LOG
+from tests.cli.run import CLI_TIMEOUT_S, cli
+from tests.helpers import ROOT
+
+TYPES = ("hitl-mailer", "hitl-middle", "hitl-root")
+
+
+@dataclass
+class Mesh:
+    root: str
+    """The root service's address."""
+    sent_log: Path
+    """One line per time the mailer's ``send`` really ran."""
+
+    def sent(self) -> list[dict[str, str]]:
+        if not self.sent_log.exists():
+            return []
+        return [json.loads(line) for line in self.sent_log.read_text().splitlines()]
+
+
+@pytest.fixture
+async def mesh(tmp_path: Path) -> AsyncIterator[Mesh]:
+    sent_log = tmp_path / "sent.jsonl"
+    env = {"HELIX_LOG_LEVEL": "WARNING", SENT_LOG: str(sent_log)}
+    services = {
+        name: ServiceProcess(
+            f"tests.agents.approvals:{name.removeprefix('hitl-')}",
+            port=free_port(),
+            store_url=f"sqlite:///{tmp_path / (name + '.db')}",
+            log_path=tmp_path / f"{name}.log",
+            env=env,
+            cwd=ROOT,
+        )
+        for name in TYPES
+    }
+    for service in services.values():
+        for name in TYPES:
+            service.env[address_env_var(name)] = services[name].address
+    try:
+        await asyncio.gather(*(s.start() for s in services.values()))
+        yield Mesh(root=services["hitl-root"].address, sent_log=sent_log)
+    finally:
+        await asyncio.gather(*(s.stop() for s in services.values()))
+
+
+async def _until_suspended(address: str, session_id: str) -> None:
+    async with await AgentClient.connect(address) as client, asyncio.timeout(CLI_TIMEOUT_S):
+        async for event in client.stream(session_id):
+            if event.WhichOneof("payload") == "suspended":
+                return
+
+
+async def test_call_shows_the_request_and_respond_approves_it(mesh: Mesh) -> None:
+    call = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "helix_transport.cli", "call", mesh.root,
+        "--input", '{"to": "deep@example.com"}', "--session-id", "r1",
+        cwd=ROOT, env={**os.environ, "NO_COLOR": "1"},
+        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert call.stdout is not None
+    shown: list[str] = []
+    async with asyncio.timeout(CLI_TIMEOUT_S):
+        while not shown or "answer it with:" not in shown[-1]:
+            line = (await call.stdout.readline()).decode()
+            assert line, "".join(shown)
+            shown.append(line)
+    text = "".join(shown)
+    assert "input required: send(" in text and "needs approval" in text
+    how = re.search(r"answer it with: helix-mesh respond (\S+) r1 (\S+) --approve\|--deny", text)
+    assert how and how.group(1) == mesh.root, text
+    request = how.group(2)
+    assert mesh.sent() == []  # waiting: nothing ran
+
+    code, out, err = await cli("respond", mesh.root, "r1", request, "--approve", "--reason", "ok")
+    assert (code, err) == (0, ""), out
+    assert out.startswith(f"{request}: approved (ok) (sent; session ")
+
+    out_rest, err_rest = await asyncio.wait_for(call.communicate(), CLI_TIMEOUT_S)
+    rest = out_rest.decode()
+    assert call.returncode == 0, (rest, err_rest.decode())
+    assert f"✓ {request} approved: ok" in rest and "completed" in rest
+    assert json.loads(rest[rest.rindex('{\n  "result"') :])["result"] == [
+        {"result": [{"result": [{"sent_to": "deep@example.com"}]}]}
+    ]
+    assert len(mesh.sent()) == 1
+
+    code, out, _ = await cli("respond", mesh.root, "r1", request, "--approve", "--reason", "ok")
+    assert code == 0 and "already answered so; nothing changed" in out
+    code, _, err = await cli("respond", mesh.root, "r1", request, "--deny")
+    assert code == 2 and err.startswith("helix-mesh: session 'r1'"), err
+    assert len(mesh.sent()) == 1
+
+
+async def test_status_and_tree_show_it_suspended_and_respond_denies_it_by_path(
+    mesh: Mesh,
+) -> None:
+    async with await AgentClient.connect(mesh.root) as client:
+        await client.start('{"to": "no@example.com"}', session_id="r2")
+    await _until_suspended(mesh.root, "r2")
+
+    code, out, _ = await cli("status", mesh.root, "r2")
+    assert code == 5 and re.search(r"^status\s+suspended$", out, re.M), out
+    code, out, _ = await cli("tree", mesh.root, "r2")
+    assert code == 5 and out.startswith("hitl-root  suspended"), out
+    assert "? approval send(" in out
+    code, out, _ = await cli("tree", mesh.root, "r2", "--json")
+    (request,) = [
+        pending for node in _walk(json.loads(out)) for pending in node["pending_requests"]
+    ]
+    assert request["kind"] == "approval" and request["arguments"] == {
+        "to": "no@example.com",
+        "body": "hello",
+    }
+    assert request["path"][0] == "r2" and len(request["path"]) == 3
+
+    code, _, err = await cli("respond", mesh.root, "r2", "call_9_9", "--approve")
+    assert code == 2 and "no request 'call_9_9' in the tree of session 'r2'" in err
+    code, out, err = await cli(
+        "respond", mesh.root, "r2", request["request_id"], "--deny", "--reason", "not today",
+        "--path", *request["path"],
+    )  # fmt: skip
+    assert (code, err) == (0, ""), out
+    code, out, _ = await cli("status", mesh.root, "r2", "--wait", "60", "--json")
+    assert code == 0, out
+    (mailed,) = json.loads(out)["output"]["result"][0]["result"][0]["result"]
+    assert "not today" in mailed["error"]
+    assert mesh.sent() == []
+
+
+async def test_call_auto_approve_answers_by_itself_and_says_so(mesh: Mesh) -> None:
+    code, out, err = await cli(
+        "call", mesh.root, "--input", '{"to": "auto@example.com"}', "--auto-approve",
+        env={"NO_COLOR": "1"},
+    )  # fmt: skip
+    assert code == 0, (out, err)
+    assert "--auto-approve: approving send by itself" in out
+    assert "approved (automatic: --auto-approve) (sent; session " in out
+    assert [s["call"] for s in mesh.sent()] == ["call_1_0"]
+
+
+def _walk(node: dict[str, Any]) -> list[dict[str, Any]]:
+    """``tree --json``'s node and every node below it."""
+    return [node, *(n for child in node["children"] for n in _walk(child))]
