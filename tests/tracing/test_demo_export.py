@@ -1,7 +1,7 @@
 """``OTEL_EXPORTER_OTLP_ENDPOINT=... make demo`` delivers the whole tree.
 
 The demo (``python -m services.demo``, what ``make demo`` runs) as a process, its
-three services exporting to a local OTLP receiver with a batch delay of ten minutes:
+four services exporting to a local OTLP receiver with a batch delay of ten minutes:
 no span can leave on the exporter's schedule, so every span received was flushed by
 a service stopping on SIGTERM (the demo used to SIGKILL them: 0 spans).
 """
@@ -42,7 +42,8 @@ async def test_the_demo_delivers_every_session_s_spans(receiver: OtlpReceiver) -
     )
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "services.demo",
-        cwd=ROOT, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        cwd=ROOT, env=env, stdin=asyncio.subprocess.DEVNULL,  # no terminal: it approves itself
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
     )  # fmt: skip
     out, _ = await asyncio.wait_for(proc.communicate(), timeout=300)
     text = out.decode()
@@ -54,7 +55,7 @@ async def test_the_demo_delivers_every_session_s_spans(receiver: OtlpReceiver) -
 
     spans = receiver.snapshot()
     assert {s.trace_id for s in spans} == {f"{trace_id_for(root):032x}"}
-    assert {s.service_name for s in spans} == {"orchestrator", "researcher", "summarizer"}
+    assert {s.service_name for s in spans} == {"orchestrator", "researcher", "summarizer", "mailer"}
     ids = [s.span_id for s in spans]
     assert len(ids) == len(set(ids))
     runs = {s.attributes["helix.session_id"]: s for s in spans if s.name.startswith("invoke_agent")}
@@ -67,4 +68,5 @@ async def test_the_demo_delivers_every_session_s_spans(receiver: OtlpReceiver) -
     # And the calls between them, both ends.
     kinds = {(s.service_name, s.kind) for s in spans}
     assert ("orchestrator", "CLIENT") in kinds
-    assert {("researcher", "SERVER"), ("summarizer", "SERVER"), ("orchestrator", "SERVER")} <= kinds
+    servers = {("researcher", "SERVER"), ("summarizer", "SERVER"), ("orchestrator", "SERVER")}
+    assert {*servers, ("mailer", "SERVER")} <= kinds
