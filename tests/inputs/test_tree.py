@@ -98,9 +98,10 @@ async def test_two_sibling_requests_are_answered_in_either_order(tree: Tree, ord
         await client.start("{}", session_id=f"f-{order}")
         requests, _ = await requests_until_suspended(client, f"f-{order}", count=2)
         assert len({tuple(r.path) for r in requests}) == 2  # one per sibling child
-        if order == "b-first":
-            requests.reverse()
-        first, second = requests
+        by_call = {("a" if "-remote-call_a-" in r.path[-1] else "b"): r for r in requests}
+        first, second = (
+            (by_call["a"], by_call["b"]) if order == "a-first" else (by_call["b"], by_call["a"])
+        )
         await client.submit_input(f"f-{order}", first.request_id, path=first.path, approved=True)
         await asyncio.sleep(0.5)  # the first child finishes; the parent waits for the other
         assert (await client.get_status(f"f-{order}")).status != pb.SESSION_STATUS_COMPLETED
