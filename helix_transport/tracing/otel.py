@@ -497,17 +497,17 @@ class SpanHooks:
         waited_s = round((now - start) / 1e9, 3)
         if self._run is not None:
             self._run.set_attribute("helix.resume.reason", reason)
+        attributes: dict[str, str | float] = {
+            "langfuse.observation.type": "span",
+            "helix.resume.reason": reason,
+            "helix.suspended_s": waited_s,
+            "langfuse.observation.metadata.resume_reason": reason,
+        }
+        if self._parent is None:
+            # A root of the trace, like the runs: Langfuse names a trace after a root
+            # span, so it says the trace's name (the runs') rather than its own.
+            attributes["langfuse.trace.name"] = self.agent_type
         # Beside the runs, between the one that suspended and this one, in the same
         # trace (keyed on the root session id, or under the same remote parent).
-        span = self._start(
-            "suspended",
-            {
-                "langfuse.observation.type": "span",
-                "helix.resume.reason": reason,
-                "helix.suspended_s": waited_s,
-                "langfuse.observation.metadata.resume_reason": reason,
-            },
-            beside_run=True,
-            start_time=start,
-        )
+        span = self._start("suspended", attributes, beside_run=True, start_time=start)
         span.end(end_time=now)

@@ -30,11 +30,11 @@ from helix_transport._metadata import ROOT_SESSION_KEY
 from helix_transport.agent.definition import Agent
 from helix_transport.agent.hooks import guarded
 from helix_transport.agent.scripted import finish, register_script
-from helix_transport.metrics.hooks import MetricsHooks
+from helix_transport.metrics.hooks import metered_hooks
 from helix_transport.metrics.instruments import install
 from helix_transport.store import SessionRecord, Usage
 from helix_transport.tracing.ids import span_id_for, trace_id_for
-from helix_transport.tracing.otel import SpanHooks, make_provider
+from helix_transport.tracing.otel import OtelTracing, SpanHooks, make_provider
 
 
 @pytest.fixture
@@ -122,6 +122,8 @@ def test_a_root_s_wait_is_one_suspended_span_in_its_trace(
     assert 42.5 <= waited < 42.5 + 60
     assert _attributes(wait)["helix.resume.reason"] == "input"
     assert _attributes(wait)["langfuse.session.id"] == "root-1"
+    # A root span of the trace must not rename it "suspended" in Langfuse.
+    assert _attributes(wait)["langfuse.trace.name"] == _attributes(first)["langfuse.trace.name"]
     assert _attributes(second)["helix.resume.reason"] == "input"
     assert second.start_time is not None and wait.start_time < second.start_time
 
@@ -187,6 +189,7 @@ def test_a_child_s_wait_is_under_its_parent_s_delegation_span(
     assert child_wait.start_time == int(suspended_at * 1e9)
     # The parent's wait is a root of the session's trace, as its runs are.
     assert parent_wait.parent is None
+    assert "langfuse.trace.name" not in _attributes(child_wait)
     assert parent_wait.start_time == int((suspended_at + 1) * 1e9)
 
 
@@ -287,15 +290,19 @@ def _counts(reader: InMemoryMetricReader, name: str) -> dict[tuple[tuple[str, An
 
 
 def test_metrics_count_suspensions_by_agent_type_and_wake_ups_by_reason(
-    recorded: InMemoryMetricReader,
+    recorded: InMemoryMetricReader, traced: tuple[TracerProvider, InMemorySpanExporter]
 ) -> None:
+    # The hooks a server builds with tracing and metrics on: both, behind one FanOut.
+    provider, exporter = traced
+    hooks_for = metered_hooks(OtelTracing(provider).hooks_for)
+    record = _record("root-1")
     for reason in ("input", "input", "deadline", "something a future version adds"):
-        hooks = MetricsHooks(mailer)
+        hooks = guarded(hooks_for(mailer, record))
         hooks.on_run_start(resumed=False, step=1)
         hooks.on_input_required(request_id="c", tool_name="send_email", kind="approval")
         hooks.on_suspended(request_ids=["c"], suspended_children=0)
         hooks.on_run_end(status=SessionStatus.SUSPENDED, usage=Usage(), error="")
-        woken = MetricsHooks(mailer)
+        woken = guarded(hooks_for(mailer, record))
         woken.on_run_start(resumed=True, step=2)
         woken.on_resumed(reason=reason, suspended_at=time.time() - 1)
     woken.on_run_end(status=SessionStatus.COMPLETED, usage=Usage(), error="")
@@ -311,3 +318,9 @@ def test_metrics_count_suspensions_by_agent_type_and_wake_ups_by_reason(
     assert _counts(recorded, "helix.sessions.ended") == {
         (agent, ("helix.session.status", "completed")): 1
     }
+    # The spans' reason is the session's own (a span attribute is no metric label).
+    waits = _named(exporter.get_finished_spans(), "suspended")
+    assert [_attributes(s)["helix.resume.reason"] for s in waits][-1] == (
+        "something a future version adds"
+    )
+    assert len(waits) == 4 and len(_named(exporter.get_finished_spans(), "input_required")) == 4
