@@ -271,9 +271,10 @@ class RunLoop:
         finish tool's valid output ends the run. A step that still waits for input when
         nothing else runs suspends (``agent._step_inputs``)."""
         waiting = InputState.of(state.run)
-        before = len(waiting.pending)
+        before = (len(waiting.pending), len(waiting.results))
         ready = await self.inputs.resolve(waiting, calls)
-        if len(waiting.pending) != before:  # answers applied: not again after a crash
+        if (len(waiting.pending), len(waiting.results)) != before:
+            # Answers applied, approved calls handed over: never again after a crash.
             waiting.save(state.run)
             await self._checkpoint(state, step=state.step)
         outcomes, blocked = await self._run_calls(state, ready)
