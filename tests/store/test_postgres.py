@@ -108,6 +108,7 @@ async def test_migrations_are_idempotent(
         "subsession_refs",
         "child_commands",
         "tombstones",
+        "answers",
     }
 
 
