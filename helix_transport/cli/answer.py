@@ -83,9 +83,10 @@ async def ask(
     """
 
     async def line(prompt: str) -> str | None:
-        out.flush()
+        # Written here, not by input(): on a terminal input() writes it to stderr.
+        print(prompt, end="", file=out, flush=True)
         try:
-            return (await asyncio.to_thread(read, prompt)).strip()
+            return (await asyncio.to_thread(read, "")).strip()
         except EOFError:
             return None
 

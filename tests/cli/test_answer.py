@@ -89,7 +89,8 @@ def test_locate_refuses_an_unknown_or_ambiguous_request() -> None:
 
 
 def _read(*lines: str) -> Callable[[str], str]:
-    """A terminal where the person types ``lines``, then closes its input."""
+    """A terminal where the person types ``lines``, then closes its input (the prompt
+    is printed by ``ask`` itself)."""
     said = iter(lines)
 
     def read(prompt: str) -> str:

@@ -2,8 +2,9 @@
 (``tests.agents.approvals``: root -> middle -> mailer, each with its SQLite store), the
 mailer's ``send`` waiting for an approval two levels below the root.
 
-``call`` without a terminal prints the request and the ``respond`` line, and follows
-the session to its end once someone answers; ``respond`` finds the request's path in
+``call`` on a terminal asks the person there and sends their answer; without one it
+prints the request and the ``respond`` line, and follows the session to its end once
+someone answers; ``respond`` finds the request's path in
 the root's log and approves it (the tool runs once; a repeat changes nothing, another
 answer is refused), or, given the path ``tree --json`` shows, denies it (the tool does
 not run); ``status`` and ``tree`` show the session suspended; ``call --auto-approve``
@@ -15,8 +16,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import pty
 import re
+import select
 import sys
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -165,6 +169,54 @@ async def test_call_auto_approve_answers_by_itself_and_says_so(mesh: Mesh) -> No
     assert code == 0, (out, err)
     assert "--auto-approve: approving send by itself" in out
     assert "approved (automatic: --auto-approve) (sent; session " in out
+    assert [s["call"] for s in mesh.sent()] == ["call_1_0"]
+
+
+async def test_call_on_a_terminal_asks_and_sends_the_answer(mesh: Mesh) -> None:
+    leader, follower = pty.openpty()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "helix_transport.cli", "call", mesh.root,
+        "--input", '{"to": "tty@example.com"}', "--session-id", "r4",
+        cwd=ROOT, env={**os.environ, "NO_COLOR": "1"},
+        stdin=follower, stdout=follower, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    os.close(follower)
+    seen = bytearray()
+    deadline = time.monotonic() + CLI_TIMEOUT_S
+
+    def read_until(marker: bytes | None) -> None:
+        """Read the terminal until ``marker`` shows (``None``: until its last writer
+        leaves), within the deadline: the thread never outlives the test."""
+        while (marker is None or marker not in seen) and time.monotonic() < deadline:
+            if not select.select([leader], [], [], 0.2)[0]:
+                continue
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # EIO: the terminal's last writer left
+                return
+            if not chunk:
+                return
+            seen.extend(chunk)
+
+    try:
+        await asyncio.to_thread(read_until, b"approve send? [y/N] ")
+        assert b"approve send? [y/N] " in seen, seen.decode()
+        assert mesh.sent() == []
+        os.write(leader, b"y\n")
+        await asyncio.to_thread(read_until, b"reason (optional, Enter for none): ")
+        os.write(leader, b"looked at it\n")
+        await asyncio.to_thread(read_until, None)
+        _, err = await asyncio.wait_for(proc.communicate(), CLI_TIMEOUT_S)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        os.close(leader)
+    text = seen.decode().replace("\r\n", "\n")
+    assert proc.returncode == 0, (text, err.decode())
+    assert "input required: send(" in text and "answer it with" not in text
+    assert "call_1_0: approved (looked at it) (sent; session " in text
+    assert "✓ call_1_0 approved: looked at it" in text
     assert [s["call"] for s in mesh.sent()] == ["call_1_0"]
 
 
