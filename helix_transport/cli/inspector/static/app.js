@@ -6,9 +6,9 @@
 const KINDS = [
   "run_started", "turn_started", "step_started", "text_delta", "tool_start", "tool_end",
   "subagent_start", "subagent_end", "output", "error", "interrupted", "completed", "failed",
-  "run_resumed", "terminated", "child_event",
+  "run_resumed", "terminated", "child_event", "input_required", "input_answered", "suspended",
 ];
-const STATUSES = ["running", "completed", "failed", "interrupted", "terminated"];
+const STATUSES = ["running", "suspended", "completed", "failed", "interrupted", "terminated"];
 const TERMINAL = new Set(["completed", "failed", "interrupted", "terminated"]);
 const GUARD_HEADER = "X-Helix-Inspect";
 
@@ -277,7 +277,8 @@ function renderNode() {
   document.getElementById("node-output").textContent = pretty(node.output);
   document.getElementById("node-error-box").hidden = !node.error;
   document.getElementById("node-error").textContent = node.error || "";
-  document.getElementById("interrupt").disabled = node.status !== "running";
+  // A suspended session can be interrupted as a running one (its requests are cancelled).
+  document.getElementById("interrupt").disabled = !["running", "suspended"].includes(node.status);
   renderTimeline(events);
 }
 
