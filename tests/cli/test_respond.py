@@ -7,8 +7,8 @@ prints the request and the ``respond`` line, and follows the session to its end 
 someone answers; ``respond`` finds the request's path in
 the root's log and approves it (the tool runs once; a repeat changes nothing, another
 answer is refused), or, given the path ``tree --json`` shows, denies it (the tool does
-not run); ``status`` and ``tree`` show the session suspended; ``call --auto-approve``
-answers by itself.
+not run); ``status`` and ``tree`` show the session suspended; ``interrupt --abort``
+ends the whole tree; ``call --auto-approve`` answers by itself.
 """
 
 from __future__ import annotations
@@ -158,6 +158,23 @@ async def test_status_and_tree_show_it_suspended_and_respond_denies_it_by_path(
     assert code == 0, out
     (mailed,) = json.loads(out)["output"]["result"][0]["result"][0]["result"]
     assert "not today" in mailed["error"]
+    assert mesh.sent() == []
+
+
+async def test_interrupt_abort_ends_a_suspended_tree(mesh: Mesh) -> None:
+    async with await AgentClient.connect(mesh.root) as client:
+        await client.start('{"to": "gone@example.com"}', session_id="r3")
+    await _until_suspended(mesh.root, "r3")
+    code, out, _ = await cli("interrupt", mesh.root, "r3", "--abort", "--reason", "changed my mind")
+    # Recorded at once, applied as the abort goes down the tree.
+    assert code == 0 and re.fullmatch(r"r3: \w+ \(abort recorded\)\n", out), out
+    code, out, _ = await cli("tree", mesh.root, "r3", "--follow", "--json")
+    assert code == 3, out  # followed through the suspension to the end
+    last = json.loads(out.splitlines()[-1])
+    assert [n["pending_requests"] for n in _walk(last)] == [[], [], []]
+    assert {n["status"] for n in _walk(last)} == {"terminated"}, out
+    code, out, _ = await cli("status", mesh.root, "r3", "--json")
+    assert code == 3 and json.loads(out)["status"] == "terminated"
     assert mesh.sent() == []
 
 
