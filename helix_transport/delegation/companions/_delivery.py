@@ -63,8 +63,16 @@ class Delivery(Lifecycle):
             # Asked only once the child is not running: a status is one record read, where
             # a Continue, refused while the turn runs, also reads the checkpoint and log.
             status = await client.get_status(child.session_id)
-            if status.status in (pb.SESSION_STATUS_RUNNING, pb.SESSION_STATUS_UNSPECIFIED):
+            if status.status in (
+                pb.SESSION_STATUS_RUNNING,
+                pb.SESSION_STATUS_SUSPENDED,
+                pb.SESSION_STATUS_UNSPECIFIED,
+            ):
                 return []
+            if status.status != pb.SESSION_STATUS_COMPLETED:
+                # Only a completed turn takes the queue (its service would resume an
+                # interrupted one with its memory; a companion's starts over).
+                raise SessionStateConflict(child.session_id, f"{status.status}: not completed")
             replaced = await self._running_ref(ctx, child)
             try:
                 reply = await client.continue_session(
