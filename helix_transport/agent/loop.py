@@ -9,7 +9,8 @@ which has no effects, is written once, with the run's end: cut off before that,
 it asks the model again, as a step cut off during its model call does.)
 
 Contract on cancellation: an interrupt *requested through the store* ends the
-run with status ``interrupted`` and an ``interrupted`` event. An external
+run with status ``interrupted`` and an ``interrupted`` event (an abort: status
+``terminated`` and a ``terminated`` event, never resumed). An external
 ``asyncio.CancelledError`` (a shutting-down server) propagates unchanged and
 leaves the session ``running`` with its last checkpoint, to be resumed.
 
@@ -55,7 +56,14 @@ from helix_transport.agent.model import Model, ModelResponse, ToolCall
 from helix_transport.agent.tools import FINISH_TOOL, RunServices, ToolContext
 from helix_transport.log import SessionWriter
 from helix_transport.log.subtree import child_totals, token_usage
-from helix_transport.store import Checkpoint, SessionRecord, SessionUpdate, Store, storable_text
+from helix_transport.store import (
+    Checkpoint,
+    Interrupt,
+    SessionRecord,
+    SessionUpdate,
+    Store,
+    storable_text,
+)
 from helix_transport.transport import ClientPool
 
 # The loop's constants stay importable from here (the server, dispatch, the bench).
@@ -150,9 +158,9 @@ class RunLoop:
                     state.step = step
                     reason = await self._boundary(state)
 
-    async def _boundary(self, state: RunProgress, *, save: bool = True) -> str | None:
+    async def _boundary(self, state: RunProgress, *, save: bool = True) -> Interrupt | None:
         """Between steps: the checkpoint (with ``save``) and the interrupt check, side by
-        side (one store round trip's wait, not two). Returns the interrupt's reason."""
+        side (one store round trip's wait, not two). Returns the interrupt taken."""
         check = asyncio.ensure_future(self.store.take_interrupt(self.session_id))
         try:
             if save:
@@ -164,7 +172,7 @@ class RunLoop:
             raise
         return await self._taken(check)
 
-    async def _taken(self, check: asyncio.Future[str | None]) -> str | None:
+    async def _taken(self, check: asyncio.Future[Interrupt | None]) -> Interrupt | None:
         """The interrupt ``check`` takes from the store. Cancelled meanwhile (a drain, a
         lost lease), this run puts it back: the store may have cleared it already."""
         try:
@@ -173,25 +181,27 @@ class RunLoop:
             await asyncio.shield(self._put_back(check))
             raise
 
-    async def _end_interrupted(self, state: RunProgress, reason: str | None) -> SessionStatus:
-        """End the run interrupted; if that write is refused (another replica took the
-        session over), the interrupt taken from the store goes back for the run that
-        goes on."""
+    async def _end_interrupted(
+        self, state: RunProgress, interrupt: Interrupt | None
+    ) -> SessionStatus:
+        """End the run interrupted (terminated, for an abort); if that write is refused
+        (another replica took the session over), the interrupt taken from the store
+        goes back for the run that goes on."""
         try:
-            return await self._interrupted(state, reason or "")
+            return await self._interrupted(state, interrupt or Interrupt())
         except BaseException:
-            if reason is None:
+            if interrupt is None:
                 raise
-            taken: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
-            taken.set_result(reason)
+            taken: asyncio.Future[Interrupt | None] = asyncio.get_running_loop().create_future()
+            taken.set_result(interrupt)
             await self._put_back(taken)
             raise
 
-    async def _put_back(self, check: asyncio.Future[str | None]) -> None:
+    async def _put_back(self, check: asyncio.Future[Interrupt | None]) -> None:
         try:
-            reason = await check
-            if reason is not None:
-                await self.store.set_interrupt(self.session_id, reason)
+            taken = await check
+            if taken is not None:
+                await self.store.set_interrupt(self.session_id, taken.reason, abort=taken.abort)
         except Exception:
             logger.warning(
                 "session %s: an interrupt may be lost with the failed checkpoint",
@@ -379,12 +389,15 @@ class RunLoop:
         )
         return SessionStatus.FAILED
 
-    async def _interrupted(self, state: RunProgress, reason: str) -> SessionStatus:
+    async def _interrupted(self, state: RunProgress, interrupt: Interrupt) -> SessionStatus:
         usage = await self._usage(state)
+        if interrupt.abort:  # never resumed: a new turn of it can only start fresh
+            status = SessionStatus.TERMINATED
+            event = pb.StreamEvent(terminated=pb.Terminated(reason=interrupt.reason, **usage))
+        else:
+            status = SessionStatus.INTERRUPTED
+            event = pb.StreamEvent(interrupted=pb.Interrupted(reason=interrupt.reason, **usage))
         await self.writer.finish(
-            pb.StreamEvent(interrupted=pb.Interrupted(reason=reason, **usage)),
-            SessionUpdate(
-                status=SessionStatus.INTERRUPTED, step_count=state.step, usage=state.usage
-            ),
+            event, SessionUpdate(status=status, step_count=state.step, usage=state.usage)
         )
-        return SessionStatus.INTERRUPTED
+        return status

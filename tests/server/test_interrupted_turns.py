@@ -74,13 +74,13 @@ def _recaller(messages: list[dict[str, Any]]) -> ScriptedTurn:
     return ScriptedTurn(tool_calls=(call("note", text="second"), call("block")))
 
 
-recaller = Agent(
-    name="recaller",
+resumer = Agent(
+    name="resumer",
     description="Notes facts, blocks, and once continued says what it remembers.",
     input_model=Topic,
     output_model=Recall,
     tools=[note, block],
-    model=register_script("recaller", _recaller),
+    model=register_script("resumed-recaller", _recaller),
 )
 
 
@@ -95,7 +95,7 @@ async def _until_blocked(client: AgentClient, session_id: str) -> list[pb.Stream
 
 
 async def test_an_interrupted_session_continues_with_its_memory(serve: Serve) -> None:
-    async with serve(recaller) as (_, client):
+    async with serve(resumer) as (_, client):
         await client.start(json.dumps({"topic": "t"}), session_id="m1")
         async with asyncio.timeout(30):
             seen = await _until_blocked(client, "m1")
@@ -128,7 +128,7 @@ async def test_an_interrupt_at_a_step_boundary_leaves_nothing_to_answer(
 ) -> None:
     # Interrupted before its run begins: no checkpoint, no open calls; the new turn
     # starts from the input, which it remembers.
-    async with serve(recaller) as (server, client):
+    async with serve(resumer) as (server, client):
         await server.store.set_interrupt("m2", "before it begins")
         await client.start(json.dumps({"topic": "u"}), session_id="m2")
         first = [e async for e in client.stream("m2")]
@@ -142,11 +142,11 @@ async def test_an_interrupt_at_a_step_boundary_leaves_nothing_to_answer(
 
 async def test_a_session_that_failed_still_continues_only_fresh(serve: Serve) -> None:
     never = Agent(
-        name="recaller",
+        name="resumer",
         description="Never finishes.",
         input_model=Topic,
         output_model=Recall,
-        model=register_script("recaller-never", lambda m: ScriptedTurn(text="hmm")),
+        model=register_script("resumed-never", lambda m: ScriptedTurn(text="hmm")),
         max_steps=1,
     )
     async with serve(never) as (_, client):
