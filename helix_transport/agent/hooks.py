@@ -2,8 +2,9 @@
 
 ``RunLoop`` calls one ``RunHooks`` object per run, at fixed points: run start
 (fresh or resumed; then the turn, in a continued session) and end, each model
-generation, each tool call, and each remote delegation (from the remote-agent
-tool, the dispatch tool and the companion tools). Every agent, root or child,
+generation, each tool call, each remote delegation (from the remote-agent
+tool, the dispatch tool and the companion tools), and the waits for people: a
+request for input, the suspension, the wake-up. Every agent, root or child,
 fires its own hooks in its own process.
 
 Hooks observe, they never steer: whatever a hook raises is logged and
@@ -80,6 +81,23 @@ class RunHooks(Protocol):
     ) -> None:
         """The delegation ended with the child's ``status``."""
 
+    def on_input_required(self, *, request_id: str, tool_name: str, kind: str) -> None:
+        """The run asked people for input: ``request_id`` (the tool call's id) waits
+        for an approval (``kind`` "approval") or a client tool's result ("client_result").
+
+        Optional, like the two below: hooks written before them need not define them.
+        """
+
+    def on_suspended(self, *, request_ids: Sequence[str], suspended_children: int) -> None:
+        """The run has nothing left to do but wait: its own ``request_ids`` still
+        unanswered, and ``suspended_children`` sub-agents suspended themselves. The
+        run ends next (``on_run_end`` with ``SUSPENDED``); no process holds it after."""
+
+    def on_resumed(self, *, reason: str, suspended_at: float) -> None:
+        """A run woke the suspended session (``reason``: "input", "interrupt" or
+        "deadline"); it had been suspended since ``suspended_at`` (epoch seconds,
+        as recorded by whichever process suspended it). Called after ``on_run_start``."""
+
 
 class NoHooks:
     """Does nothing: the default, and what a run costs without tracing."""
@@ -117,6 +135,15 @@ class NoHooks:
     def on_delegation_end(
         self, *, tool_call_id: str, child_session_id: str, status: SessionStatus, error: str
     ) -> None:
+        pass
+
+    def on_input_required(self, *, request_id: str, tool_name: str, kind: str) -> None:
+        pass
+
+    def on_suspended(self, *, request_ids: Sequence[str], suspended_children: int) -> None:
+        pass
+
+    def on_resumed(self, *, reason: str, suspended_at: float) -> None:
         pass
 
 
@@ -199,6 +226,26 @@ class FanOut:
             status=status,
             error=error,
         )
+
+    def on_input_required(self, *, request_id: str, tool_name: str, kind: str) -> None:
+        self._each(
+            "on_input_required",
+            optional=True,
+            request_id=request_id,
+            tool_name=tool_name,
+            kind=kind,
+        )
+
+    def on_suspended(self, *, request_ids: Sequence[str], suspended_children: int) -> None:
+        self._each(
+            "on_suspended",
+            optional=True,
+            request_ids=request_ids,
+            suspended_children=suspended_children,
+        )
+
+    def on_resumed(self, *, reason: str, suspended_at: float) -> None:
+        self._each("on_resumed", optional=True, reason=reason, suspended_at=suspended_at)
 
 
 def guarded(hooks: RunHooks | None) -> RunHooks:

@@ -24,15 +24,25 @@ parent's own terminal event (``helix_transport.log.subtree``).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from helix_transport._config import RetryConfig
 from helix_transport._events import is_terminal
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._wire import child_event_payloads, child_event_prefix
+from helix_transport.agent.blockage import BlockedChild
 from helix_transport.agent.tools import ToolContext
 from helix_transport.delegation.forwarded import forwarded_so_far
 from helix_transport.log.subtree import child_totals
 from helix_transport.transport import AgentClient
+
+UNFINISHED = frozenset(
+    {pb.SESSION_STATUS_RUNNING, pb.SESSION_STATUS_SUSPENDED, pb.SESSION_STATUS_UNSPECIFIED}
+)
+"""Statuses of a child that has not ended its turn (a suspended child goes on later)."""
+
+Blocked = Callable[[BlockedChild | None], None]
+"""Told whether a followed child waits for input (``forward_child(blocked=...)``)."""
 
 _KEY = "forwarding.children"  # RunServices.cache key of the run's _Forwarded
 
@@ -68,6 +78,8 @@ async def forward_child(
     retry: RetryConfig | None = None,
     until: int | None = None,
     past: int = 0,
+    rejoining: bool = False,
+    blocked: Blocked | None = None,
 ) -> pb.StreamEvent | None:
     """Forward ``child_id``'s events after the last one the parent's log holds.
 
@@ -82,6 +94,12 @@ async def forward_child(
         past: with ``until=None``, the terminal event to reach is the first one after this
             child sequence (the start of the turn waited for: a companion's earlier turn
             may not be forwarded in full yet).
+        rejoining: the call follows a child it followed before (a resumed parent): ask
+            its status first, so a child still suspended where the log left it counts as
+            blocked at once (its stream has nothing new to say so).
+        blocked: told the child it waits for when the child's last event is its own
+            ``suspended``, and ``None`` when it moves on; by default the step's
+            ``Blockage`` under the calling tool call (``agent.blockage``).
 
     Returns:
         The last terminal event this call forwarded (with ``until=None``, the one after
@@ -92,6 +110,7 @@ async def forward_child(
             ``retry``'s deadline; what was forwarded stays forwarded.
     """
     forwarded = _forwarded(ctx)
+    note = blocked or _blockage_of(ctx)
     async with forwarded.locks.setdefault(child_id, asyncio.Lock()):
         final: pb.StreamEvent | None = None
         while True:
@@ -101,8 +120,11 @@ async def forward_child(
                 forwarded.last[child_id] = last
             if until is not None and last >= until:
                 return final
+            if rejoining:
+                rejoining = False
+                await _blocked_already(client, child_id, last, note)
             ended = await _forward_stream(
-                ctx, forwarded, child_id, tool_call_id, client, retry, last, until
+                ctx, forwarded, child_id, tool_call_id, client, retry, last, until, note
             )
             if ended is None:
                 # The child finished and the log holds all of it; or, after `until`, a
@@ -123,6 +145,7 @@ async def _forward_stream(
     retry: RetryConfig | None,
     last: int,
     until: int | None,
+    note: Blocked,
 ) -> pb.StreamEvent | None:
     """One stream from ``last``: to the child's next terminal event, or to ``until``.
     Returns the last event forwarded (``None``: none)."""
@@ -144,12 +167,44 @@ async def _forward_stream(
         # with no await between: a cancellation cannot split them.
         final = batch[-1]
         forwarded.last[child_id] = final.sequence
+        note(_suspended_child(client, final))
         if is_terminal(final):
             totals.note(final)
             break  # the stream would end here anyway; a continued child goes on after it
         if until is not None and final.sequence >= until:
             break
     return final
+
+
+def _blockage_of(ctx: ToolContext) -> Blocked:
+    """Report to the step's ``Blockage`` under the running tool call (none: ignored)."""
+    call_id, blockage = ctx.tool_call_id, ctx.run.blockage
+
+    def note(child: BlockedChild | None) -> None:
+        if not call_id:
+            return
+        if child is None:
+            blockage.unblock(call_id)
+        else:
+            blockage.block(call_id, child)
+
+    return note
+
+
+def _suspended_child(client: AgentClient, last: pb.StreamEvent) -> BlockedChild | None:
+    """The child, when its last event so far is its own ``suspended``: waiting for input.
+    Any later event of it means it moved on."""
+    if last.WhichOneof("payload") != "suspended":
+        return None
+    return BlockedChild(
+        child_session_id=last.session_id, address=client.address, last_sequence=last.sequence
+    )
+
+
+async def _blocked_already(client: AgentClient, child_id: str, last: int, note: Blocked) -> None:
+    status = await client.get_status(child_id)
+    if status.status == pb.SESSION_STATUS_SUSPENDED and status.last_sequence <= last:
+        note(BlockedChild(child_session_id=child_id, address=client.address, last_sequence=last))
 
 
 def status_of(terminal: pb.StreamEvent) -> pb.GetStatusResponse:

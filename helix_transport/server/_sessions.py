@@ -170,10 +170,12 @@ class Sessions:
         commands = await cascade.record(refs, reason=reason, abort=abort)
         await self.store.set_interrupt(key, reason, abort=abort)
         self.runner.signal_interrupt(key)
-        if record.status is SessionStatus.SUSPENDED:
-            # No run holds it: one starts here (unless another process has the lease)
-            # and takes the interrupt at its first step boundary.
-            await self.runner.wake(record, reason="interrupt")
+        # A suspended session has no run to see it: one starts here (unless another
+        # process has the lease) and takes the interrupt at its first step boundary.
+        # Read again now that the interrupt is durable: a run may have suspended since.
+        current = await self.store.get_session(key)
+        if current is not None and current.status is SessionStatus.SUSPENDED:
+            await self.runner.wake(current, reason="interrupt")
         # Within the caller's deadline: every interrupt is already durable.
         remaining = time_remaining()
         budget = CASCADE_TIMEOUT_S if remaining is None else min(CASCADE_TIMEOUT_S, remaining)

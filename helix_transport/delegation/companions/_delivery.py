@@ -14,6 +14,7 @@ from helix_transport.agent.tools import (
 from helix_transport.delegation.companions._children import PREFIX, Child, Children
 from helix_transport.delegation.companions._lifecycle import Lifecycle
 from helix_transport.delegation.forwarded import ends_logged
+from helix_transport.delegation.forwarding import UNFINISHED
 from helix_transport.delegation.spans import reopen_delegations
 
 
@@ -63,11 +64,7 @@ class Delivery(Lifecycle):
             # Asked only once the child is not running: a status is one record read, where
             # a Continue, refused while the turn runs, also reads the checkpoint and log.
             status = await client.get_status(child.session_id)
-            if status.status in (
-                pb.SESSION_STATUS_RUNNING,
-                pb.SESSION_STATUS_SUSPENDED,
-                pb.SESSION_STATUS_UNSPECIFIED,
-            ):
+            if status.status in UNFINISHED:
                 return []
             if status.status != pb.SESSION_STATUS_COMPLETED:
                 # Only a completed turn takes the queue (its service would resume an
