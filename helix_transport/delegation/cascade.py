@@ -76,7 +76,7 @@ class Cascade:
                 reason=reason or ("parent aborted" if abort else "parent interrupted"),
             )
             for ref in refs
-            if ref.status is SessionStatus.RUNNING and ref.address
+            if not ref.status.is_terminal and ref.address  # running or suspended
         ]
         if commands:
             await self._store.put_commands(commands)
