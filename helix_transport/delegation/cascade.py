@@ -23,7 +23,6 @@ import logging
 import time
 from collections.abc import Sequence
 
-from helix_transport._events import SessionStatus
 from helix_transport._exceptions import HelixError, SessionNotFound
 from helix_transport.store import ChildCommand, Store, SubSessionRef
 from helix_transport.transport import ClientPool

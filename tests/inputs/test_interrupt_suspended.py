@@ -89,7 +89,9 @@ async def test_an_abort_ends_a_suspended_tree_terminated(
         ]
         await client.start('{"to": "y@example.com"}', session_id="w2")
         waiting = await until_suspended(client, "w2")
-        (child,) = [e.subagent_start.child_session_id for e in waiting if kind(e) == "subagent_start"]
+        (child,) = [
+            e.subagent_start.child_session_id for e in waiting if kind(e) == "subagent_start"
+        ]
         assert (await child_client.get_status(child)).status == pb.SESSION_STATUS_SUSPENDED
         reply = await client.interrupt("w2", reason="cancel it all", abort=True)
         async with asyncio.timeout(30):
