@@ -7,6 +7,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
@@ -14,7 +15,7 @@ from helix_transport import AgentClient, AgentServer, ServerConfig, create_serve
 from helix_transport._exceptions import RequestNotFound, SessionStateConflict
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.agent.definition import Agent
-from helix_transport.store import MemoryStore
+from helix_transport.store import MemoryStore, open_store
 from tests.agents.approvals import hasty, mailer, picker
 
 
@@ -142,3 +143,39 @@ async def test_a_request_past_its_deadline_becomes_an_error_result() -> None:
     finally:
         await client.aclose()
         await server.shutdown(grace_s=1)
+
+
+async def test_a_restarted_service_holds_nothing_for_a_suspended_session(
+    tmp_path: Path,
+) -> None:
+    """The suspended session is a row: a new process over the same store runs no task
+    for it, scan after scan, until the answer comes; then it runs to its end."""
+    store_url = f"sqlite:///{tmp_path / 'mailer.db'}"
+    config = ServerConfig(lease_ttl_s=0.3)
+    store = await open_store(store_url)
+    first = await create_server(mailer, store, config, allow_unauthenticated=True)
+    await first.start()
+    async with await AgentClient.connect(first.address) as client:
+        await client.start("{}", session_id="long-wait")
+        events = await until_suspended(client, "long-wait")
+    await first.shutdown(grace_s=1)
+    await store.aclose()
+
+    store = await open_store(store_url)
+    second = await create_server(mailer, store, config, allow_unauthenticated=True)
+    await second.start()
+    try:
+        await asyncio.sleep(1.5)  # five orphan and suspended scans
+        assert second.runner.running == 0
+        assert not [t for t in asyncio.all_tasks() if t.get_name() == "run:long-wait"]
+        async with await AgentClient.connect(second.address) as client:
+            assert (await client.get_status("long-wait")).status == pb.SESSION_STATUS_SUSPENDED
+            request_id = next(
+                e.input_required.request_id for e in events if kind(e) == "input_required"
+            )
+            await client.submit_input("long-wait", request_id, approved=True)
+            status = await client.get_status("long-wait", wait=timedelta(seconds=20))
+            assert status.status == pb.SESSION_STATUS_COMPLETED
+    finally:
+        await second.shutdown(grace_s=1)
+        await store.aclose()
