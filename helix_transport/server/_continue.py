@@ -167,7 +167,7 @@ def _check_continuable(record: SessionRecord, session_id: str, *, fresh: bool) -
         raise SessionStateConflict(session_id, "still running; continue it once its turn has ended")
     if record.status is SessionStatus.SUSPENDED:  # its turn is not over: it waits for input
         raise SessionStateConflict(
-            session_id, "suspended, waiting for input; answer it or interrupt it first"
+            session_id, "still running, suspended for input; answer it or interrupt it first"
         )
     if record.status not in _KEEPS_MEMORY and not fresh:
         raise SessionStateConflict(

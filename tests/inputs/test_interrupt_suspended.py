@@ -1,6 +1,7 @@
 """Interrupt and abort of a session waiting for a person, over real gRPC.
 
-Contract: a SUSPENDED session has no run to see an interrupt, so ``Interrupt`` starts
+Contract: a SUSPENDED session cannot be continued (its turn is not over, even
+``fresh``). It has no run to see an interrupt, so ``Interrupt`` starts
 one (``run_resumed`` reason ``interrupt``) that takes it at its first step boundary.
 A plain interrupt ends it INTERRUPTED, and ``Continue`` without ``fresh`` resumes it
 with its memory: the call that waited for the person is answered
@@ -46,6 +47,8 @@ async def test_an_interrupted_suspended_session_resumes_with_its_memory() -> Non
         await client.start('{"to": "x@example.com"}', session_id="w1")
         waiting = await until_suspended(client, "w1")
         call_id = next(e.input_required.request_id for e in waiting if kind(e) == "input_required")
+        with pytest.raises(SessionStateConflict, match="suspended for input"):
+            await client.continue_session("w1", "not while it waits", turn=2, fresh=True)
         reply = await client.interrupt("w1", reason="not now")
         async with asyncio.timeout(30):
             rest = [e async for e in client.stream("w1", from_sequence=waiting[-1].sequence)]

@@ -419,4 +419,4 @@ async def _remembers(client: AgentClient, child: Child) -> bool:
     if child.status != "running":
         return child.status == "completed"
     status = (await client.get_status(child.session_id)).status
-    return status in (pb.SESSION_STATUS_COMPLETED, pb.SESSION_STATUS_RUNNING)
+    return status == pb.SESSION_STATUS_COMPLETED or status in UNFINISHED  # then it refuses
