@@ -48,7 +48,7 @@ async def test_an_interrupted_suspended_session_resumes_with_its_memory() -> Non
         waiting = await until_suspended(client, "w1")
         call_id = next(e.input_required.request_id for e in waiting if kind(e) == "input_required")
         with pytest.raises(SessionStateConflict, match="suspended for input"):
-            await client.continue_session("w1", "not while it waits", turn=2, fresh=True)
+            await client.continue_session("w1", "{}", turn=2, fresh=True)
         reply = await client.interrupt("w1", reason="not now")
         async with asyncio.timeout(30):
             rest = [e async for e in client.stream("w1", from_sequence=waiting[-1].sequence)]
