@@ -9,7 +9,8 @@ which has no effects, is written once, with the run's end: cut off before that,
 it asks the model again, as a step cut off during its model call does.)
 
 Contract on cancellation: an interrupt *requested through the store* ends the
-run with status ``interrupted`` and an ``interrupted`` event. An external
+run with status ``interrupted`` and an ``interrupted`` event (an abort: status
+``terminated`` and a ``terminated`` event, never resumed). An external
 ``asyncio.CancelledError`` (a shutting-down server) propagates unchanged and
 leaves the session ``running`` with its last checkpoint, to be resumed.
 
@@ -29,7 +30,6 @@ from typing import Any, TypeVar
 from helix_transport._events import SessionStatus
 from helix_transport._exceptions import AgentRunError, HelixError, ModelAPIError, UsageError
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
-from helix_transport.agent._inputs import InputState, WaitingChild, session_path
 from helix_transport.agent._start import RunStart
 from helix_transport.agent._step_inputs import StepInputs, suspended_event
 from helix_transport.agent._steps import (
@@ -55,6 +55,7 @@ from helix_transport.agent._tool_runner import (
 from helix_transport.agent.blockage import Blockage, BlockedChild, WaitingForChildren
 from helix_transport.agent.definition import Agent
 from helix_transport.agent.hooks import NO_HOOKS, RunHooks, guarded
+from helix_transport.agent.inputs import InputState, WaitingChild, session_path
 from helix_transport.agent.litellm import LitellmModel
 from helix_transport.agent.model import Model, ModelResponse, ToolCall
 from helix_transport.agent.tools import FINISH_TOOL, RunServices, ToolContext
@@ -257,8 +258,9 @@ class RunLoop:
             state.messages.append(response.to_message())
             calls = response.tool_calls
             if any(c.name != FINISH_TOOL for c in calls):
-                # Requests for input are in the checkpoint before anyone sees them.
-                waiting = InputState.of(state.run)
+                # Requests for input are in the checkpoint before anyone sees them. A
+                # fresh step starts clean: what an interrupted earlier step kept is over.
+                waiting = InputState()
                 self.inputs.ask(waiting, calls)
                 waiting.save(state.run)
                 await self._checkpoint(state, step=state.step)
@@ -271,6 +273,7 @@ class RunLoop:
         finish tool's valid output ends the run. A step that still waits for input when
         nothing else runs suspends (``agent._step_inputs``)."""
         waiting = InputState.of(state.run)
+        waiting.only({c.id for c in calls})
         before = (len(waiting.pending), len(waiting.results))
         ready = await self.inputs.resolve(waiting, calls)
         if (len(waiting.pending), len(waiting.results)) != before:
