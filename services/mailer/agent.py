@@ -1,6 +1,6 @@
 """The mailer agent: writes and sends one email, and a person approves each one first.
 
-Its ``send_email`` tool needs an approval (``tool(..., approval=True)``): the session logs
+Its ``send_email`` tool needs an approval (``@tool(approval=True)``): the session logs
 a request for input and suspends until the answer arrives through the root of its
 tree (``helix-mesh call`` asks at a terminal, ``helix-mesh respond`` from a script).
 A denial reaches the model as the tool's error, and the mailer says it did not send.
@@ -71,7 +71,8 @@ class Email(BaseModel):
     body: str = Field(min_length=1, description="The text of the email.")
 
 
-async def _send_email(ctx: ToolContext, args: Email) -> dict[str, Any]:
+@tool(approval=True)
+async def send_email(ctx: ToolContext, args: Email) -> dict[str, Any]:
     """Send an email. A person approves each one before it goes."""
     message_id = f"<{uuid.uuid4().hex}@helix-mesh.mailer>"
     outbox = os.environ.get(OUTBOX_ENV)
@@ -80,10 +81,6 @@ async def _send_email(ctx: ToolContext, args: Email) -> dict[str, Any]:
                            **args.model_dump()})  # fmt: skip
         await asyncio.to_thread(_append, outbox, line)
     return {"sent": True, "message_id": message_id}
-
-
-# Built by a call, not `@tool(approval=True)`: the decorator form is untyped to mypy.
-send_email = tool(_send_email, name="send_email", approval=True)
 
 
 def _append(path: str, line: str) -> None:
