@@ -18,7 +18,7 @@ Requests for input travel the same way: a session's ``input_required`` reaches t
 root's log wrapped once per level, so ``tree.pending_requests()`` lists every request
 waiting anywhere in the tree, each with the ``path`` to answer it by
 (``AgentClient.submit_input``). A request leaves when its session logs
-``input_answered`` for it, or ends.
+``input_answered`` for it, or it or a session above it ends.
 """
 
 from __future__ import annotations
@@ -143,7 +143,8 @@ class TreeNode:
     status: SessionStatus = SessionStatus.RUNNING
     """``RUNNING`` until its terminal event (or, for a child whose own events were not
     forwarded, its parent's ``subagent_end``); ``SUSPENDED`` from its ``suspended``
-    event to its next one."""
+    event to its next one (or to an ancestor's interrupt or abort, whose status it
+    then takes)."""
     started_at: datetime | None = None
     ended_at: datetime | None = None
     steps: int = 0
@@ -165,6 +166,7 @@ class TreeNode:
     _sequences: set[int] = field(default_factory=set, repr=False)
     _reported_total: TreeUsage | None = field(default=None, repr=False)
     _ended_by_own_event: bool = field(default=False, repr=False)
+    _stopped_with_ancestor: bool = field(default=False, repr=False)
 
     def duration(self, *, now: datetime | None = None) -> timedelta | None:
         """How long it ran: start to end; while running, start to ``now`` when given."""
@@ -255,9 +257,10 @@ class SessionTree:
                 return node
             node._sequences.add(event.sequence)
         kind = event.WhichOneof("payload")
-        if node.status is SessionStatus.SUSPENDED:
+        if node.status is SessionStatus.SUSPENDED or node._stopped_with_ancestor:
             # Only a running session writes its log (a forwarded child event included).
             node.status = SessionStatus.RUNNING
+            node._stopped_with_ancestor = False
         if kind == "child_event":
             wrapped = event.child_event
             child = self._child(
@@ -280,6 +283,7 @@ class SessionTree:
             _reopen(node)
         elif kind in TERMINAL_KINDS:
             _end_by_own_event(node, event, kind, at)
+            _stop_below(node)
         elif kind == "input_required":
             asked = PendingRequest.from_proto(
                 node.session_id, event.input_required, path=self._path(node)
@@ -395,6 +399,23 @@ def _end_by_own_event(
         node._reported_total = TreeUsage.from_proto(terminal.total_usage)
     else:  # a service that reports no subtree: what its forwarded children say
         node._reported_total = None
+
+
+def _stop_below(node: TreeNode) -> None:
+    """What an ended session means for its subtree: no request below it can be answered
+    through it any more, and a suspended descendant (whose own end an ended parent no
+    longer forwards) stopped with it when it was interrupted or aborted: interrupts and
+    aborts cascade down the tree."""
+    for below in node.walk():
+        if below is node:
+            continue
+        below.pending.clear()
+        if below.status is SessionStatus.SUSPENDED and node.status in (
+            SessionStatus.INTERRUPTED,
+            SessionStatus.TERMINATED,
+        ):
+            below.status = node.status
+            below._stopped_with_ancestor = True
 
 
 def _reopen(node: TreeNode) -> None:

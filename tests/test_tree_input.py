@@ -107,6 +107,17 @@ def test_a_request_leaves_with_its_session_s_end_and_a_replay_changes_nothing() 
     assert tree.node("leaf").status is SessionStatus.TERMINATED  # type: ignore[union-attr]
 
 
+def test_an_aborted_root_stops_its_suspended_subtree_and_its_requests() -> None:
+    """The root's abort ends it at once; the children end through their own services, and
+    the root, ended, forwards no more of their events."""
+    log, tree = _suspended_tree()
+    tree.add(log.add("root", run_resumed=pb.RunResumed(reason="interrupt")))
+    tree.add(log.add("root", terminated=pb.Terminated(reason="aborted")))
+    assert tree.pending_requests() == []
+    assert tree.root is not None
+    assert {n.status for n in tree.root.walk()} == {SessionStatus.TERMINATED}
+
+
 def test_a_parent_s_word_that_a_child_ended_takes_its_requests_away() -> None:
     log, tree = _suspended_tree()
     ended = pb.SubagentEnd(
