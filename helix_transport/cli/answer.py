@@ -65,11 +65,13 @@ def request_text(request: PendingRequest) -> str:
 
 
 def respond_command(address: str, session_id: str, request: PendingRequest) -> str:
-    """The ``helix-mesh respond`` line that answers ``request`` from a script."""
+    """The ``helix-mesh respond`` line that answers ``request`` from a script. It names
+    the path: a tool call id can repeat in a sibling that has not asked yet."""
     head = shlex.join(["helix-mesh", "respond", address, session_id, request.request_id])
+    path = shlex.join(path_from(request.path, session_id))
     if request.kind == "approval":
-        return f"{head} --approve|--deny [--reason TEXT]"
-    return f"{head} --result JSON|--error TEXT"
+        return f"{head} --approve|--deny [--reason TEXT] --path {path}"
+    return f"{head} --result JSON|--error TEXT --path {path}"
 
 
 async def ask(

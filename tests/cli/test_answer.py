@@ -150,7 +150,10 @@ async def test_the_watch_without_a_terminal_says_how_to_answer_once(
             await watch.add(event)
     text = out.getvalue()
     assert text.count("input required: send_email") == 1
-    assert f"helix-mesh respond {address} root call_1_0 --approve|--deny" in text
+    assert (
+        f"answer it with: helix-mesh respond {address} root call_1_0 --approve|--deny "
+        "[--reason TEXT] --path root mid leaf\n"
+    ) in text
     assert servicer.got == []
 
 
@@ -177,7 +180,7 @@ async def test_the_watch_auto_approves_approvals_and_says_so(
         f"the answer went to {address}, the service of root, and down the path root > mid > leaf"
         in text
     )
-    assert "root call_2_0 --result JSON|--error TEXT" in text
+    assert "root call_2_0 --result JSON|--error TEXT --path root mid\n" in text
 
 
 async def test_respond_as_a_process(recording: tuple[Recording, str]) -> None:
