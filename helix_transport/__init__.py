@@ -58,7 +58,7 @@ if TYPE_CHECKING:
     )
     from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
     from helix_transport.agent.definition import Agent
-    from helix_transport.agent.tools import Tool, ToolContext, tool
+    from helix_transport.agent.tools import Tool, ToolContext, client_tool, tool
     from helix_transport.delegation.companions import PersistentChild, with_companions
     from helix_transport.delegation.dispatch import SubagentType, with_dispatch
     from helix_transport.delegation.remote import remote_agent_tool, remote_agent_tool_from_service
@@ -117,6 +117,7 @@ _LAZY = {
     "TreeUsage": "helix_transport.tree",
     "Unauthenticated": "helix_transport._exceptions",
     "UsageError": "helix_transport._exceptions",
+    "client_tool": "helix_transport.agent.tools",
     "create_server": "helix_transport.server.app",
     "fold_events": "helix_transport.tree",
     "is_terminal": "helix_transport._events",
@@ -177,6 +178,7 @@ __all__ = [
     "TreeUsage",
     "Unauthenticated",
     "UsageError",
+    "client_tool",
     "create_server",
     "fold_events",
     "is_terminal",

@@ -96,6 +96,7 @@ class ClientConfig:
                                 "Interrupt",
                                 "Describe",
                                 "ListSessions",
+                                "SubmitInput",
                             )
                         ],
                         "retryPolicy": {

@@ -154,6 +154,23 @@ class SessionExpired(SessionNotFound):
         return {"session_id": self.session_id, "expired_at": self.expired_at}
 
 
+class RequestNotFound(SessionNotFound):
+    """The session (or the tree below it) has no request for input with this id, or
+    the ``path`` given with it leaves the caller's tree."""
+
+    def __init__(self, session_id: str, request_id: str, detail: str = "") -> None:
+        StoreError.__init__(
+            self,
+            f"session {session_id!r}: no request for input {request_id!r}"
+            + (f" ({detail})" if detail else ""),
+        )
+        self.session_id = session_id
+        self.request_id = request_id
+
+    def _fields(self) -> dict[str, Any]:
+        return {"session_id": self.session_id, "request_id": self.request_id}
+
+
 class SessionExists(StoreError):
     """A session with this id exists with a different input."""
 

@@ -40,6 +40,8 @@ def cut(text: str, most: int = MAX_MESSAGE) -> str:
 
 SESSION_EXPIRED = "session_expired"
 """``ErrorInfo.reason`` of a ``NOT_FOUND`` for a session retention removed."""
+REQUEST_NOT_FOUND = "request_not_found"
+"""``ErrorInfo.reason`` of a ``NOT_FOUND`` for a request for input (``SubmitInput``)."""
 
 
 def trailing_metadata(

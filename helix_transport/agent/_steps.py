@@ -6,7 +6,8 @@ A step turns the model's answer into a ``NextStep`` (``agent.loop`` matches on i
 - ``RunAgain``: take another step (no tool was called, or the tools ran and none
   finished the run);
 - ``FinalOutput``: the finish tool returned a valid output, the run completes;
-- ``Interrupted``: an interrupt cut the step off (``RunLoop._race``).
+- ``Interrupted``: an interrupt cut the step off (``RunLoop._race``);
+- ``Suspend``: the step waits for people and nothing else runs (``agent._inputs``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 from helix_transport._exceptions import AgentRunError
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
+from helix_transport.agent.blockage import BlockedChild
 from helix_transport.agent.model import ModelResponse, ToolCall, new_tool_call_id
 from helix_transport.agent.state import RunState, joined_state
 from helix_transport.agent.tools import FINISH_TOOL
@@ -53,7 +55,16 @@ class Interrupted:
     """An interrupt cut the step off."""
 
 
-NextStep = CallTools | RunAgain | FinalOutput | Interrupted
+@dataclass(frozen=True)
+class Suspend:
+    """The step waits for input (its own requests, or suspended children's) and has
+    nothing else to run: the session suspends."""
+
+    blocked: dict[str, BlockedChild]
+    """The step's calls that wait for a suspended child, by call id."""
+
+
+NextStep = CallTools | RunAgain | FinalOutput | Interrupted | Suspend
 
 
 @dataclass(kw_only=True)

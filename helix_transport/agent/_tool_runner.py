@@ -134,6 +134,33 @@ class ToolRunner:
         message = {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": result}
         return ToolOutcome(message=message, output_json=output_json)
 
+    def answered(self, call: ToolCall, result: str, *, is_error: bool) -> ToolOutcome:
+        """``call`` ended by its request's answer, not by running the tool: a client
+        tool's result, or the error of a denial, a client tool's failure or a deadline."""
+        if is_error:
+            result = json.dumps({"error": clipped(result)})
+        else:
+            try:
+                result = self.within_limit(result, f"tool {call.name!r}'s result")
+            except ToolError as exc:
+                result, is_error = json.dumps({"error": exc.message}), True
+        start = pb.ToolStart(
+            tool_call_id=call.id, tool_name=call.name, arguments_json=call.arguments_json
+        )
+        self.writer.emit(pb.StreamEvent(tool_start=start))
+        self.hooks.on_tool_start(
+            name=call.name, tool_call_id=call.id, arguments_json=call.arguments_json
+        )
+        end = pb.ToolEnd(
+            tool_call_id=call.id, tool_name=call.name, result_json=result, is_error=is_error
+        )
+        self.writer.emit(pb.StreamEvent(tool_end=end))
+        self.hooks.on_tool_end(
+            name=call.name, tool_call_id=call.id, result_json=result, is_error=is_error
+        )
+        message = {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": result}
+        return ToolOutcome(message=message)
+
     def within_limit(self, text: str, what: str) -> str:
         """``text``, or ``ToolError`` when it is too large to log as one event."""
         most = self.max_result_bytes

@@ -80,6 +80,16 @@ class RunHooks(Protocol):
     ) -> None:
         """The delegation ended with the child's ``status``."""
 
+    def on_input_required(self, *, request_id: str, tool_name: str, kind: str) -> None:
+        """The run asks for input (``kind``: ``approval`` or ``client_result``)."""
+
+    def on_suspended(self, *, request_ids: Sequence[str], suspended_children: int) -> None:
+        """The run stops to wait for input: its own requests and suspended children."""
+
+    def on_resumed(self, *, reason: str, suspended_at: float) -> None:
+        """A suspended run goes on (``reason``: ``input``, ``deadline``, ``interrupt``...);
+        ``suspended_at``: when it stopped (epoch seconds)."""
+
 
 class NoHooks:
     """Does nothing: the default, and what a run costs without tracing."""
@@ -117,6 +127,15 @@ class NoHooks:
     def on_delegation_end(
         self, *, tool_call_id: str, child_session_id: str, status: SessionStatus, error: str
     ) -> None:
+        pass
+
+    def on_input_required(self, *, request_id: str, tool_name: str, kind: str) -> None:
+        pass
+
+    def on_suspended(self, *, request_ids: Sequence[str], suspended_children: int) -> None:
+        pass
+
+    def on_resumed(self, *, reason: str, suspended_at: float) -> None:
         pass
 
 
@@ -199,6 +218,26 @@ class FanOut:
             status=status,
             error=error,
         )
+
+    def on_input_required(self, *, request_id: str, tool_name: str, kind: str) -> None:
+        self._each(
+            "on_input_required",
+            optional=True,
+            request_id=request_id,
+            tool_name=tool_name,
+            kind=kind,
+        )
+
+    def on_suspended(self, *, request_ids: Sequence[str], suspended_children: int) -> None:
+        self._each(
+            "on_suspended",
+            optional=True,
+            request_ids=request_ids,
+            suspended_children=suspended_children,
+        )
+
+    def on_resumed(self, *, reason: str, suspended_at: float) -> None:
+        self._each("on_resumed", optional=True, reason=reason, suspended_at=suspended_at)
 
 
 def guarded(hooks: RunHooks | None) -> RunHooks:

@@ -29,7 +29,9 @@ from typing import Any, TypeVar
 from helix_transport._events import SessionStatus
 from helix_transport._exceptions import AgentRunError, HelixError, ModelAPIError, UsageError
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
+from helix_transport.agent._inputs import InputState, WaitingChild, session_path
 from helix_transport.agent._start import RunStart
+from helix_transport.agent._step_inputs import StepInputs, suspended_event
 from helix_transport.agent._steps import (
     FINISH_INSTRUCTIONS,
     NUDGE,
@@ -38,6 +40,7 @@ from helix_transport.agent._steps import (
     Interrupted,
     RunAgain,
     RunProgress,
+    Suspend,
     storable,
     unanswered_tool_calls,
     with_unique_call_ids,
@@ -45,9 +48,11 @@ from helix_transport.agent._steps import (
 from helix_transport.agent._tool_runner import (
     MAX_ERROR_BYTES,
     MAX_RESULT_BYTES,
+    ToolOutcome,
     ToolRunner,
     clipped,
 )
+from helix_transport.agent.blockage import Blockage, BlockedChild
 from helix_transport.agent.definition import Agent
 from helix_transport.agent.hooks import NO_HOOKS, RunHooks, guarded
 from helix_transport.agent.litellm import LitellmModel
@@ -55,7 +60,14 @@ from helix_transport.agent.model import Model, ModelResponse, ToolCall
 from helix_transport.agent.tools import FINISH_TOOL, RunServices, ToolContext
 from helix_transport.log import SessionWriter
 from helix_transport.log.subtree import child_totals, token_usage
-from helix_transport.store import Checkpoint, SessionRecord, SessionUpdate, Store, storable_text
+from helix_transport.store import (
+    Checkpoint,
+    Interrupt,
+    SessionRecord,
+    SessionUpdate,
+    Store,
+    storable_text,
+)
 from helix_transport.transport import ClientPool
 
 # The loop's constants stay importable from here (the server, dispatch, the bench).
@@ -109,6 +121,17 @@ class RunLoop:
             hooks=self.hooks,
             max_result_bytes=max_result_bytes,
         )
+        self._path = session_path(record.metadata, writer.event_session_id)
+        self.inputs = StepInputs(
+            agent,
+            session_id=self.session_id,
+            path=self._path,
+            store=store,
+            writer=writer,
+            tools=self.tools,
+            hooks=self.hooks,
+        )
+        self._blockage = Blockage()  # the current step's (see _run_calls)
 
     async def run(self, *, resume_reason: str = "") -> SessionStatus:
         """Run (or resume) the session until it completes, fails or is interrupted."""
@@ -116,6 +139,7 @@ class RunLoop:
             self.agent, self.record, store=self.store, writer=self.writer, hooks=self.hooks
         )
         state, save = await start.state(resume_reason)
+        self._resumed_from_suspension(state, resume_reason)
         # A run that began this session forwards every child itself; any other may find
         # children's ends in the log from before it (see _usage).
         self._log_has_older_children = bool(resume_reason) or state.run.turns.turn > 1
@@ -129,10 +153,10 @@ class RunLoop:
         return status
 
     async def _steps(self, state: RunProgress, *, save: bool) -> SessionStatus:
-        reason = await self._boundary(state, save=save)
+        interrupt = await self._boundary(state, save=save)
         while True:
-            if reason is not None:
-                return await self._end_interrupted(state, reason)
+            if interrupt is not None:
+                return await self._end_interrupted(state, interrupt)
             if state.step - state.run.turns.base_step >= self.agent.max_steps:
                 return await self._fail(
                     state, f"no output after {self.agent.max_steps} steps", "max_steps"
@@ -148,11 +172,13 @@ class RunLoop:
                     return await self._complete(state, output_json)
                 case RunAgain():
                     state.step = step
-                    reason = await self._boundary(state)
+                    interrupt = await self._boundary(state)
+                case Suspend(blocked=blocked):
+                    return await self._suspend(state, blocked)
 
-    async def _boundary(self, state: RunProgress, *, save: bool = True) -> str | None:
+    async def _boundary(self, state: RunProgress, *, save: bool = True) -> Interrupt | None:
         """Between steps: the checkpoint (with ``save``) and the interrupt check, side by
-        side (one store round trip's wait, not two). Returns the interrupt's reason."""
+        side (one store round trip's wait, not two). Returns the interrupt taken."""
         check = asyncio.ensure_future(self.store.take_interrupt(self.session_id))
         try:
             if save:
@@ -164,7 +190,7 @@ class RunLoop:
             raise
         return await self._taken(check)
 
-    async def _taken(self, check: asyncio.Future[str | None]) -> str | None:
+    async def _taken(self, check: asyncio.Future[Interrupt | None]) -> Interrupt | None:
         """The interrupt ``check`` takes from the store. Cancelled meanwhile (a drain, a
         lost lease), this run puts it back: the store may have cleared it already."""
         try:
@@ -173,25 +199,29 @@ class RunLoop:
             await asyncio.shield(self._put_back(check))
             raise
 
-    async def _end_interrupted(self, state: RunProgress, reason: str | None) -> SessionStatus:
-        """End the run interrupted; if that write is refused (another replica took the
-        session over), the interrupt taken from the store goes back for the run that
-        goes on."""
+    async def _end_interrupted(
+        self, state: RunProgress, interrupt: Interrupt | None
+    ) -> SessionStatus:
+        """End the run interrupted (terminated, for an abort); if that write is refused
+        (another replica took the session over), the interrupt taken from the store goes
+        back for the run that goes on."""
         try:
-            return await self._interrupted(state, reason or "")
+            return await self._interrupted(state, interrupt or Interrupt())
         except BaseException:
-            if reason is None:
+            if interrupt is None:
                 raise
-            taken: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
-            taken.set_result(reason)
+            taken: asyncio.Future[Interrupt | None] = asyncio.get_running_loop().create_future()
+            taken.set_result(interrupt)
             await self._put_back(taken)
             raise
 
-    async def _put_back(self, check: asyncio.Future[str | None]) -> None:
+    async def _put_back(self, check: asyncio.Future[Interrupt | None]) -> None:
         try:
-            reason = await check
-            if reason is not None:
-                await self.store.set_interrupt(self.session_id, reason)
+            interrupt = await check
+            if interrupt is not None:
+                await self.store.set_interrupt(
+                    self.session_id, interrupt.reason, abort=interrupt.abort
+                )
         except Exception:
             logger.warning(
                 "session %s: an interrupt may be lost with the failed checkpoint",
@@ -199,7 +229,7 @@ class RunLoop:
                 exc_info=True,
             )
 
-    async def _step(self, state: RunProgress) -> FinalOutput | RunAgain:
+    async def _step(self, state: RunProgress) -> FinalOutput | RunAgain | Suspend:
         """One step: decide (ask the model, or take a cut-off step's calls), then act."""
         match await self._next_step(state):
             case RunAgain() as again:
@@ -221,24 +251,58 @@ class RunLoop:
             state.messages.append(response.to_message())
             calls = response.tool_calls
             if any(c.name != FINISH_TOOL for c in calls):
+                # Requests for input are in the checkpoint before anyone sees them.
+                waiting = InputState.of(state.run)
+                self.inputs.ask(waiting, calls)
+                waiting.save(state.run)
                 await self._checkpoint(state, step=state.step)
         return CallTools(calls) if calls else RunAgain()
 
     async def _call_tools(
         self, state: RunProgress, calls: list[ToolCall]
-    ) -> FinalOutput | RunAgain:
-        """Run the step's calls concurrently; the finish tool's valid output ends the run."""
+    ) -> FinalOutput | RunAgain | Suspend:
+        """Run the step's calls concurrently (those waiting for input once answered); the
+        finish tool's valid output ends the run. A step that still waits for input when
+        nothing else runs suspends (``agent._step_inputs``)."""
+        waiting = InputState.of(state.run)
+        before = len(waiting.pending)
+        ready = await self.inputs.resolve(waiting, calls)
+        if len(waiting.pending) != before:  # answers applied: not again after a crash
+            waiting.save(state.run)
+            await self._checkpoint(state, step=state.step)
+        outcomes, blocked = await self._run_calls(state, ready)
+        output: str | None = None
+        for call_id, outcome in outcomes.items():
+            waiting.results[call_id] = outcome.message
+            if outcome.output_json is not None:
+                output = outcome.output_json
+        if waiting.pending or blocked:
+            waiting.save(state.run)
+            return Suspend(blocked=blocked)
+        state.messages.extend(waiting.results[c.id] for c in calls)
+        InputState().save(state.run)  # the step is whole: nothing to keep
+        return RunAgain() if output is None else FinalOutput(output)
+
+    async def _run_calls(
+        self, state: RunProgress, calls: list[ToolCall]
+    ) -> tuple[dict[str, ToolOutcome], dict[str, BlockedChild]]:
+        """Run ``calls`` concurrently until each has an outcome or waits only for a
+        suspended child; returns the outcomes and the blocked calls."""
+        if not calls:
+            return {}, {}
+        blockage = self._blockage = Blockage()
         async with asyncio.TaskGroup() as group:
-            tasks = [
-                group.create_task(
+            tasks = {
+                c.id: group.create_task(
                     self.tools.run(c, lambda call_id: self._tool_context(state, call_id))
                 )
                 for c in calls
-            ]
-        outcomes = [t.result() for t in tasks]
-        state.messages.extend(o.message for o in outcomes)
-        output = next((o.output_json for o in outcomes if o.output_json is not None), None)
-        return RunAgain() if output is None else FinalOutput(output)
+            }
+            settling = group.create_task(blockage.settle(tasks))
+        cancelled = settling.result()
+        outcomes = {cid: t.result() for cid, t in tasks.items() if not t.cancelled()}
+        blocked = {cid: cancelled[cid] for cid, t in tasks.items() if t.cancelled()}
+        return outcomes, blocked
 
     async def _call_model(self, state: RunProgress) -> ModelResponse:
         emit = self.writer.emit
@@ -286,6 +350,8 @@ class RunLoop:
                 state=state.run,
                 cache=self._library_cache,
                 max_live_children=self.agent.max_live_children,
+                blockage=self._blockage,
+                session_path=tuple(self._path),
             ),
             state=state.state,
             cache=self._cache,
@@ -312,12 +378,14 @@ class RunLoop:
             raise RuntimeError("the step was cancelled without an interrupt")
         return task.result()
 
-    async def _checkpoint(self, state: RunProgress, *, step: int | None = None) -> None:
+    async def _checkpoint(
+        self, state: RunProgress, *, step: int | None = None, status: SessionStatus | None = None
+    ) -> None:
         done = state.step if step is None else step
         # The record's progress and the checkpoint ride with the step's events: one
         # write, not three. The writer sets where the checkpoint's log ends.
         await self.writer.flush(
-            SessionUpdate(step_count=done, usage=state.usage),
+            SessionUpdate(step_count=done, usage=state.usage, status=status),
             checkpoint=Checkpoint(
                 session_id=self.session_id,
                 step=done,
@@ -326,6 +394,36 @@ class RunLoop:
                 state=storable(state),
             ),
         )
+
+    async def _suspend(self, state: RunProgress, blocked: dict[str, BlockedChild]) -> SessionStatus:
+        """Stop running until input arrives: the step's state, the ``suspended`` event and
+        the status in one write. No task, no lease, nothing in memory stays behind."""
+        waiting = InputState.of(state.run)
+        waiting.children = [
+            WaitingChild(
+                child_session_id=b.child_session_id,
+                address=b.address,
+                last_sequence=b.last_sequence,
+            )
+            for b in blocked.values()
+        ]
+        waiting.suspended_at = time.time()
+        waiting.save(state.run)
+        self.writer.emit(suspended_event(waiting, len(blocked)))
+        await self._checkpoint(state, status=SessionStatus.SUSPENDED)
+        self.hooks.on_suspended(request_ids=list(waiting.pending), suspended_children=len(blocked))
+        return SessionStatus.SUSPENDED
+
+    def _resumed_from_suspension(self, state: RunProgress, reason: str) -> None:
+        """A run woken from a suspension: tell the hooks how long it waited, and forget
+        what it waited for (it looks again)."""
+        waiting = InputState.of(state.run)
+        if waiting.suspended_at is None:
+            return
+        self.hooks.on_resumed(reason=reason or "restart", suspended_at=waiting.suspended_at)
+        waiting.suspended_at = None
+        waiting.children = []
+        waiting.save(state.run)
 
     async def _usage(self, state: RunProgress) -> dict[str, pb.TokenUsage]:
         """A terminal event's ``usage`` and ``total_usage``: the subtree from the children's
@@ -379,12 +477,15 @@ class RunLoop:
         )
         return SessionStatus.FAILED
 
-    async def _interrupted(self, state: RunProgress, reason: str) -> SessionStatus:
+    async def _interrupted(self, state: RunProgress, interrupt: Interrupt) -> SessionStatus:
         usage = await self._usage(state)
+        if interrupt.abort:  # never to be resumed: its pending requests go with it
+            event = pb.StreamEvent(terminated=pb.Terminated(reason=interrupt.reason, **usage))
+            status = SessionStatus.TERMINATED
+        else:
+            event = pb.StreamEvent(interrupted=pb.Interrupted(reason=interrupt.reason, **usage))
+            status = SessionStatus.INTERRUPTED
         await self.writer.finish(
-            pb.StreamEvent(interrupted=pb.Interrupted(reason=reason, **usage)),
-            SessionUpdate(
-                status=SessionStatus.INTERRUPTED, step_count=state.step, usage=state.usage
-            ),
+            event, SessionUpdate(status=status, step_count=state.step, usage=state.usage)
         )
-        return SessionStatus.INTERRUPTED
+        return status

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ValidationError
 from helix_transport._events import SessionStatus
 from helix_transport._exceptions import UsageError
 from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
+from helix_transport.agent.blockage import Blockage
 from helix_transport.agent.hooks import NO_HOOKS, RunHooks
 from helix_transport.agent.state import RunState
 from helix_transport.store import Store
@@ -57,6 +58,10 @@ class RunServices:
     """The library's in-memory cache for the run, never saved (as ``ToolContext.cache``)."""
     max_live_children: int = MAX_LIVE_CHILDREN
     """Children the session may have running at once (``Agent.max_live_children``)."""
+    blockage: Blockage = field(default_factory=Blockage)
+    """The step's calls that wait only for a suspended child (``agent.blockage``)."""
+    session_path: tuple[str, ...] = ()
+    """The session ids from the root down to this session, as each caller knows them."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -184,6 +189,40 @@ class Tool:
     """The JSON schema of the arguments when there is no ``args_model``."""
     timeout_s: float | None = None
     """Seconds before the call fails with a timeout result; ``None`` for no limit."""
+    approval: bool | Callable[[Any], bool] = False
+    """Whether a person approves each call before it runs: always (``True``), or when
+    this function of the parsed arguments returns true (raising counts as true). The
+    session waits for the answer durably (``docs/human-in-the-loop.md``)."""
+    client: bool = False
+    """Executed by the client: the caller supplies the result (``client_tool``)."""
+    input_timeout_s: float | None = None
+    """Seconds a call may wait for its approval or client result before it becomes an
+    error result the model sees; ``None``: it waits as long as it takes."""
+
+    def __post_init__(self) -> None:
+        if self.client and self.approval is not False:
+            raise UsageError(
+                f"tool {self.name!r}: a client tool cannot also require approval "
+                "(the client that runs it decides)"
+            )
+        if self.input_timeout_s is not None and not self.input_timeout_s > 0:
+            raise UsageError(f"tool {self.name!r}: input_timeout_s must be positive")
+        if self.input_timeout_s is not None and not (self.client or self.approval):
+            raise UsageError(f"tool {self.name!r}: input_timeout_s needs approval or a client tool")
+
+    def input_kind(self, args: Any) -> str | None:
+        """``"client_result"``, ``"approval"`` or ``None``: what input a call with the
+        parsed ``args`` waits for before it runs."""
+        if self.client:
+            return "client_result"
+        if self.approval is True:
+            return "approval"
+        if self.approval is False:
+            return None
+        try:
+            return "approval" if self.approval(args) else None
+        except Exception:  # an approval rule that fails must not let the call through
+            return "approval"
 
     def schema(self) -> dict[str, Any]:
         """The OpenAI-style function schema litellm sends to the model."""
@@ -251,13 +290,15 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     timeout_s: float | None = None,
+    approval: bool | Callable[[Any], bool] = False,
+    input_timeout_s: float | None = None,
 ) -> Any:
     """Make a ``Tool`` from ``async def fn(ctx: ToolContext, args: SomeModel) -> result``.
 
     The name defaults to the function's, the description to its docstring and the
     argument model to the annotation of its second parameter. The result may be a
     pydantic model or anything ``json.dumps`` accepts. Usable bare (``@tool``) or
-    with options (``@tool(timeout_s=5)``).
+    with options (``@tool(timeout_s=5)``, ``@tool(approval=True, input_timeout_s=3600)``).
     """
 
     def build(f: ToolFn) -> Tool:
@@ -274,9 +315,37 @@ def tool(
             args_model=hints[params[1].name],
             fn=f,
             timeout_s=timeout_s,
+            approval=approval,
+            input_timeout_s=input_timeout_s,
         )
 
     return build(fn) if fn is not None else build
+
+
+def client_tool(
+    name: str,
+    *,
+    description: str,
+    args_model: type[BaseModel] | None = None,
+    parameters: dict[str, Any] | None = None,
+    input_timeout_s: float | None = None,
+) -> Tool:
+    """A tool the client executes: the session asks for its result (an
+    ``input_required`` event) and waits, durably, until the caller sends it
+    (``SubmitInput``) or ``input_timeout_s`` passes."""
+
+    async def _never(ctx: ToolContext, args: Any) -> Any:
+        raise ToolError(f"tool {name!r} is executed by the client")  # the loop never calls it
+
+    return Tool(
+        name=name,
+        description=description,
+        args_model=args_model,
+        parameters=parameters,
+        fn=_never,
+        client=True,
+        input_timeout_s=input_timeout_s,
+    )
 
 
 def _is_model(annotation: Any) -> bool:

@@ -3,11 +3,12 @@ events that bracket it in the parent's log, and its ref in the parent's store.""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Mapping
 
 from helix_transport._events import SessionStatus
-from helix_transport._metadata import ROOT_SESSION_KEY
+from helix_transport._metadata import MAX_METADATA_VALUE, ROOT_SESSION_KEY, SESSION_PATH_KEY
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.agent.tools import DELEGATION_PATH_KEY, ToolContext
 from helix_transport.store import SubSessionRef
@@ -28,11 +29,19 @@ def child_metadata(
     span of the same trace, which the root session id names.
     """
     inherited = {k: v for k, v in ctx.metadata.items() if k not in _NOT_INHERITED}
-    return {
+    metadata = {
         **inherited,
         ROOT_SESSION_KEY: ctx.metadata.get(ROOT_SESSION_KEY, ctx.session_id),
         **(trace_context or {}),
     }
+    # Where the child's requests for input come from; a path too long for one metadata
+    # value (a deep tree of long ids) starts at the child instead.
+    path = json.dumps(list(ctx.run.session_path))
+    if ctx.run.session_path and len(path) <= MAX_METADATA_VALUE:
+        metadata[SESSION_PATH_KEY] = path
+    else:
+        metadata.pop(SESSION_PATH_KEY, None)
+    return metadata
 
 
 def subagent_started(

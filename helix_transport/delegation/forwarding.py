@@ -29,6 +29,7 @@ from helix_transport._config import RetryConfig
 from helix_transport._events import is_terminal
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._wire import child_event_payloads, child_event_prefix
+from helix_transport.agent.blockage import BlockedChild
 from helix_transport.agent.tools import ToolContext
 from helix_transport.delegation.forwarded import forwarded_so_far
 from helix_transport.log.subtree import child_totals
@@ -68,6 +69,7 @@ async def forward_child(
     retry: RetryConfig | None = None,
     until: int | None = None,
     past: int = 0,
+    rejoining: bool = False,
 ) -> pb.StreamEvent | None:
     """Forward ``child_id``'s events after the last one the parent's log holds.
 
@@ -82,6 +84,9 @@ async def forward_child(
         past: with ``until=None``, the terminal event to reach is the first one after this
             child sequence (the start of the turn waited for: a companion's earlier turn
             may not be forwarded in full yet).
+        rejoining: the call follows a child it followed before (a resumed parent): ask
+            its status first, so a child still suspended where the log left it counts as
+            blocked at once (its stream has nothing new to say so).
 
     Returns:
         The last terminal event this call forwarded (with ``until=None``, the one after
@@ -101,6 +106,9 @@ async def forward_child(
                 forwarded.last[child_id] = last
             if until is not None and last >= until:
                 return final
+            if rejoining:
+                rejoining = False
+                await _blocked_already(ctx, client, child_id, tool_call_id, last)
             ended = await _forward_stream(
                 ctx, forwarded, child_id, tool_call_id, client, retry, last, until
             )
@@ -144,12 +152,36 @@ async def _forward_stream(
         # with no await between: a cancellation cannot split them.
         final = batch[-1]
         forwarded.last[child_id] = final.sequence
+        _note_suspension(ctx, client, tool_call_id, final)
         if is_terminal(final):
             totals.note(final)
             break  # the stream would end here anyway; a continued child goes on after it
         if until is not None and final.sequence >= until:
             break
     return final
+
+
+def _note_suspension(
+    ctx: ToolContext, client: AgentClient, tool_call_id: str, last: pb.StreamEvent
+) -> None:
+    """The call waits only for a suspended child when the child's last event so far is
+    its own ``suspended``; any later event of it means it moved on."""
+    if last.WhichOneof("payload") == "suspended":
+        child = BlockedChild(
+            child_session_id=last.session_id, address=client.address, last_sequence=last.sequence
+        )
+        ctx.run.blockage.block(tool_call_id, child)
+    else:
+        ctx.run.blockage.unblock(tool_call_id)
+
+
+async def _blocked_already(
+    ctx: ToolContext, client: AgentClient, child_id: str, tool_call_id: str, last: int
+) -> None:
+    status = await client.get_status(child_id)
+    if status.status == pb.SESSION_STATUS_SUSPENDED and status.last_sequence <= last:
+        child = BlockedChild(child_session_id=child_id, address=client.address, last_sequence=last)
+        ctx.run.blockage.block(tool_call_id, child)
 
 
 def status_of(terminal: pb.StreamEvent) -> pb.GetStatusResponse:

@@ -218,7 +218,8 @@ class _ChildCall:
                     delegation_path=ctx.child_delegation_path,
                 )
                 started = True
-                final = await self._forward(retry) or await self._final_from_status()
+                final = await self._forward(retry, rejoining=existing is not None)
+                final = final or await self._final_from_status()
         except TimeoutError:
             await self.give_up(f"timed out after {timeout_s:g}s")
             raise ToolError(f"{self.agent_type} timed out after {timeout_s:g}s") from None
@@ -259,7 +260,7 @@ class _ChildCall:
             raise ToolError(end.error)
         return json.loads(end.output_json)
 
-    async def _forward(self, retry: RetryConfig) -> pb.StreamEvent | None:
+    async def _forward(self, retry: RetryConfig, *, rejoining: bool) -> pb.StreamEvent | None:
         """Forward the child's events the parent's log lacks; return the terminal one.
 
         ``None`` when the parent's log already held every event of the finished child.
@@ -270,6 +271,7 @@ class _ChildCall:
             tool_call_id=self.ctx.tool_call_id,
             client=self.client,
             retry=retry,
+            rejoining=rejoining,
         )
 
     async def _final_from_status(self) -> pb.StreamEvent:

@@ -133,7 +133,7 @@ async def _start_turn(
         except SequenceConflict:
             # ...unless another Continue's turn began first: then it may be that turn's.
             if stale is not None:
-                await store.set_interrupt(key, stale)
+                await store.set_interrupt(key, stale.reason, abort=stale.abort)
             return None
         started = await store.get_session(key)
         assert started is not None  # sessions are never deleted

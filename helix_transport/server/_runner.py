@@ -22,6 +22,7 @@ from helix_transport.log import EventHub, SessionWriter
 from helix_transport.metrics.instruments import instruments
 from helix_transport.server._logging import bind as bind_log_context
 from helix_transport.server._ownership import caller_id
+from helix_transport.server._wakeups import wake_reason
 from helix_transport.store import (
     InterruptLookup,
     SessionRecord,
@@ -292,9 +293,13 @@ class SessionRunner:
         bind_log_context(session_id=session_id)  # this task's lines, and its tools'
         ended: SessionStatus | None = None  # a durable end whose children must stop
         children: list[SubSessionRef] = []
+        suspended = False
         try:
             status = await loop.run(resume_reason=resume_reason)
-            logger.info("session %s ended %s", session_id, status)
+            suspended = status is SessionStatus.SUSPENDED
+            logger.info(
+                "session %s %s", session_id, "suspended" if suspended else f"ended {status}"
+            )
             if status in (SessionStatus.FAILED, SessionStatus.INTERRUPTED):
                 ended = status
                 # Listed while the lease is still held: once it is released a new turn
@@ -325,6 +330,60 @@ class SessionRunner:
         # After the release: a Continue does not wait for the children's services.
         if ended is not None and children:
             await self._stop_children(session_id, children, ended)
+        if suspended:
+            await self._wake_if_due(session_id)
+
+    async def wake(self, record: SessionRecord, *, reason: str) -> bool:
+        """Run ``record``'s SUSPENDED session here, if its lease is free (``reason``: why,
+        as its ``run_resumed`` says). True when it runs here now (or already did); False
+        when another process holds it, or it is not suspended any more.
+
+        The status turns RUNNING under the lease before the run starts: if this process
+        dies next, the orphan scan resumes the session like any running one.
+        """
+        session_id = record.session_id
+        if session_id in self._runs or session_id in self._starting:
+            return True
+        if self._closing:
+            return False
+        self._starting.add(session_id)
+        try:
+            if not await self.store.acquire_lease(session_id, self.owner, ttl_s=self.lease_ttl_s):
+                return False
+            running = await self.store.update_session(
+                session_id,
+                SessionUpdate(status=SessionStatus.RUNNING),
+                expected_status=SessionStatus.SUSPENDED,
+            )
+            if running is None:
+                await self.store.release_lease(session_id, self.owner)
+                return False
+            return await self._start(running, reason, leased=True)
+        finally:
+            self._starting.discard(session_id)
+
+    async def _wake_if_due(self, session_id: str) -> None:
+        """Look once more after suspending: an answer (or a child's progress) that came
+        while the run was suspending found it still running, and woke nothing."""
+        try:
+            record = await self.store.get_session(session_id)
+            reason = None if record is None else await wake_reason(self.store, self.clients, record)
+            if record is not None and reason is not None:
+                await self.wake(record, reason=reason)
+        except Exception:  # the periodic scan looks again
+            logger.warning("session %s: not woken after suspending", session_id, exc_info=True)
+
+    async def wake_suspended(self) -> int:
+        """Wake this agent's suspended sessions that have a reason to run (an answer, a
+        deadline passed, a child that moved on); how many now run here."""
+        woken = 0
+        for record in await self.store.list_sessions(status=SessionStatus.SUSPENDED):
+            if record.agent_type != self.agent.name or record.session_id in self._runs:
+                continue
+            reason = await wake_reason(self.store, self.clients, record)
+            if reason is not None and await self.wake(record, reason=reason):
+                woken += 1
+        return woken
 
     async def _children(self, session_id: str) -> list[SubSessionRef]:
         try:
@@ -413,10 +472,15 @@ class SessionRunner:
         so its leases cost at most one scan per two-thirds of a TTL.
         """
         outage = _Outage("orphan scan")
+        next_suspended_scan = 0.0
         while True:
             await asyncio.sleep(self._until_next_scan())
             try:
                 await self.resume_orphans()
+                # Suspended sessions once a TTL: deadlines, and wakes a dead process lost.
+                if time.monotonic() >= next_suspended_scan:
+                    next_suspended_scan = time.monotonic() + self.lease_ttl_s
+                    await self.wake_suspended()
             except Exception:
                 outage.failed()
             else:

@@ -21,6 +21,7 @@ from helix_transport.server._continue import TurnRequest
 from helix_transport.server._encoding import MAX_RESPONSE_BYTES, encode_responses
 from helix_transport.server._heartbeat import heartbeat
 from helix_transport.server._identity import current_principal
+from helix_transport.server._inputs import InputRouter
 from helix_transport.server._listing import list_sessions
 from helix_transport.server._ownership import parent_id, storage_id
 from helix_transport.server._sessions import Sessions
@@ -38,6 +39,7 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
         self.store = sessions.store
         self.limits = sessions.limits
         self.heartbeat_interval_s = heartbeat_interval_s
+        self.inputs = InputRouter(sessions)
         # A response must fit the server's own send limit (a reader given more would
         # fail at the same place on every reconnect): half of it, as one event may
         # take up that half (MAX_RESULT_BYTES).
@@ -155,6 +157,13 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
             status=turn.status.to_proto(),
             from_sequence=turn.from_sequence,
         )
+
+    async def SubmitInput(
+        self, request: pb.SubmitInputRequest, context: Context
+    ) -> pb.SubmitInputResponse:
+        session_id = check.session_id(request.session_id)
+        check.submitted_input(request, limits=self.limits)
+        return await self.inputs.submit(_key(session_id), session_id, request)
 
     CAPABILITIES: ClassVar[tuple[str, ...]] = ("continue", "list_sessions", "human_input", "abort")
     """The optional parts of the contract served here (``DescribeResponse.capabilities``)."""

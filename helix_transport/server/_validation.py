@@ -17,6 +17,7 @@ from google.protobuf.duration_pb2 import Duration
 from pydantic import BaseModel, ValidationError
 
 from helix_transport._exceptions import InvalidArgument, SessionStateConflict
+from helix_transport._metadata import MAX_METADATA_VALUE
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.agent.definition import Agent
 from helix_transport.agent.tools import DELEGATION_PATH_KEY, MAX_SESSION_ID, SESSION_ID
@@ -24,7 +25,6 @@ from helix_transport.server.limits import Limits
 
 MAX_METADATA_ENTRIES = 64
 MAX_METADATA_KEY = 128
-MAX_METADATA_VALUE = 4096
 MAX_REASON = 4096
 MAX_SEQUENCE = (1 << 53) - 1
 """No log gets this long; a larger ``from_sequence`` is a broken or hostile client
@@ -264,3 +264,26 @@ def message(value: str, *, limits: Limits = Limits.default) -> str:
     if len(value.encode()) > limits.max_input_bytes:
         raise InvalidArgument("message", f"larger than {limits.max_input_bytes} bytes")
     return value
+
+
+def submitted_input(request: pb.SubmitInputRequest, *, limits: Limits = Limits.default) -> None:
+    """A ``SubmitInput``'s request id, path and answer text within their limits."""
+    if not request.request_id:
+        raise InvalidArgument("request_id", "must not be empty")
+    if len(request.request_id) > MAX_SESSION_ID:
+        raise InvalidArgument("request_id", f"longer than {MAX_SESSION_ID} characters")
+    for index, entry in enumerate(request.path):
+        session_id(entry, field=f"path[{index}]")
+    which = request.WhichOneof("answer")
+    if which is None:
+        raise InvalidArgument("answer", "set approval or result")
+    if which == "approval" and len(request.approval.reason) > MAX_REASON:
+        raise InvalidArgument("approval.reason", f"longer than {MAX_REASON} characters")
+    texts = {"result.result_json": request.result.result_json, "result.error": request.result.error}
+    for field, text in texts.items():
+        if len(text.encode()) > limits.max_input_bytes:
+            raise InvalidArgument(field, f"larger than {limits.max_input_bytes} bytes")
+        if "\x00" in text:
+            raise InvalidArgument(field, "must not contain NUL characters")
+    if "\x00" in request.approval.reason:
+        raise InvalidArgument("approval.reason", "must not contain NUL characters")

@@ -14,6 +14,7 @@ from helix_transport._exceptions import (
     HelixError,
     InvalidArgument,
     PermissionDenied,
+    RequestNotFound,
     ResourceExhausted,
     ServerUnavailable,
     SessionExists,
@@ -70,6 +71,10 @@ def rich_trailer(code: grpc.StatusCode, exc: HelixError) -> _rich_status.Metadat
     if isinstance(exc, ResourceExhausted):
         return _rich_status.trailing_metadata(
             code, exc.message, retry_after_s=exc.retry_after_s, reason=exc.limit
+        )
+    if isinstance(exc, RequestNotFound):  # the session exists: its request does not
+        return _rich_status.trailing_metadata(
+            code, exc.message, reason=_rich_status.REQUEST_NOT_FOUND
         )
     if isinstance(exc, SessionExpired):  # for clients to tell it from "never existed"
         return _rich_status.trailing_metadata(

@@ -12,9 +12,11 @@ from helix_transport.store._listing import SessionPage, SessionQuery
 from helix_transport.store._records import (
     Checkpoint,
     ChildCommand,
+    Interrupt,
     SessionRecord,
     SessionUpdate,
     SubSessionRef,
+    storable_text,
 )
 
 READ_LIMIT = 1000
@@ -163,16 +165,45 @@ class CheckpointStore(Protocol):
 class InterruptStore(Protocol):
     """Durable interrupt requests, one pending per session."""
 
-    async def set_interrupt(self, session_id: str, reason: str) -> None:
-        """Record a durable interrupt request for the session (replacing a pending one)."""
+    async def set_interrupt(self, session_id: str, reason: str, *, abort: bool = False) -> None:
+        """Record a durable interrupt request for the session, replacing a pending one,
+        except that a pending abort is never replaced by a plain interrupt (the abort
+        and its reason stay). ``reason`` is free text, stored as ``storable_text``
+        makes it."""
         ...
 
-    async def take_interrupt(self, session_id: str) -> str | None:
+    async def take_interrupt(self, session_id: str) -> Interrupt | None:
         """Atomically read and clear the session's interrupt request.
 
         Returns:
-            The reason ("" allowed) if a request was pending, else ``None``.
+            The request if one was pending, else ``None``.
         """
+        ...
+
+
+@runtime_checkable
+class InputStore(Protocol):
+    """People's answers to a session's requests for input (approvals, client tools).
+
+    Keyed by (session id, request id); an answer is opaque text to the store (the
+    run's JSON), stored as ``storable_text`` makes it, up to a few MiB.
+    """
+
+    async def put_answer(
+        self, session_id: str, request_id: str, answer_json: str
+    ) -> tuple[str, bool]:
+        """Record the answer unless the request has one: (the stored answer, stored by
+        this call). Atomic: of concurrent callers exactly one stores, and every caller
+        gets that one's answer back.
+
+        Raises:
+            UsageError: ``request_id`` is empty or not storable text (rewriting an id
+                would answer another request).
+        """
+        ...
+
+    async def list_answers(self, session_id: str) -> dict[str, str]:
+        """The session's answers by request id ({} for none or an unknown session)."""
         ...
 
 
@@ -263,6 +294,7 @@ class Store(
     EventLogStore,
     CheckpointStore,
     InterruptStore,
+    InputStore,
     ChildRefStore,
     OutboxStore,
     LeaseStore,
@@ -280,9 +312,9 @@ class Store(
 
     - ``read`` of an unknown session returns ``[]``; ``update_session``, ``append``
       and ``acquire_lease`` raise ``SessionNotFound``; ``release_lease`` is a no-op.
-    - Checkpoints, interrupt flags, refs and child commands are keyed by session id
-      and do not check that the session exists (a parent may record a ref before its
-      child).
+    - Checkpoints, interrupt flags, answers, refs and child commands are keyed by
+      session id and do not check that the session exists (a parent may record a ref
+      before its child).
     - Records and events handed out are copies: mutating them changes nothing stored.
     - Leases only say who *should* run a session; writers also pass
       ``expected_sequence`` to ``append``, which is what actually stops a second writer.
@@ -395,3 +427,18 @@ def check_lease(record: SessionRecord, lease_ttl_s: float | None) -> None:
         raise UsageError("create_session: a lease needs record.owner")
     if not lease_ttl_s > 0:
         raise UsageError(f"create_session: lease_ttl_s must be positive, not {lease_ttl_s}")
+
+
+def storable_answer(request_id: str, answer_json: str) -> str:
+    """``answer_json`` as ``put_answer`` stores it (``storable_text``), once
+    ``request_id`` is known to be a key every backend keeps as given.
+
+    Raises:
+        UsageError: ``request_id`` is empty or holds NUL or a lone surrogate.
+    """
+    if not isinstance(request_id, str) or not request_id or storable_text(request_id) != request_id:
+        raise UsageError(
+            f"put_answer: the request id must be non-empty text without NUL or lone "
+            f"surrogates, not {request_id!r}"
+        )
+    return storable_text(answer_json)

@@ -39,6 +39,7 @@ _REMOVE = (
     "DELETE FROM {s}.events WHERE session_id = ANY($1::text[])",
     "DELETE FROM {s}.checkpoints WHERE session_id = ANY($1::text[])",
     "DELETE FROM {s}.interrupts WHERE session_id = ANY($1::text[])",
+    "DELETE FROM {s}.answers WHERE session_id = ANY($1::text[])",
     "DELETE FROM {s}.subsession_refs WHERE parent_session_id = ANY($1::text[])",
     "DELETE FROM {s}.child_commands WHERE parent_session_id = ANY($1::text[])",
 )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from helix_transport._exceptions import StoreError
+from helix_transport.store import _postgres_inputs as inputs
 from helix_transport.store import _postgres_listing as listing
 from helix_transport.store import _postgres_outbox as outbox
 from helix_transport.store import _postgres_retention as retention
@@ -52,6 +53,8 @@ _MIGRATIONS: tuple[str, ...] = (
     retention.MIGRATION,
     # 5: an index on (owner, created_at) for ListSessions.
     listing.MIGRATION,
+    # 6: people's answers to requests for input; interrupts that abort.
+    inputs.MIGRATION,
 )
 
 SCHEMA_VERSION = len(_MIGRATIONS)

@@ -99,8 +99,6 @@ def _fenced_append(*, checkpoint: bool) -> str:
 
 _APPEND_FENCED = _fenced_append(checkpoint=False)
 _APPEND_FENCED_CHECKPOINT = _fenced_append(checkpoint=True)
-_SET_INTERRUPT = _upsert("interrupts", ["session_id", "reason"], ("session_id",), replace=True)
-_TAKE_INTERRUPT = "DELETE FROM {s}.interrupts WHERE session_id = $1 RETURNING reason"
 _PENDING_INTERRUPTS = "SELECT session_id FROM {s}.interrupts WHERE session_id = ANY($1::text[])"
 _LIST_REFS = "SELECT * FROM {s}.subsession_refs WHERE parent_session_id = $1 ORDER BY position"
 _GET_REF = (

@@ -1,4 +1,4 @@
-"""What the store keeps: sessions, checkpoints, sub-session refs, child commands."""
+"""What the store keeps: sessions, checkpoints, interrupts, sub-session refs, child commands."""
 
 from __future__ import annotations
 
@@ -167,9 +167,21 @@ class SubSessionRef:
         _storable_fields(self, "error", "failure_reason")
 
 
-COMMAND_KINDS = frozenset({"interrupt"})
-"""The kinds of ``ChildCommand`` a parent may record; a kind no delivery loop knows
-would wait in the outbox forever, so others are refused."""
+@dataclass(frozen=True)
+class Interrupt:
+    """A pending interrupt request, as ``take_interrupt`` hands it out."""
+
+    reason: str = ""
+    """Why, free text ("" allowed)."""
+    abort: bool = False
+    """End the run (and its children) rather than stop its turn: a pending abort is
+    never replaced by a plain interrupt, so a later "stop" cannot soften it."""
+
+
+COMMAND_KINDS = frozenset({"interrupt", "abort"})
+"""The kinds of ``ChildCommand`` a parent may record (an ``abort`` is an interrupt
+with ``abort=True`` cascading to a child); a kind no delivery loop knows would wait
+in the outbox forever, so others are refused."""
 
 _ATTEMPTS_MAX = 2**63 - 1
 """The most attempts every backend stores (SQLite's and PostgreSQL's 64-bit integers)."""

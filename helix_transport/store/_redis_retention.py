@@ -55,7 +55,8 @@ if root ~= id and redis.call('EXISTS', root_key) == 1 and not finished(root_key)
   return 0
 end
 redis.call('UNLINK', key, p .. ':events:' .. id, p .. ':checkpoint:' .. id,
-  p .. ':interrupt:' .. id, p .. ':refs:' .. id, p .. ':refs-order:' .. id)
+  p .. ':interrupt:' .. id, p .. ':interrupt-abort:' .. id, p .. ':answers:' .. id,
+  p .. ':refs:' .. id, p .. ':refs-order:' .. id)
 redis.call('SREM', p .. ':status:' .. own[1], id)
 redis.call('ZREM', index, id)
 redis.call('ZREM', KEYS[1], ARGV[7])

@@ -19,16 +19,19 @@ from helix_transport.store._base import (
     check_checkpoint,
     check_lease,
     given_bytes,
+    storable_answer,
 )
 from helix_transport.store._listing import SessionPage, SessionQuery, clamp, page_of, position
 from helix_transport.store._records import (
     Checkpoint,
     ChildCommand,
+    Interrupt,
     SessionRecord,
     SessionUpdate,
     SubSessionRef,
     Usage,
     merge_commands,
+    storable_text,
 )
 from helix_transport.store._retention import Candidate, Tombstone, expirable, finished_by
 
@@ -50,7 +53,8 @@ class MemoryStore:
         # Each log is (sequence, serialized event) pairs in sequence order.
         self._events: dict[str, list[tuple[int, bytes]]] = {}
         self._checkpoints: dict[str, str] = {}
-        self._interrupts: dict[str, str] = {}
+        self._interrupts: dict[str, Interrupt] = {}
+        self._answers: dict[str, dict[str, str]] = {}
         # Dicts keep insertion order and replacing a key keeps its slot, which is
         # exactly the "order first stored" the Protocol asks of sub-session refs.
         self._refs: dict[str, dict[str, SubSessionRef]] = {}
@@ -181,15 +185,35 @@ class MemoryStore:
         data = self._checkpoints.get(session_id)
         return None if data is None else _checkpoint_from_json(session_id, json.loads(data))
 
-    async def set_interrupt(self, session_id: str, reason: str) -> None:
-        """Record an interrupt request; a later one replaces an untaken one."""
+    async def set_interrupt(self, session_id: str, reason: str, *, abort: bool = False) -> None:
+        """Record an interrupt request; a later one replaces an untaken one, but a plain
+        interrupt never replaces an abort."""
         self._check_open()
-        self._interrupts[session_id] = reason
+        pending = self._interrupts.get(session_id)
+        if pending is None or abort or not pending.abort:
+            self._interrupts[session_id] = Interrupt(storable_text(reason), abort=bool(abort))
 
-    async def take_interrupt(self, session_id: str) -> str | None:
+    async def take_interrupt(self, session_id: str) -> Interrupt | None:
         """Read and clear the session's interrupt request."""
         self._check_open()
         return self._interrupts.pop(session_id, None)
+
+    async def put_answer(
+        self, session_id: str, request_id: str, answer_json: str
+    ) -> tuple[str, bool]:
+        """Record the answer unless the request has one (see ``InputStore``)."""
+        self._check_open()
+        answer = storable_answer(request_id, answer_json)
+        answers = self._answers.setdefault(session_id, {})
+        if request_id in answers:
+            return answers[request_id], False
+        answers[request_id] = answer
+        return answer, True
+
+    async def list_answers(self, session_id: str) -> dict[str, str]:
+        """The session's answers by request id."""
+        self._check_open()
+        return dict(self._answers.get(session_id, {}))
 
     async def pending_interrupts(self, session_ids: Sequence[str]) -> set[str]:
         """The ids among ``session_ids`` with an untaken interrupt request."""
@@ -304,7 +328,14 @@ class MemoryStore:
             ):
                 continue
             sid = each.session_id
-            for keyed in (self._sessions, self._events, self._checkpoints, self._interrupts):
+            keyed: dict[str, Any]
+            for keyed in (
+                self._sessions,
+                self._events,
+                self._checkpoints,
+                self._interrupts,
+                self._answers,
+            ):
                 keyed.pop(sid, None)
             self._refs.pop(sid, None)
             for key in [key for key in self._commands if key[0] == sid]:

@@ -31,6 +31,7 @@ from helix_transport._exceptions import (
     UsageError,
 )
 from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
+from helix_transport.store import _postgres_inputs as inputs
 from helix_transport.store import _postgres_listing as listing
 from helix_transport.store import _postgres_outbox as outbox
 from helix_transport.store import _postgres_retention as retention
@@ -40,6 +41,7 @@ from helix_transport.store._base import (
     check_checkpoint,
     check_lease,
     given_bytes,
+    storable_answer,
 )
 from helix_transport.store._listing import SessionPage, SessionQuery, clamp, page_of
 from helix_transport.store._postgres_errors import (
@@ -68,8 +70,6 @@ from helix_transport.store._postgres_sql import (
     _RELEASE_LEASE,
     _RENEW_LEASES,
     _SAVE_CHECKPOINT,
-    _SET_INTERRUPT,
-    _TAKE_INTERRUPT,
     _UPDATED_COLUMNS,
     _columns,
     _ref_from_row,
@@ -78,11 +78,13 @@ from helix_transport.store._postgres_sql import (
 from helix_transport.store._records import (
     Checkpoint,
     ChildCommand,
+    Interrupt,
     SessionRecord,
     SessionUpdate,
     SubSessionRef,
     Usage,
     merge_commands,
+    storable_text,
 )
 from helix_transport.store._retention import Candidate, Tombstone
 
@@ -345,14 +347,28 @@ class PostgresStore:
         fields["usage"] = Usage(**fields["usage"])
         return Checkpoint(**fields)
 
-    async def set_interrupt(self, session_id: str, reason: str) -> None:
-        """Record an interrupt request; a later one replaces an untaken one."""
-        await self._call("execute", _SET_INTERRUPT, session_id, reason)
+    async def set_interrupt(self, session_id: str, reason: str, *, abort: bool = False) -> None:
+        """Record an interrupt request; a later one replaces an untaken one, but a plain
+        interrupt never replaces an abort."""
+        text = storable_text(reason)
+        await self._call("execute", inputs.SET_INTERRUPT, session_id, text, bool(abort))
 
-    async def take_interrupt(self, session_id: str) -> str | None:
+    async def take_interrupt(self, session_id: str) -> Interrupt | None:
         """Read and clear the session's interrupt request in one statement."""
-        reason: str | None = await self._call("fetchval", _TAKE_INTERRUPT, session_id)
-        return reason
+        return inputs.interrupt(await self._call("fetchrow", inputs.TAKE_INTERRUPT, session_id))
+
+    async def put_answer(
+        self, session_id: str, request_id: str, answer_json: str
+    ) -> tuple[str, bool]:
+        """Record the answer unless the request has one (see ``InputStore``)."""
+        answer = storable_answer(request_id, answer_json)
+        async with self._connection() as conn:
+            return await inputs.put_answer(conn, self._q, session_id, request_id, answer)
+
+    async def list_answers(self, session_id: str) -> dict[str, str]:
+        """The session's answers by request id."""
+        rows = await self._call("fetch", inputs.LIST_ANSWERS, session_id)
+        return {row["request_id"]: row["answer"] for row in rows}
 
     async def pending_interrupts(self, session_ids: Sequence[str]) -> set[str]:
         """The ids among ``session_ids`` with an untaken interrupt request."""

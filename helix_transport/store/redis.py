@@ -7,7 +7,8 @@ Every key starts with the store's prefix (``{prefix}:...``):
 - ``owned:{owner}``: each owner's sessions, newest last (``_redis_listing``).
 - ``events:{id}``: the session's log, a stream whose entry ids are ``0-<sequence>``.
 - ``checkpoint:{id}``: the checkpoint as a JSON string.
-- ``interrupt:{id}``: a pending interrupt reason.
+- ``interrupt:{id}`` / ``interrupt-abort:{id}`` / ``answers:{id}``: interrupt requests
+  and people's answers (see ``_redis_inputs``).
 - ``refs:{parent}`` / ``refs-order:{parent}``: refs by child id, and child ids in
   the order they were first stored.
 - ``commands`` / ``command:{member}``: the outbox of child commands (see ``_redis_outbox``).
@@ -50,16 +51,19 @@ from helix_transport.store._base import (
     check_checkpoint,
     check_lease,
     given_bytes,
+    storable_answer,
 )
 from helix_transport.store._listing import SessionPage, SessionQuery
 from helix_transport.store._records import (
     Checkpoint,
     ChildCommand,
+    Interrupt,
     SessionRecord,
     SessionUpdate,
     SubSessionRef,
     Usage,
     merge_commands,
+    storable_text,
 )
 from helix_transport.store._redis_codec import (
     _checkpoint_json,
@@ -69,6 +73,7 @@ from helix_transport.store._redis_codec import (
     _ref_to_json,
     _serialize_unsequenced,
 )
+from helix_transport.store._redis_inputs import RedisInputs
 from helix_transport.store._redis_outbox import RedisOutbox
 from helix_transport.store._redis_persistence import require_persistence, volatile_allowed
 from helix_transport.store._redis_retention import RedisRetention
@@ -137,6 +142,7 @@ class RedisStore:
         self._acquire = client.register_script(_ACQUIRE_LEASE)
         self._release = client.register_script(_RELEASE_LEASE)
         self._outbox = RedisOutbox(client, prefix)
+        self._inputs = RedisInputs(client, prefix)
         self._index = listing.RedisSessionIndex(client, prefix)
         self._retention = RedisRetention(client, prefix, self._index.listed)
 
@@ -396,30 +402,39 @@ class RedisStore:
         data["usage"] = Usage(**data["usage"])
         return Checkpoint(**data)
 
-    async def set_interrupt(self, session_id: str, reason: str) -> None:
-        """Record an interrupt request; a later one replaces an untaken one."""
+    async def set_interrupt(self, session_id: str, reason: str, *, abort: bool = False) -> None:
+        """Record an interrupt request; a later one replaces an untaken one, but a plain
+        interrupt never replaces an abort."""
         self._check_open()
         with _map_redis_errors():
-            await self._client.set(self._key("interrupt", session_id), reason)
+            await self._inputs.set_interrupt(session_id, storable_text(reason), abort)
 
-    async def take_interrupt(self, session_id: str) -> str | None:
-        """Read and clear the session's interrupt request (one ``GETDEL``)."""
+    async def take_interrupt(self, session_id: str) -> Interrupt | None:
+        """Read and clear the session's interrupt request (one script)."""
         self._check_open()
         with _map_redis_errors():
-            raw = await self._client.getdel(self._key("interrupt", session_id))
-        return None if raw is None else bytes(raw).decode()
+            return await self._inputs.take_interrupt(session_id)
+
+    async def put_answer(
+        self, session_id: str, request_id: str, answer_json: str
+    ) -> tuple[str, bool]:
+        """Record the answer unless the request has one (one script; see ``InputStore``)."""
+        self._check_open()
+        answer = storable_answer(request_id, answer_json)
+        with _map_redis_errors():
+            return await self._inputs.put_answer(session_id, request_id, answer)
+
+    async def list_answers(self, session_id: str) -> dict[str, str]:
+        """The session's answers by request id (one ``HGETALL``)."""
+        self._check_open()
+        with _map_redis_errors():
+            return await self._inputs.list_answers(session_id)
 
     async def pending_interrupts(self, session_ids: Sequence[str]) -> set[str]:
         """The ids among ``session_ids`` with an untaken interrupt request (one ``MGET``)."""
         self._check_open()
-        ids = list(dict.fromkeys(session_ids))
-        if not ids:
-            return set()
         with _map_redis_errors():
-            values = await self._client.mget([self._key("interrupt", i) for i in ids])
-        return {
-            session_id for session_id, value in zip(ids, values, strict=True) if value is not None
-        }
+            return await self._inputs.pending_interrupts(session_ids)
 
     async def put_subsession_ref(self, ref: SubSessionRef) -> None:
         """Insert or replace the ref keyed by (parent, child session id)."""

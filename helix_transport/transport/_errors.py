@@ -14,6 +14,7 @@ from helix_transport._exceptions import (
     InvalidArgument,
     PermissionDenied,
     RemoteError,
+    RequestNotFound,
     ResourceExhausted,
     SessionExists,
     SessionExpired,
@@ -21,7 +22,7 @@ from helix_transport._exceptions import (
     SessionStateConflict,
     Unauthenticated,
 )
-from helix_transport._rich_status import SESSION_EXPIRED, read_details
+from helix_transport._rich_status import REQUEST_NOT_FOUND, SESSION_EXPIRED, read_details
 
 RESUMABLE = frozenset(
     {
@@ -34,12 +35,17 @@ RESUMABLE = frozenset(
 """Status codes after which a stream is resumed from its last sequence."""
 
 
-def to_helix_error(exc: grpc.aio.AioRpcError, *, address: str, session_id: str = "") -> HelixError:
+def to_helix_error(
+    exc: grpc.aio.AioRpcError, *, address: str, session_id: str = "", request_id: str = ""
+) -> HelixError:
     """The most specific ``HelixError`` for a failed call."""
     code, detail = exc.code(), exc.details() or ""
     if code == grpc.StatusCode.NOT_FOUND and session_id:
-        if read_details(code, exc.trailing_metadata()).reason == SESSION_EXPIRED:
+        reason = read_details(code, exc.trailing_metadata()).reason
+        if reason == SESSION_EXPIRED:
             return SessionExpired(session_id)
+        if reason == REQUEST_NOT_FOUND:
+            return RequestNotFound(session_id, request_id)
         return SessionNotFound(session_id)
     if code == grpc.StatusCode.ALREADY_EXISTS and session_id:
         return SessionExists(session_id)
@@ -71,9 +77,11 @@ def to_helix_error(exc: grpc.aio.AioRpcError, *, address: str, session_id: str =
 
 
 @contextmanager
-def map_grpc_errors(address: str, session_id: str = "") -> Iterator[None]:
+def map_grpc_errors(address: str, session_id: str = "", request_id: str = "") -> Iterator[None]:
     """Re-raise ``AioRpcError`` as the matching ``HelixError``."""
     try:
         yield
     except grpc.aio.AioRpcError as exc:
-        raise to_helix_error(exc, address=address, session_id=session_id) from exc
+        raise to_helix_error(
+            exc, address=address, session_id=session_id, request_id=request_id
+        ) from exc

@@ -364,6 +364,34 @@ class AgentClient:
                 metadata=self._metadata(),
             )
 
+    async def submit_input(
+        self,
+        session_id: str,
+        request_id: str,
+        *,
+        path: Sequence[str] = (),
+        approved: bool | None = None,
+        reason: str = "",
+        result_json: str | None = None,
+        error: str | None = None,
+    ) -> pb.SubmitInputResponse:
+        """Answer a request for input of ``session_id``'s tree (``InputRequired``): an
+        approval (``approved``, with ``reason``), or a client tool's ``result_json`` or
+        ``error``. ``path``: the request's ``InputRequired.path`` from ``session_id`` on.
+        Safe to retry: the same answer twice is applied once."""
+        request = pb.SubmitInputRequest(session_id=session_id, request_id=request_id, path=path)
+        if approved is not None:
+            request.approval.CopyFrom(pb.Approval(approved=approved, reason=reason))
+        elif error is not None:
+            request.result.CopyFrom(pb.ClientResult(error=error))
+        elif result_json is not None:
+            request.result.CopyFrom(pb.ClientResult(result_json=result_json))
+        self._check_open()
+        with map_grpc_errors(self.address, session_id, request_id):
+            return await self._stub.SubmitInput(
+                request, timeout=self._timeout, metadata=self._metadata()
+            )
+
     async def describe(self) -> pb.DescribeResponse:
         """The agent's type, description and input/output schemas."""
         self._check_open()

@@ -19,7 +19,7 @@ from helix_transport.agent.scripted import ScriptedTurn, finish, register_script
 from helix_transport.agent.scripted import call as scripted_call
 from helix_transport.agent.tools import Tool, ToolContext, tool
 from helix_transport.log import EventHub, SessionWriter
-from helix_transport.store import Checkpoint, SessionRecord
+from helix_transport.store import Checkpoint, Interrupt, SessionRecord
 from helix_transport.store.memory import MemoryStore
 from helix_transport.transport._pool import ClientPool
 from tests.agents import counter
@@ -122,7 +122,7 @@ async def test_an_interrupt_taken_beside_a_refused_checkpoint_is_put_back() -> N
     await _create(store, json.dumps({"steps": 1, "words": 2}))
     with pytest.raises(SequenceConflict):
         await _run(counter, store)
-    assert await store.take_interrupt("s") == "stop"
+    assert await store.take_interrupt("s") == Interrupt("stop")
 
 
 class _Died(Exception):
@@ -270,4 +270,4 @@ async def test_an_interrupt_taken_by_a_run_that_lost_its_session_is_put_back() -
     )
     with pytest.raises(SequenceConflict):
         await loop.run()
-    assert await store.take_interrupt("s") == "stop"
+    assert await store.take_interrupt("s") == Interrupt("stop")

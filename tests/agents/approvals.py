@@ -1,73 +1,180 @@
-"""An agent whose ``send`` tool waits for a person's approval (the conformance kit's
-``--input-required``), and its twin whose ``send`` does not ask: what a service that
-ignores approvals runs."""
+"""Agents that wait for people: an approval-gated tool, a client tool, a deadline, and
+parents of them at every depth (remote tool, siblings, ``run_subagent``).
+
+Importable by server subprocesses (``tests.agents.approvals:NAME``). Children are found
+through the mesh registry (``HELIX_AGENT_ADDRESS_<TYPE>``). The gated tool records each
+time it really runs in the file ``HELIX_TEST_SENT_LOG`` names (one JSON line per run),
+so a test can count runs across processes and crashes.
+"""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+import json
+import os
+from typing import Any
 
-from helix_transport import Agent, Tool, ToolContext, tool
+from pydantic import BaseModel
+
+from helix_transport import Agent, ToolContext, client_tool, tool
 from helix_transport.agent.scripted import (
+    ScriptedToolCall,
     ScriptedTurn,
-    call,
     finish,
     register_script,
+    step_results,
     steps_taken,
-    tool_results,
     user_input,
 )
-from tests.agents import tick
+from helix_transport.delegation.dispatch import SubagentType, with_dispatch
+from helix_transport.delegation.remote import remote_agent_tool
+
+SENT_LOG = "HELIX_TEST_SENT_LOG"
 
 
-class SendInput(BaseModel):
-    to: str
-    ask: bool = True
-    """Call ``send`` (which waits for approval) after the ticks; False: finish after them."""
-    ticks: int = Field(default=0, ge=0, le=50)
-    """Steps of the plain ``tick`` tool first (with ``HELIX_SCRIPTED_DELAY_MS``: a slow run)."""
+class Mail(BaseModel):
+    to: str = "ops@example.com"
+    body: str = "hello"
 
 
-class SendOutput(BaseModel):
-    sent: bool
-    result: object
+class Outcome(BaseModel):
+    result: Any = None
 
 
-class SendArgs(BaseModel):
-    to: str
-
-
-async def _send(ctx: ToolContext, args: SendArgs) -> dict[str, str]:
+@tool(approval=True)
+async def send(ctx: ToolContext, args: Mail) -> dict[str, Any]:
+    """Send a mail (a person approves each one)."""
+    path = os.environ.get(SENT_LOG)
+    if path:
+        with open(path, "a", encoding="utf-8") as log:  # noqa: ASYNC230  (tests: one line)
+            log.write(json.dumps({"session_id": ctx.session_id, "call": ctx.tool_call_id}) + "\n")
     return {"sent_to": args.to}
 
 
-def _script(messages: list[dict[str, object]]) -> ScriptedTurn:
-    wanted = SendInput.model_validate(user_input(messages))
-    done = steps_taken(messages)
-    if done < wanted.ticks:
-        return ScriptedTurn(text="tick ", tool_calls=(call("tick", n=done + 1),))
-    if wanted.ask and done == wanted.ticks:
-        return ScriptedTurn(text="Sending. ", tool_calls=(call("send", to=wanted.to),))
-    result = tool_results(messages).get("send")
-    sent = isinstance(result, dict) and "sent_to" in result
-    return finish(sent=sent, result=result)
+@tool(approval=lambda args: args.to.endswith("@outside.example"))
+async def maybe_send(ctx: ToolContext, args: Mail) -> dict[str, Any]:
+    """Send a mail; only mail leaving the company needs an approval."""
+    return {"sent_to": args.to}
 
 
-def _agent(name: str, send: Tool) -> Agent:
-    return Agent(
-        name=name,
-        description="Ticks, then sends a message once a person approves.",
-        input_model=SendInput,
-        output_model=SendOutput,
-        tools=[tick, send],
-        model=register_script(name, _script),
-        max_steps=60,
-    )
+@tool(approval=True, input_timeout_s=1.0)
+async def hurry(ctx: ToolContext, args: Mail) -> dict[str, Any]:
+    """Send a mail if approved within a second."""
+    return {"sent_to": args.to}
 
 
-approving = _agent(
-    "approving", tool(_send, name="send", description="Send a message.", approval=True)
+class Pick(BaseModel):
+    options: list[str] = ["red", "blue"]
+
+
+pick = client_tool("pick", description="Ask the user to pick one option.", args_model=Pick)
+
+
+def _call_then_finish(*calls: ScriptedToolCall) -> Any:
+    """Call ``calls`` in step 1, then finish with their results (in call order)."""
+
+    def script(messages: list[dict[str, Any]]) -> ScriptedTurn:
+        if steps_taken(messages) == 0:
+            return ScriptedTurn(tool_calls=calls)
+        return finish(result=[value for _, value in step_results(messages)])
+
+    return script
+
+
+def _from_input(tool_name: str) -> Any:
+    """Call ``tool_name`` with the run's input as arguments, then finish with its result."""
+
+    def script(messages: list[dict[str, Any]]) -> ScriptedTurn:
+        if steps_taken(messages) == 0:
+            return ScriptedTurn(
+                tool_calls=(ScriptedToolCall(name=tool_name, arguments=user_input(messages)),)
+            )
+        return finish(result=[value for _, value in step_results(messages)])
+
+    return script
+
+
+mailer = Agent(
+    name="hitl-mailer",
+    description="Sends one mail, once a person approves it.",
+    input_model=Mail,
+    output_model=Outcome,
+    tools=[send, maybe_send],
+    model=register_script("hitl-mailer", _from_input("send")),
 )
-"""Asks for an approval of each ``send``."""
 
-unasking = _agent("unasking", tool(_send, name="send", description="Send a message."))
-"""The same agent, but ``send`` runs without asking."""
+picker = Agent(
+    name="hitl-picker",
+    description="Asks the client to pick an option.",
+    input_model=Pick,
+    output_model=Outcome,
+    tools=[pick],
+    model=register_script("hitl-picker", _from_input("pick")),
+)
+
+hasty = Agent(
+    name="hitl-hasty",
+    description="Sends one mail if approved within a second.",
+    input_model=Mail,
+    output_model=Outcome,
+    tools=[hurry],
+    model=register_script("hitl-hasty", _from_input("hurry")),
+)
+
+middle = Agent(
+    name="hitl-middle",
+    description="Asks the mailer to send a mail.",
+    input_model=Mail,
+    output_model=Outcome,
+    tools=[remote_agent_tool("mail", agent_type="hitl-mailer", input_model=Mail)],
+    model=register_script("hitl-middle", _from_input("mail")),
+)
+
+root = Agent(
+    name="hitl-root",
+    description="Asks the middle agent, which asks the mailer.",
+    input_model=Mail,
+    output_model=Outcome,
+    tools=[remote_agent_tool("relay", agent_type="hitl-middle", input_model=Mail)],
+    model=register_script("hitl-root", _from_input("relay")),
+)
+
+fanout = Agent(
+    name="hitl-fanout",
+    description="Sends two mails through two mailer children at once, and picks a color.",
+    input_model=Mail,
+    output_model=Outcome,
+    tools=[remote_agent_tool("mail", agent_type="hitl-mailer", input_model=Mail)],
+    model=register_script(
+        "hitl-fanout",
+        _call_then_finish(
+            ScriptedToolCall(name="mail", arguments={"to": "a@example.com"}, id="call_a"),
+            ScriptedToolCall(name="mail", arguments={"to": "b@example.com"}, id="call_b"),
+        ),
+    ),
+)
+
+
+class Task(BaseModel):
+    colors: list[str] = ["red", "blue"]
+
+
+def _dispatcher_script(messages: list[dict[str, Any]]) -> ScriptedTurn:
+    if steps_taken(messages) == 0:
+        picked = json.dumps({"options": user_input(messages).get("colors", ["red"])})
+        task = {"agent": "hitl-picker", "message": picked}
+        return ScriptedTurn(
+            tool_calls=(ScriptedToolCall(name="run_subagent", arguments={"tasks": [task]}),)
+        )
+    return finish(result=[value for _, value in step_results(messages)])
+
+
+dispatcher = with_dispatch(
+    Agent(
+        name="hitl-dispatcher",
+        description="Runs the picker as a run_subagent task.",
+        input_model=Task,
+        output_model=Outcome,
+        model=register_script("hitl-dispatcher", _dispatcher_script),
+    ),
+    [SubagentType(agent_type="hitl-picker", input_field=None, description="Asks to pick.")],
+)

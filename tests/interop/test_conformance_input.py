@@ -1,7 +1,7 @@
 """The conformance kit's checks of input from people and abort, against our Python
 service with an approval tool, and against servers broken in each way they judge.
 
-The approving agent (``tests.agents.approvals``) ticks ``ticks`` steps and then, when
+The approving agent (``tests.agents.kit_approvals``) ticks ``ticks`` steps and then, when
 asked to, calls ``send``, which waits for a person's approval: the kit's ``--input``
 finishes without asking, its ``--input-required`` asks once.
 """
@@ -22,7 +22,7 @@ from helix_transport.server import app as server_app
 from helix_transport.server._servicer import AgentServicer
 from helix_transport.store import MemoryStore
 from helix_transport.testing.conformance import CheckResult, format_results, run_conformance, timing
-from tests.agents.approvals import approving, unasking
+from tests.agents.kit_approvals import approving, unasking
 from tests.helpers import stream_response
 from tests.interop.test_conformance import EXPECTED_CHECKS, assert_all_pass
 

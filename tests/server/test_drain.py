@@ -12,7 +12,7 @@ import pytest
 
 from helix_transport import AgentClient, ServerConfig, create_server
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
-from helix_transport.store import MemoryStore, SessionRecord
+from helix_transport.store import Interrupt, MemoryStore, SessionRecord
 from tests.agents import counter
 
 CONFIG = ServerConfig(replica_id="r1", lease_ttl_s=1.0)
@@ -69,12 +69,12 @@ class _SlowToTakeAnInterrupt(MemoryStore):
         super().__init__()
         self.taken = asyncio.Event()
 
-    async def take_interrupt(self, session_id: str) -> str | None:
-        reason = await super().take_interrupt(session_id)
-        if reason is not None:
+    async def take_interrupt(self, session_id: str) -> Interrupt | None:
+        taken = await super().take_interrupt(session_id)
+        if taken is not None:
             self.taken.set()
             await asyncio.sleep(0.3)
-        return reason
+        return taken
 
 
 async def test_an_interrupt_a_drained_run_was_taking_is_not_lost(

@@ -35,6 +35,7 @@ _REMOVE = (
     "DELETE FROM events WHERE session_id = ?",
     "DELETE FROM checkpoints WHERE session_id = ?",
     "DELETE FROM interrupts WHERE session_id = ?",
+    "DELETE FROM answers WHERE session_id = ?",
     "DELETE FROM subsession_refs WHERE parent_session_id = ?",
     "DELETE FROM child_commands WHERE parent_session_id = ?",
 )

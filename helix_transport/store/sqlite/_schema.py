@@ -9,13 +9,14 @@ from helix_transport._exceptions import (
     StoreError,
     StoreUnavailable,
 )
+from helix_transport.store.sqlite import _inputs as inputs
 from helix_transport.store.sqlite import _listing as listing
 from helix_transport.store.sqlite import _outbox as outbox
 from helix_transport.store.sqlite import _retention as retention
 from helix_transport.store.sqlite._checkpointer import Checkpointer
 from helix_transport.store.sqlite._conn import _map_sqlite_errors, _transaction
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """The schema this module writes; a file with a newer version is refused."""
 
 # Column names are the record fields' names; metadata, usage, messages and state are JSON.
@@ -65,6 +66,8 @@ _UPGRADES: dict[int, tuple[str, ...]] = {
     4: retention.UPGRADE,
     # 5: an index on (owner, created_at) for ListSessions.
     5: listing.UPGRADE,
+    # 6: people's answers to requests for input; interrupts that abort.
+    6: inputs.UPGRADE,
 }
 # A batch's plain appends as one statement: a row inserted into this view checks its
 # session's fence, moves the log's end and stores the event, all inside SQLite. TEMP: it

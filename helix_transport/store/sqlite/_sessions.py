@@ -1,4 +1,4 @@
-"""Session records, leases and interrupt requests in an SQLite store."""
+"""Session records, leases and pending interrupts in an SQLite store."""
 
 from __future__ import annotations
 
@@ -79,17 +79,6 @@ def _update_session(
         record = update.apply(record, now=time.time())
         conn.execute(_WRITE_STATE, _session_params(record))
         return record
-
-
-def _take_interrupt(conn: sqlite3.Connection, session_id: str) -> str | None:
-    with _transaction(conn):
-        sql = "SELECT reason FROM interrupts WHERE session_id = ?"
-        row = conn.execute(sql, (session_id,)).fetchone()
-        if row is None:
-            return None
-        conn.execute("DELETE FROM interrupts WHERE session_id = ?", (session_id,))
-        reason: str = row["reason"]
-        return reason
 
 
 def _acquire_lease(conn: sqlite3.Connection, session_id: str, owner: str, ttl_s: float) -> bool:

@@ -20,17 +20,21 @@ from helix_transport.store._base import (
     check_checkpoint,
     check_lease,
     given_bytes,
+    storable_answer,
 )
 from helix_transport.store._listing import SessionPage, SessionQuery
 from helix_transport.store._records import (
     Checkpoint,
     ChildCommand,
+    Interrupt,
     SessionRecord,
     SessionUpdate,
     SubSessionRef,
     merge_commands,
+    storable_text,
 )
 from helix_transport.store._retention import Candidate, Tombstone
+from helix_transport.store.sqlite import _inputs as inputs
 from helix_transport.store.sqlite import _listing as listing
 from helix_transport.store.sqlite import _outbox as outbox
 from helix_transport.store.sqlite import _retention as retention
@@ -51,7 +55,6 @@ from helix_transport.store.sqlite._sessions import (
     _pending_interrupts,
     _renew_leases,
     _session_from_row,
-    _take_interrupt,
     _update_session,
 )
 from helix_transport.store.sqlite._worker import _Worker
@@ -250,14 +253,27 @@ class SqliteStore:
         """The session's latest checkpoint, or ``None``."""
         return await self._run(lambda conn: _load_checkpoint(conn, session_id))
 
-    async def set_interrupt(self, session_id: str, reason: str) -> None:
-        """Record an interrupt request; a later one replaces an untaken one."""
-        sql = "INSERT OR REPLACE INTO interrupts (session_id, reason) VALUES (?, ?)"
-        await self._run(lambda conn: _write(conn, sql, (session_id, reason)))
+    async def set_interrupt(self, session_id: str, reason: str, *, abort: bool = False) -> None:
+        """Record an interrupt request; a later one replaces an untaken one, but a plain
+        interrupt never replaces an abort."""
+        text = storable_text(reason)
+        await self._run(lambda conn: inputs.set_interrupt(conn, session_id, text, abort))
 
-    async def take_interrupt(self, session_id: str) -> str | None:
+    async def take_interrupt(self, session_id: str) -> Interrupt | None:
         """Read and clear the session's interrupt request."""
-        return await self._run(lambda conn: _take_interrupt(conn, session_id))
+        return await self._run(lambda conn: inputs.take_interrupt(conn, session_id))
+
+    async def put_answer(
+        self, session_id: str, request_id: str, answer_json: str
+    ) -> tuple[str, bool]:
+        """Record the answer unless the request has one, in one transaction (see
+        ``InputStore``)."""
+        answer = storable_answer(request_id, answer_json)
+        return await self._run(lambda conn: inputs.put_answer(conn, session_id, request_id, answer))
+
+    async def list_answers(self, session_id: str) -> dict[str, str]:
+        """The session's answers by request id."""
+        return await self._run(lambda conn: inputs.list_answers(conn, session_id))
 
     async def pending_interrupts(self, session_ids: Sequence[str]) -> set[str]:
         """The ids among ``session_ids`` with an untaken interrupt request."""

@@ -8,6 +8,7 @@ import dataclasses
 from helix_transport._events import SessionStatus
 from helix_transport.store import (
     Checkpoint,
+    Interrupt,
     SessionUpdate,
     Store,
     SubSessionRef,
@@ -44,7 +45,7 @@ class DurableStoreConformance(StoreConformance, DurableRetentionConformance):
             update=SessionUpdate(status=SessionStatus.COMPLETED),
         )
         await store.save_checkpoint(checkpoint)
-        await store.set_interrupt("s-1", "stop")
+        await store.set_interrupt("s-1", "stop", abort=True)
         await store.put_subsession_ref(ref)
         assert await store.acquire_lease("s-1", "A", ttl_s=60)
         stored = await store.get_session("s-1")
@@ -57,7 +58,7 @@ class DurableStoreConformance(StoreConformance, DurableRetentionConformance):
             log = await second.read("s-1")
             assert [(e.sequence, e.text_delta.text) for e in log] == [(1, "a"), (2, "b")]
             assert await second.load_checkpoint("s-1") == checkpoint
-            assert await second.take_interrupt("s-1") == "stop"
+            assert await second.take_interrupt("s-1") == Interrupt("stop", abort=True)
             assert await second.list_subsession_refs("s-1") == [ref]
             assert await second.list_sessions(status=SessionStatus.COMPLETED) == [stored]
             assert await second.acquire_lease("s-1", "B", ttl_s=60) is False

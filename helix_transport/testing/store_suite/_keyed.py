@@ -13,6 +13,7 @@ from helix_transport._exceptions import (
 )
 from helix_transport.store import (
     Checkpoint,
+    Interrupt,
     InterruptLookup,
     SessionUpdate,
     Store,
@@ -138,10 +139,10 @@ class KeyedStateConformance:
         assert await store.take_interrupt("s-1") is None
         await store.set_interrupt("s-1", "user pressed stop")
         assert await store.take_interrupt("s-2") is None
-        assert await store.take_interrupt("s-1") == "user pressed stop"
+        assert await store.take_interrupt("s-1") == Interrupt("user pressed stop")
         assert await store.take_interrupt("s-1") is None
         await store.set_interrupt("s-1", "")
-        assert await store.take_interrupt("s-1") == ""
+        assert await store.take_interrupt("s-1") == Interrupt("")
         assert await store.take_interrupt("s-1") is None
 
     async def test_pending_interrupts_names_the_sessions_with_one_untaken(
@@ -154,7 +155,7 @@ class KeyedStateConformance:
         await store.set_interrupt("s-1", "stop")
         await store.set_interrupt("s-3", "")
         assert await store.pending_interrupts(["s-1", "s-2", "s-3", "s-1"]) == {"s-1", "s-3"}
-        assert await store.take_interrupt("s-1") == "stop"  # looking took nothing
+        assert await store.take_interrupt("s-1") == Interrupt("stop")  # looking took nothing
         assert await store.pending_interrupts(["s-1", "s-2", "s-3"]) == {"s-3"}
         many = [f"m-{n}" for n in range(2500)]  # past old SQLite's 999 parameters
         await store.set_interrupt("m-2499", "late")
