@@ -16,6 +16,7 @@ from helix_transport.agent.scripted import (
     tool_results,
     user_input,
 )
+from helix_transport.delegation.remote import remote_agent_tool
 from tests.agents import tick
 
 
@@ -71,3 +72,23 @@ approving = _agent(
 
 unasking = _agent("unasking", tool(_send, name="send", description="Send a message."))
 """The same agent, but ``send`` runs without asking."""
+
+
+def _relay(messages: list[dict[str, object]]) -> ScriptedTurn:
+    if steps_taken(messages) == 0:
+        return ScriptedTurn(tool_calls=(call("relay", **user_input(messages)),))
+    result = tool_results(messages).get("relay")
+    return finish(sent=isinstance(result, dict) and result.get("sent") is True, result=result)
+
+
+relaying = Agent(
+    name="relaying",
+    description="Hands its input to a remote approving agent and reports what it did.",
+    input_model=SendInput,
+    output_model=SendOutput,
+    tools=[remote_agent_tool("relay", agent_type="approving", input_model=SendInput)],
+    model=register_script("relaying", _relay),
+    max_steps=4,
+)
+"""A parent of ``approving`` (found as ``HELIX_AGENT_ADDRESS_APPROVING``): a request for
+input two levels down, and a suspension that cascades up."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import grpc
 
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
+from helix_transport.testing.conformance import timing
 from helix_transport.testing.conformance._contract import (
     ABORT,
     ABORT_REASON,
@@ -75,7 +76,15 @@ async def check_abort_suspended(kit: Kit) -> str:
         f"an abort of a SUSPENDED session: accepted=false, status {status_name(reply.status)}",
     )
     after = pending.suspended.sequence
-    read = await kit.read(session_id, after)
+    # It runs nothing: the abort has no step to wait for (and must not take the
+    # rest of the kit's time when it never ends the session).
+    read = await kit.read(session_id, after, limit_s=timing.ABORT_SUSPENDED_S)
+    require(
+        read.end != "timeout",
+        f"an accepted abort of the SUSPENDED session: its stream was still open "
+        f"{timing.ABORT_SUSPENDED_S:g}s later, after {len(read.events)} event(s) and no "
+        "terminal event (it must end terminated at once: nothing runs)",
+    )
     final = await _ended(kit, session_id, read, "the aborted suspended session's stream")
     require(not (gap := gapless(read.events, first=after + 1)), gap)
     require(final == "terminated", f"the aborted suspended session ended {final}")
