@@ -8,8 +8,10 @@ finishes without asking, its ``--input-required`` asks once.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
+import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -25,7 +27,7 @@ from helix_transport.server._servicer import AgentServicer
 from helix_transport.store import MemoryStore
 from helix_transport.testing.conformance import CheckResult, format_results, run_conformance, timing
 from tests.agents.kit_approvals import approving, relaying, unasking
-from tests.helpers import stream_response
+from tests.helpers import ROOT, stream_response
 from tests.interop.test_conformance import EXPECTED_CHECKS, assert_all_pass
 
 PLAIN = json.dumps({"to": "ops@example.com", "ask": False, "ticks": 3})
@@ -189,3 +191,22 @@ async def test_kit_fails_a_service_that_never_suspends() -> None:
     )
     assert "never suspended" in by_name["input.suspended"].detail
     assert "ended cleanly" in by_name["input.suspended"].detail
+
+
+async def _cli(*args: str) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "helix_transport.cli", "conformance", *args,
+        cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await proc.communicate()
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def test_cli_takes_input_required() -> None:
+    async with await create_server(approving, MemoryStore(), allow_unauthenticated=True) as server:
+        code, out, err = await _cli(server.address, "--input", PLAIN, "--input-required", ASKING)
+        assert code == 0, out + err
+        assert "PASS  input.suspended" in out and "PASS  input.answered" in out
+        code, out, err = await _cli(server.address, "--input", PLAIN, "--input-required", "{no")
+    assert code == 2 and err.startswith("helix-mesh: --input-required: "), err
