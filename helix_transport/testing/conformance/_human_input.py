@@ -63,7 +63,8 @@ async def suspend(kit: Kit, session_id: str) -> Pending:
         f"{len(read.events)} event(s) (last: {kinds[-5:]}) with no suspended event",
     )
     require(not (gap := gapless(read.events)), gap)
-    asked = [(unwrapped(e).session_id, unwrapped(e)) for e in read.events]
+    at = next(i for i, e in enumerate(read.events) if kind(e) == "suspended")
+    asked = [(unwrapped(e).session_id, unwrapped(e)) for e in read.events[:at]]
     requests = [(who, e.input_required) for who, e in asked if kind(e) == "input_required"]
     require(bool(requests), f"suspended with no input_required before it (events: {kinds})")
     (asked_by, first), *others = requests
@@ -72,7 +73,7 @@ async def suspend(kit: Kit, session_id: str) -> Pending:
         request=first,
         asked_by=asked_by,
         others=tuple(r for _, r in others),
-        suspended=read.events[-1],
+        suspended=read.events[at],
     )
 
 
@@ -200,16 +201,18 @@ async def check_answered(kit: Kit) -> str:
     read = await kit.read(session_id, after)
     read.require_complete("the answered session's stream")
     require(not (gap := gapless(read.events, first=after + 1)), gap)
+    # Request ids are tool call ids, unique within the session that asked only.
     answered = [
-        unwrapped(e).input_answered
-        for e in read.events
-        if kind(unwrapped(e)) == "input_answered"
-        and unwrapped(e).input_answered.request_id == request.request_id
+        inner.input_answered
+        for inner in map(unwrapped, read.events)
+        if kind(inner) == "input_answered"
+        and inner.session_id == pending.asked_by
+        and inner.input_answered.request_id == request.request_id
     ]
     require(
         len(answered) == 1,
         f"the stream after the answer carries {len(answered)} input_answered event(s) "
-        f"for {request.request_id!r} (expected one)",
+        f"of {pending.asked_by!r} for {request.request_id!r} (expected one)",
     )
     require(
         answered[0].outcome == pb.INPUT_OUTCOME_APPROVED and answered[0].reason == APPROVE_REASON,
