@@ -189,6 +189,10 @@ class InputState:
     results: dict[str, dict[str, Any]] = field(default_factory=dict)
     """The tool messages of the step's calls that have finished, by call id: a resumed
     step runs only the others."""
+    approved: list[str] = field(default_factory=list)
+    """Approved calls handed to their tool: checkpointed before the tool runs, so a run
+    resumed after a crash never runs an approved tool twice (at most once: a call still
+    here without a result gets an error saying its outcome is unknown)."""
     children: list[WaitingChild] = field(default_factory=list)
     """The suspended children the session waited for when it suspended."""
     suspended_at: float | None = None
@@ -200,18 +204,22 @@ class InputState:
         return cls(
             pending={r["request_id"]: Request.from_json(r) for r in raw.get("pending", ())},
             results=dict(raw.get("results") or {}),
+            approved=list(raw.get("approved") or ()),
             children=[WaitingChild.from_json(c) for c in raw.get("children", ())],
             suspended_at=raw.get("suspended_at"),
         )
 
     def save(self, run: RunState) -> None:
         """Write this state into ``run`` (dropped when there is nothing to keep)."""
-        if not (self.pending or self.results or self.children or self.suspended_at):
+        if not (
+            self.pending or self.results or self.approved or self.children or self.suspended_at
+        ):
             run.extensions.pop(EXTENSION, None)
             return
         run.extensions[EXTENSION] = {
             "pending": [r.to_json() for r in self.pending.values()],
             "results": self.results,
+            "approved": self.approved,
             "children": [c.to_json() for c in self.children],
             "suspended_at": self.suspended_at,
         }

@@ -24,6 +24,10 @@ from helix_transport.agent.tools import FINISH_TOOL, ToolArgumentError
 from helix_transport.log import SessionWriter
 from helix_transport.store import Store
 
+OUTCOME_UNKNOWN = (
+    "the approved call's outcome is unknown: the service stopped while it ran, and an "
+    "approved call never runs twice; check its effect before asking again"
+)
 FINISH_WITH_INPUT = (
     f"`{FINISH_TOOL}` cannot be called in the same step as tools waiting for input: "
     "call it once their results are in"
@@ -97,8 +101,9 @@ class StepInputs:
 
     async def resolve(self, waiting: InputState, calls: list[ToolCall]) -> list[ToolCall]:
         """Apply the answers the store holds (and expire what is due); the calls to run
-        now: those without a request, and the approved ones. Returns whether anything
-        was applied in ``waiting`` as a side effect of its changes."""
+        now: those without a request, and the approved ones (recorded in ``waiting`` as
+        handed to their tool, for the checkpoint the caller takes before they run)."""
+        self._outcomes_unknown(waiting, calls)
         if not any(c.id in waiting.pending for c in calls):
             return [c for c in calls if c.id not in waiting.results]
         answers = await self.store.list_answers(self.session_id)
@@ -120,8 +125,17 @@ class StepInputs:
                 continue
             del waiting.pending[call.id]
             if self._apply(waiting, call, Answer.from_json(text)):
+                waiting.approved.append(call.id)
                 ready.append(call)
         return ready
+
+    def _outcomes_unknown(self, waiting: InputState, calls: list[ToolCall]) -> None:
+        """Approved calls a crash cut off while their tool ran: an error result each,
+        never a second run."""
+        for call in calls:
+            if call.id in waiting.approved and call.id not in waiting.results:
+                outcome = self.tools.answered(call, OUTCOME_UNKNOWN, is_error=True)
+                waiting.results[call.id] = outcome.message
 
     def _apply(self, waiting: InputState, call: ToolCall, answer: Answer) -> bool:
         """Log ``answer`` to ``call``; True when the tool runs now (approved)."""

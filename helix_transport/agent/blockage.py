@@ -11,7 +11,7 @@ parent suspends only when it has nothing else to do.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,3 +62,13 @@ class Blockage:
                 )
             finally:
                 changed.cancel()
+
+
+class WaitingForChildren(Exception):
+    """Raised by a step hook that has nothing to do but wait for suspended children (a
+    parked ``run_subagent`` batch): the session suspends, as a step whose calls all
+    wait for suspended children does."""
+
+    def __init__(self, children: Sequence[BlockedChild]) -> None:
+        super().__init__(f"waiting for {len(children)} suspended child(ren)")
+        self.children = list(children)

@@ -2,8 +2,9 @@
 
 ``RunLoop`` calls one ``RunHooks`` object per run, at fixed points: run start
 (fresh or resumed; then the turn, in a continued session) and end, each model
-generation, each tool call, and each remote delegation (from the remote-agent
-tool, the dispatch tool and the companion tools). Every agent, root or child,
+generation, each tool call, each remote delegation (from the remote-agent
+tool, the dispatch tool and the companion tools), and the waits for people: a
+request for input, the suspension, the wake-up. Every agent, root or child,
 fires its own hooks in its own process.
 
 Hooks observe, they never steer: whatever a hook raises is logged and
@@ -81,14 +82,21 @@ class RunHooks(Protocol):
         """The delegation ended with the child's ``status``."""
 
     def on_input_required(self, *, request_id: str, tool_name: str, kind: str) -> None:
-        """The run asks for input (``kind``: ``approval`` or ``client_result``)."""
+        """The run asked people for input: ``request_id`` (the tool call's id) waits
+        for an approval (``kind`` "approval") or a client tool's result ("client_result").
+
+        Optional, like the two below: hooks written before them need not define them.
+        """
 
     def on_suspended(self, *, request_ids: Sequence[str], suspended_children: int) -> None:
-        """The run stops to wait for input: its own requests and suspended children."""
+        """The run has nothing left to do but wait: its own ``request_ids`` still
+        unanswered, and ``suspended_children`` sub-agents suspended themselves. The
+        run ends next (``on_run_end`` with ``SUSPENDED``); no process holds it after."""
 
     def on_resumed(self, *, reason: str, suspended_at: float) -> None:
-        """A suspended run goes on (``reason``: ``input``, ``deadline``, ``interrupt``...);
-        ``suspended_at``: when it stopped (epoch seconds)."""
+        """A run woke the suspended session (``reason``: "input", "interrupt" or
+        "deadline"); it had been suspended since ``suspended_at`` (epoch seconds,
+        as recorded by whichever process suspended it). Called after ``on_run_start``."""
 
 
 class NoHooks:

@@ -52,7 +52,7 @@ from helix_transport.agent._tool_runner import (
     ToolRunner,
     clipped,
 )
-from helix_transport.agent.blockage import Blockage, BlockedChild
+from helix_transport.agent.blockage import Blockage, BlockedChild, WaitingForChildren
 from helix_transport.agent.definition import Agent
 from helix_transport.agent.hooks import NO_HOOKS, RunHooks, guarded
 from helix_transport.agent.litellm import LitellmModel
@@ -237,15 +237,21 @@ class RunLoop:
                 return again
             case CallTools(calls=calls):
                 return await self._call_tools(state, calls)
+            case Suspend() as suspend:
+                return suspend
 
-    async def _next_step(self, state: RunProgress) -> CallTools | RunAgain:
+    async def _next_step(self, state: RunProgress) -> CallTools | RunAgain | Suspend:
         """What the step does, durable before it acts (tool calls with effects are
         checkpointed first, so a resume re-runs these same calls)."""
         calls = unanswered_tool_calls(state.messages)
         if calls is None:  # a fresh step (not one cut off after its model call)
             self.writer.emit(pb.StreamEvent(step_started=pb.StepStarted()))
-            for hook in self.agent.step_hooks:  # e.g. notices of children that finished
-                state.messages.extend(await hook(self._tool_context(state, ""), state.messages))
+            try:
+                for hook in self.agent.step_hooks:  # e.g. notices of children that finished
+                    context = self._tool_context(state, "")
+                    state.messages.extend(await hook(context, state.messages))
+            except WaitingForChildren as parked:  # a parked batch whose tasks all wait
+                return Suspend(blocked={c.child_session_id: c for c in parked.children})
             response = with_unique_call_ids(await self._call_model(state), state.messages)
             state.usage = state.usage + response.usage
             state.messages.append(response.to_message())
@@ -265,9 +271,10 @@ class RunLoop:
         finish tool's valid output ends the run. A step that still waits for input when
         nothing else runs suspends (``agent._step_inputs``)."""
         waiting = InputState.of(state.run)
-        before = len(waiting.pending)
+        before = (len(waiting.pending), len(waiting.results))
         ready = await self.inputs.resolve(waiting, calls)
-        if len(waiting.pending) != before:  # answers applied: not again after a crash
+        if (len(waiting.pending), len(waiting.results)) != before:
+            # Answers applied, approved calls handed over: never again after a crash.
             waiting.save(state.run)
             await self._checkpoint(state, step=state.step)
         outcomes, blocked = await self._run_calls(state, ready)

@@ -41,9 +41,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,6 +53,7 @@ from pydantic import BaseModel, Field, field_validator
 from helix_transport._events import SessionStatus
 from helix_transport._exceptions import AgentRunError, HelixError, SessionNotFound
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
+from helix_transport.agent.blockage import BlockedChild, WaitingForChildren
 from helix_transport.agent.definition import Agent
 from helix_transport.agent.loop import NUDGE
 from helix_transport.agent.tools import (
@@ -68,7 +70,7 @@ from helix_transport.delegation.children import (
     subagent_started,
 )
 from helix_transport.delegation.forwarded import ends_logged, start_logged
-from helix_transport.delegation.forwarding import forward_child, new_child, status_of
+from helix_transport.delegation.forwarding import UNFINISHED, forward_child, new_child, status_of
 from helix_transport.delegation.spans import end_delegation, open_delegation, reopen_delegations
 from helix_transport.registry import resolve_address
 
@@ -331,11 +333,23 @@ class Dispatcher:
         running = [
             (t, b["tool_call_id"]) for b in batches for t in b["tasks"] if t["status"] == "running"
         ]
-        watchers = [asyncio.create_task(self._watch(ctx, t, call)) for t, call in running]
+        suspended: dict[str, BlockedChild] = {}  # by task session id: waiting for input
+
+        def note(session_id: str, child: BlockedChild | None) -> None:
+            if child is None:
+                suspended.pop(session_id, None)
+            else:
+                suspended[session_id] = child
+            changed.set()
+
+        watchers = [asyncio.create_task(self._watch(ctx, t, call, note)) for t, call in running]
         for watcher in watchers:
             watcher.add_done_callback(lambda _: changed.set())
         try:
             while not any(all(t["status"] != "running" for t in b["tasks"]) for b in batches):
+                still = {t["session_id"] for t, _ in running if t["status"] == "running"}
+                if still and still <= suspended.keys():  # nothing to wait for but people
+                    raise WaitingForChildren([suspended[s] for s in sorted(still)])
                 left = None if deadline is None else deadline - time.time()
                 if left is not None and left <= 0:
                     return
@@ -351,7 +365,13 @@ class Dispatcher:
                 watcher.cancel()
             await asyncio.gather(*watchers, return_exceptions=True)
 
-    async def _watch(self, ctx: ToolContext, task: dict[str, Any], tool_call_id: str) -> None:
+    async def _watch(
+        self,
+        ctx: ToolContext,
+        task: dict[str, Any],
+        tool_call_id: str,
+        note: Callable[[str, BlockedChild | None], None],
+    ) -> None:
         """Forward ``task``'s events until it ends, then record how. A parked parent
         outlasts a service that stays unreachable past the client's reconnect deadline:
         it follows again; the run's deadline bounds it."""
@@ -364,6 +384,8 @@ class Dispatcher:
                     tool_call_id=tool_call_id,
                     client=client,
                     retry=client.config.reconnect.until_cancelled(),
+                    rejoining=True,  # a task parked before may wait for input already
+                    blocked=functools.partial(note, task["session_id"]),
                 )
                 # None: the log held all of it already (a resumed parent); ask how it ended.
                 status = status_of(final) if final else await client.get_status(task["session_id"])
@@ -445,7 +467,7 @@ class Dispatcher:
             status = _GONE
         except HelixError:
             return
-        if status.status not in (pb.SESSION_STATUS_RUNNING, pb.SESSION_STATUS_UNSPECIFIED):
+        if status.status not in UNFINISHED:
             await self._record(ctx, task, status)
 
     async def _record(

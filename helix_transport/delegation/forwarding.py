@@ -24,6 +24,7 @@ parent's own terminal event (``helix_transport.log.subtree``).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from helix_transport._config import RetryConfig
 from helix_transport._events import is_terminal
@@ -34,6 +35,14 @@ from helix_transport.agent.tools import ToolContext
 from helix_transport.delegation.forwarded import forwarded_so_far
 from helix_transport.log.subtree import child_totals
 from helix_transport.transport import AgentClient
+
+UNFINISHED = frozenset(
+    {pb.SESSION_STATUS_RUNNING, pb.SESSION_STATUS_SUSPENDED, pb.SESSION_STATUS_UNSPECIFIED}
+)
+"""Statuses of a child that has not ended its turn (a suspended child goes on later)."""
+
+Blocked = Callable[[BlockedChild | None], None]
+"""Told whether a followed child waits for input (``forward_child(blocked=...)``)."""
 
 _KEY = "forwarding.children"  # RunServices.cache key of the run's _Forwarded
 
@@ -70,6 +79,7 @@ async def forward_child(
     until: int | None = None,
     past: int = 0,
     rejoining: bool = False,
+    blocked: Blocked | None = None,
 ) -> pb.StreamEvent | None:
     """Forward ``child_id``'s events after the last one the parent's log holds.
 
@@ -87,6 +97,9 @@ async def forward_child(
         rejoining: the call follows a child it followed before (a resumed parent): ask
             its status first, so a child still suspended where the log left it counts as
             blocked at once (its stream has nothing new to say so).
+        blocked: told the child it waits for when the child's last event is its own
+            ``suspended``, and ``None`` when it moves on; by default the step's
+            ``Blockage`` under the calling tool call (``agent.blockage``).
 
     Returns:
         The last terminal event this call forwarded (with ``until=None``, the one after
@@ -97,6 +110,7 @@ async def forward_child(
             ``retry``'s deadline; what was forwarded stays forwarded.
     """
     forwarded = _forwarded(ctx)
+    note = blocked or _blockage_of(ctx)
     async with forwarded.locks.setdefault(child_id, asyncio.Lock()):
         final: pb.StreamEvent | None = None
         while True:
@@ -108,9 +122,9 @@ async def forward_child(
                 return final
             if rejoining:
                 rejoining = False
-                await _blocked_already(ctx, client, child_id, tool_call_id, last)
+                await _blocked_already(client, child_id, last, note)
             ended = await _forward_stream(
-                ctx, forwarded, child_id, tool_call_id, client, retry, last, until
+                ctx, forwarded, child_id, tool_call_id, client, retry, last, until, note
             )
             if ended is None:
                 # The child finished and the log holds all of it; or, after `until`, a
@@ -131,6 +145,7 @@ async def _forward_stream(
     retry: RetryConfig | None,
     last: int,
     until: int | None,
+    note: Blocked,
 ) -> pb.StreamEvent | None:
     """One stream from ``last``: to the child's next terminal event, or to ``until``.
     Returns the last event forwarded (``None``: none)."""
@@ -152,7 +167,7 @@ async def _forward_stream(
         # with no await between: a cancellation cannot split them.
         final = batch[-1]
         forwarded.last[child_id] = final.sequence
-        _note_suspension(ctx, client, tool_call_id, final)
+        note(_suspended_child(client, final))
         if is_terminal(final):
             totals.note(final)
             break  # the stream would end here anyway; a continued child goes on after it
@@ -161,27 +176,35 @@ async def _forward_stream(
     return final
 
 
-def _note_suspension(
-    ctx: ToolContext, client: AgentClient, tool_call_id: str, last: pb.StreamEvent
-) -> None:
-    """The call waits only for a suspended child when the child's last event so far is
-    its own ``suspended``; any later event of it means it moved on."""
-    if last.WhichOneof("payload") == "suspended":
-        child = BlockedChild(
-            child_session_id=last.session_id, address=client.address, last_sequence=last.sequence
-        )
-        ctx.run.blockage.block(tool_call_id, child)
-    else:
-        ctx.run.blockage.unblock(tool_call_id)
+def _blockage_of(ctx: ToolContext) -> Blocked:
+    """Report to the step's ``Blockage`` under the running tool call (none: ignored)."""
+    call_id, blockage = ctx.tool_call_id, ctx.run.blockage
+
+    def note(child: BlockedChild | None) -> None:
+        if not call_id:
+            return
+        if child is None:
+            blockage.unblock(call_id)
+        else:
+            blockage.block(call_id, child)
+
+    return note
 
 
-async def _blocked_already(
-    ctx: ToolContext, client: AgentClient, child_id: str, tool_call_id: str, last: int
-) -> None:
+def _suspended_child(client: AgentClient, last: pb.StreamEvent) -> BlockedChild | None:
+    """The child, when its last event so far is its own ``suspended``: waiting for input.
+    Any later event of it means it moved on."""
+    if last.WhichOneof("payload") != "suspended":
+        return None
+    return BlockedChild(
+        child_session_id=last.session_id, address=client.address, last_sequence=last.sequence
+    )
+
+
+async def _blocked_already(client: AgentClient, child_id: str, last: int, note: Blocked) -> None:
     status = await client.get_status(child_id)
     if status.status == pb.SESSION_STATUS_SUSPENDED and status.last_sequence <= last:
-        child = BlockedChild(child_session_id=child_id, address=client.address, last_sequence=last)
-        ctx.run.blockage.block(tool_call_id, child)
+        note(BlockedChild(child_session_id=child_id, address=client.address, last_sequence=last))
 
 
 def status_of(terminal: pb.StreamEvent) -> pb.GetStatusResponse:

@@ -23,6 +23,10 @@ if TYPE_CHECKING:
 
 __all__ = ["MetricsHooks", "metered_hooks"]
 
+_WAKE_REASONS = frozenset({"input", "interrupt", "deadline"})
+"""Why a suspended session runs again: the values of ``helix.resume.reason`` from
+``on_resumed`` (anything else is counted as "other": a label's values stay few)."""
+
 _UNKNOWN_TOOL = "unknown"
 """The label of a tool the model named but the agent does not have (the model's
 output must not choose label values)."""
@@ -70,6 +74,8 @@ class MetricsHooks:
         if status is SessionStatus.RUNNING:
             return  # stopped, not ended (a drain, a lost lease): it resumes, maybe elsewhere
         self._end_step()
+        if status is SessionStatus.SUSPENDED:
+            return  # waits for people, not ended: counted by on_suspended
         attributes = {**self._agent_type, "helix.session.status": status.value}
         instruments().sessions_ended.add(1, attributes)
 
@@ -124,3 +130,15 @@ class MetricsHooks:
         at, agent_type = started
         attributes = {"helix.child.agent_type": agent_type, "helix.session.status": status.value}
         instruments().child_duration.record(time.monotonic() - at, attributes)
+
+    def on_input_required(self, *, request_id: str, tool_name: str, kind: str) -> None:
+        pass
+
+    def on_suspended(self, *, request_ids: Sequence[str], suspended_children: int) -> None:
+        instruments().sessions_suspended.add(1, self._agent_type)
+
+    def on_resumed(self, *, reason: str, suspended_at: float) -> None:
+        # The counter crash recovery counts on (restart, takeover), by the other reasons.
+        label = reason if reason in _WAKE_REASONS else "other"
+        attributes = {**self._agent_type, "helix.resume.reason": label}
+        instruments().sessions_resumed.add(1, attributes)

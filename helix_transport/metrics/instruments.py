@@ -139,10 +139,17 @@ class Instruments:
         self.sessions_resumed = meter.create_counter(
             "helix.sessions.resumed",
             unit="{session}",
-            description="Running sessions picked up from their checkpoint.",
+            description="Sessions picked up from their checkpoint (after a crash, or woken).",
         )
         """Labels: ``helix.agent_type``, ``helix.resume.reason`` (restart: this
-        replica's own; takeover: another replica's, whose lease lapsed)."""
+        replica's own; takeover: another replica's, whose lease lapsed; input,
+        interrupt, deadline: a suspended session woken, see ``sessions_suspended``)."""
+        self.sessions_suspended = meter.create_counter(
+            "helix.sessions.suspended",
+            unit="{session}",
+            description="Runs that suspended their session to wait for input from people.",
+        )
+        """Labels: ``helix.agent_type``."""
         self.sessions_running = meter.create_observable_up_down_counter(
             "helix.sessions.running",
             callbacks=[_observe_running],

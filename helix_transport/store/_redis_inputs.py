@@ -19,7 +19,8 @@ from typing import cast
 
 import redis.asyncio as aioredis
 
-from helix_transport.store._records import Interrupt
+from helix_transport.store._base import storable_answer
+from helix_transport.store._records import Interrupt, storable_text
 
 # KEYS: reason, abort flag. ARGV: reason, '1' for an abort. A plain interrupt leaves a
 # pending abort (both keys there) as it is; else it replaces whatever was pending.
@@ -62,7 +63,8 @@ class RedisInputs:
 
     async def set_interrupt(self, session_id: str, reason: str, abort: bool) -> None:
         """Record the request (see ``InterruptStore.set_interrupt``)."""
-        await self._set_interrupt(keys=self._interrupt(session_id), args=[reason, int(abort)])
+        args: list[str | int] = [storable_text(reason), int(abort)]
+        await self._set_interrupt(keys=self._interrupt(session_id), args=args)
 
     async def take_interrupt(self, session_id: str) -> Interrupt | None:
         """Read and clear the session's request, in one script."""
@@ -80,8 +82,11 @@ class RedisInputs:
         values = await self._client.mget([self._interrupt(i)[0] for i in ids])
         return {i for i, value in zip(ids, values, strict=True) if value is not None}
 
-    async def put_answer(self, session_id: str, request_id: str, answer: str) -> tuple[str, bool]:
+    async def put_answer(
+        self, session_id: str, request_id: str, answer_json: str
+    ) -> tuple[str, bool]:
         """Store the answer unless the request has one: (stored, by this call)."""
+        answer = storable_answer(request_id, answer_json)
         found = await self._put_answer(keys=[self._answers(session_id)], args=[request_id, answer])
         if int(found[0]) == 1:
             return answer, True

@@ -7,8 +7,7 @@ Every key starts with the store's prefix (``{prefix}:...``):
 - ``owned:{owner}``: each owner's sessions, newest last (``_redis_listing``).
 - ``events:{id}``: the session's log, a stream whose entry ids are ``0-<sequence>``.
 - ``checkpoint:{id}``: the checkpoint as a JSON string.
-- ``interrupt:{id}`` / ``interrupt-abort:{id}`` / ``answers:{id}``: interrupt requests
-  and people's answers (see ``_redis_inputs``).
+- ``interrupt:{id}`` / ``interrupt-abort:{id}`` / ``answers:{id}``: see ``_redis_inputs``.
 - ``refs:{parent}`` / ``refs-order:{parent}``: refs by child id, and child ids in
   the order they were first stored.
 - ``commands`` / ``command:{member}``: the outbox of child commands (see ``_redis_outbox``).
@@ -51,7 +50,6 @@ from helix_transport.store._base import (
     check_checkpoint,
     check_lease,
     given_bytes,
-    storable_answer,
 )
 from helix_transport.store._listing import SessionPage, SessionQuery
 from helix_transport.store._records import (
@@ -63,7 +61,6 @@ from helix_transport.store._records import (
     SubSessionRef,
     Usage,
     merge_commands,
-    storable_text,
 )
 from helix_transport.store._redis_codec import (
     _checkpoint_json,
@@ -407,7 +404,7 @@ class RedisStore:
         interrupt never replaces an abort."""
         self._check_open()
         with _map_redis_errors():
-            await self._inputs.set_interrupt(session_id, storable_text(reason), abort)
+            await self._inputs.set_interrupt(session_id, reason, abort)
 
     async def take_interrupt(self, session_id: str) -> Interrupt | None:
         """Read and clear the session's interrupt request (one script)."""
@@ -420,9 +417,8 @@ class RedisStore:
     ) -> tuple[str, bool]:
         """Record the answer unless the request has one (one script; see ``InputStore``)."""
         self._check_open()
-        answer = storable_answer(request_id, answer_json)
         with _map_redis_errors():
-            return await self._inputs.put_answer(session_id, request_id, answer)
+            return await self._inputs.put_answer(session_id, request_id, answer_json)
 
     async def list_answers(self, session_id: str) -> dict[str, str]:
         """The session's answers by request id (one ``HGETALL``)."""

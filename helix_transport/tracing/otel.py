@@ -21,6 +21,9 @@ Spans (``service.name`` = the agent type, the resource of each service)::
       execute_tool companion__spawn_agent
         delegate critic                a companion: one per child; every turn's run
           invoke_agent critic          nests under it (Continue carries no context)
+      input_required                   a request for input (zero-length)
+    suspended                          the wait for people, beside the runs: made when
+    invoke_agent orchestrator          a run wakes the session, from when it suspended
 
 Every span goes through a ``BatchSpanProcessor``: the loop only enqueues.
 """
@@ -30,6 +33,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from collections.abc import Callable, Mapping, Sequence
 from contextvars import Token
 from typing import TYPE_CHECKING, Any
@@ -237,13 +241,17 @@ class SpanHooks:
     def _start(
         self,
         name: str,
-        attributes: Mapping[str, str | int | bool],
+        attributes: Mapping[str, str | int | float | bool],
         *,
         parent: Span | None = None,
+        beside_run: bool = False,
         span_id: int | None = None,
         links: Sequence[Link] = (),
+        start_time: int | None = None,
     ) -> Span:
-        parent = parent or self._run
+        """A span under ``parent`` (default: the run's), or ``beside_run``: where the
+        run span itself goes (under the remote parent, or a root in the session's trace)."""
+        parent = None if beside_run else parent or self._run
         context = trace.set_span_in_context(parent) if parent is not None else self._parent
         trace_id = None if context is not None else trace_id_for(self.root_session_id)
         with forced_ids(trace_id=trace_id, span_id=span_id):
@@ -253,6 +261,7 @@ class SpanHooks:
                 kind=SpanKind.INTERNAL,
                 attributes={**self._common, **attributes},
                 links=links,
+                start_time=start_time,
             )
 
     def on_run_start(self, *, resumed: bool, step: int) -> None:
@@ -295,15 +304,21 @@ class SpanHooks:
             )
 
     def on_run_end(self, *, status: SessionStatus, usage: Usage, error: str) -> None:
+        suspended = status is SessionStatus.SUSPENDED
         cut_off = [*self._tools.values(), self._generation]
-        if status is not SessionStatus.RUNNING:
-            # A stopped run's delegations are not exported: the resumed run opens each
-            # again with the same span id, and one id must not be exported twice.
+        if status is not SessionStatus.RUNNING and not suspended:
+            # A stopped (or suspended) run's delegations are not exported: the resumed
+            # run opens each again with the same span id, and one id must not be
+            # exported twice.
             cut_off += self._delegations.values()
         for span in cut_off:
-            if span is not None:  # cut off (cancelled): end them before their parent
+            if span is None:
+                continue
+            if suspended:  # a call waiting on a suspended child: it goes on after the wait
+                span.set_attribute("langfuse.observation.status_message", "suspended")
+            else:  # cut off (cancelled): end them before their parent
                 span.set_status(Status(StatusCode.ERROR, "run stopped"))
-                span.end()
+            span.end()
         self._delegations.clear()
         self._tools.clear()
         self._tool_contexts.clear()  # their tasks are over: nothing to detach
@@ -330,6 +345,8 @@ class SpanHooks:
             run.set_status(Status(StatusCode.ERROR, error))
         elif status is SessionStatus.RUNNING:
             run.set_attribute("langfuse.observation.status_message", "stopped; resumable")
+        elif suspended:
+            run.set_attribute("langfuse.observation.status_message", "suspended; waits for input")
         run.end()
 
     def on_generation_start(self, *, model: str, messages: Sequence[Mapping[str, Any]]) -> None:
@@ -443,3 +460,54 @@ class SpanHooks:
             span.set_attribute("langfuse.observation.level", "ERROR")
             span.set_status(Status(StatusCode.ERROR, error or status.value))
         span.end()
+
+    def on_input_required(self, *, request_id: str, tool_name: str, kind: str) -> None:
+        # A moment, not a wait: the wait is the `suspended` span, made on waking (no
+        # process lives through it to hold a span open).
+        now = time.time_ns()
+        span = self._start(
+            "input_required",
+            {
+                "langfuse.observation.type": "event",
+                "gen_ai.tool.name": tool_name,
+                "gen_ai.tool.call.id": request_id,
+                "helix.input.request_id": request_id,
+                "helix.input.kind": kind,
+                "langfuse.observation.metadata.request_id": request_id,
+                "langfuse.observation.metadata.kind": kind,
+            },
+            start_time=now,
+        )
+        span.end(end_time=now)
+
+    def on_suspended(self, *, request_ids: Sequence[str], suspended_children: int) -> None:
+        if self._run is None:
+            return
+        attributes: dict[str, list[str] | int] = {
+            "helix.suspended.request_ids": list(request_ids),
+            "helix.suspended.children": suspended_children,
+        }
+        self._run.add_event("suspended", attributes)
+        self._run.set_attributes(attributes)
+
+    def on_resumed(self, *, reason: str, suspended_at: float) -> None:
+        now = time.time_ns()
+        # Another process suspended it, by its clock: never start after the end.
+        start = min(max(int(suspended_at * 1e9), 0), now)
+        waited_s = round((now - start) / 1e9, 3)
+        if self._run is not None:
+            self._run.set_attribute("helix.resume.reason", reason)
+        attributes: dict[str, str | float] = {
+            "langfuse.observation.type": "span",
+            "helix.resume.reason": reason,
+            "helix.suspended_s": waited_s,
+            "langfuse.observation.metadata.resume_reason": reason,
+        }
+        if self._parent is None:
+            # A root of the trace, like the runs: Langfuse names a trace after a root
+            # span, so it says the trace's name (the runs') rather than its own.
+            attributes["langfuse.trace.name"] = self.agent_type
+        # Beside the runs, between the one that suspended and this one, in the same
+        # trace (keyed on the root session id, or under the same remote parent).
+        span = self._start("suspended", attributes, beside_run=True, start_time=start)
+        span.end(end_time=now)

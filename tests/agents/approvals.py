@@ -165,7 +165,12 @@ def _dispatcher_script(messages: list[dict[str, Any]]) -> ScriptedTurn:
         return ScriptedTurn(
             tool_calls=(ScriptedToolCall(name="run_subagent", arguments={"tasks": [task]}),)
         )
-    return finish(result=[value for _, value in step_results(messages)])
+    delivered = [
+        m["content"] for m in messages if "[sub-agent results]" in str(m.get("content", ""))
+    ]
+    if not delivered:
+        return ScriptedTurn(text="waiting for the task")  # ends the pass: the run parks
+    return finish(result=delivered[-1])
 
 
 dispatcher = with_dispatch(

@@ -16,7 +16,7 @@ from helix_transport import AgentClient, AgentServer, ServerConfig, create_serve
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.registry import address_env_var
 from helix_transport.store import MemoryStore
-from tests.agents.approvals import fanout, mailer, middle, root
+from tests.agents.approvals import dispatcher, fanout, mailer, middle, picker, root
 
 
 def kind(event: pb.StreamEvent) -> str:
@@ -98,9 +98,10 @@ async def test_two_sibling_requests_are_answered_in_either_order(tree: Tree, ord
         await client.start("{}", session_id=f"f-{order}")
         requests, _ = await requests_until_suspended(client, f"f-{order}", count=2)
         assert len({tuple(r.path) for r in requests}) == 2  # one per sibling child
-        if order == "b-first":
-            requests.reverse()
-        first, second = requests
+        by_call = {("a" if "-remote-call_a-" in r.path[-1] else "b"): r for r in requests}
+        first, second = (
+            (by_call["a"], by_call["b"]) if order == "a-first" else (by_call["b"], by_call["a"])
+        )
         await client.submit_input(f"f-{order}", first.request_id, path=first.path, approved=True)
         await asyncio.sleep(0.5)  # the first child finishes; the parent waits for the other
         assert (await client.get_status(f"f-{order}")).status != pb.SESSION_STATUS_COMPLETED
@@ -113,3 +114,32 @@ async def test_two_sibling_requests_are_answered_in_either_order(tree: Tree, ord
         assert "denied" in denied["error"]
     finally:
         await client.aclose()
+
+
+async def test_a_client_tool_inside_a_run_subagent_task(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    servers = []
+    for agent in (picker, dispatcher):
+        server = await create_server(
+            agent, MemoryStore(), ServerConfig(lease_ttl_s=1.0), allow_unauthenticated=True
+        )
+        await server.start()
+        servers.append(server)
+        monkeypatch.setenv(address_env_var(agent.name), server.address)
+    client = await AgentClient.connect(servers[1].address)
+    try:
+        await client.start('{"colors": ["red", "green"]}', session_id="d1")
+        (request,), _ = await requests_until_suspended(client, "d1")
+        assert request.kind == pb.INPUT_KIND_CLIENT_RESULT and len(request.path) == 2
+        assert servers[1].runner.running == 0  # the parked parent is a row too
+        await client.submit_input(
+            "d1", request.request_id, path=request.path, result_json='"green"'
+        )
+        status = await client.get_status("d1", wait=timedelta(seconds=30))
+        assert status.status == pb.SESSION_STATUS_COMPLETED, status
+        assert "green" in status.output_json
+    finally:
+        await client.aclose()
+        for server in servers:
+            await server.shutdown(grace_s=1)

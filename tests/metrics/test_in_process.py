@@ -24,7 +24,14 @@ from helix_transport.agent.scripted import ScriptedTurn, call, finish, register_
 from helix_transport.metrics import MetricsConfig, metered_store, metrics_enabled, start_metrics
 from helix_transport.metrics.instruments import install
 from helix_transport.metrics.store import MeteredStore
-from helix_transport.store import MemoryStore, SessionUpdate, SqliteStore, Store
+from helix_transport.store import (
+    InputStore,
+    Interrupt,
+    MemoryStore,
+    SessionUpdate,
+    SqliteStore,
+    Store,
+)
 from helix_transport.testing.store_suite import StoreConformance, make_record
 
 
@@ -88,6 +95,30 @@ async def test_every_store_call_is_timed_by_backend_and_operation(
             memory,
             ("helix.store.operation", "update_session"),
         ): 1,
+    }
+    await store.aclose()
+
+
+async def test_input_calls_are_timed_and_pass_their_keywords(
+    recorded: InMemoryMetricReader,
+) -> None:
+    # Wrapped at the seam, people's input is timed like any store call, and an
+    # abort keeps its keyword on the way through.
+    store = metered_store(MemoryStore())
+    assert isinstance(store, InputStore)
+    assert await store.put_answer("s-1", "call-1", "{}") == ("{}", True)
+    assert await store.list_answers("s-1") == {"call-1": "{}"}
+    await store.set_interrupt("s-1", "abort", abort=True)
+    assert await store.take_interrupt("s-1") == Interrupt("abort", abort=True)
+    operations = {
+        dict(p.attributes)["helix.store.operation"]: p.count
+        for p in points(recorded, "helix.store.operation.duration")
+    }
+    assert operations == {
+        "put_answer": 1,
+        "list_answers": 1,
+        "set_interrupt": 1,
+        "take_interrupt": 1,
     }
     await store.aclose()
 

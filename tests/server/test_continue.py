@@ -10,10 +10,11 @@ starts a second one; a running session, a wrong turn or a failed session without
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from pydantic import BaseModel
@@ -22,6 +23,7 @@ from helix_transport import (
     Agent,
     AgentClient,
     InvalidArgument,
+    SequenceConflict,
     ServerConfig,
     SessionExists,
     SessionNotFound,
@@ -29,10 +31,14 @@ from helix_transport import (
     StoreUnavailable,
     create_server,
 )
+from helix_transport._events import SessionStatus
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.agent.scripted import ScriptedTurn, finish, register_script
 from helix_transport.agent.state import RUN_STATE_KEY
-from helix_transport.store import Checkpoint, MemoryStore, Store
+from helix_transport.server._continue import TurnRequest, _start_turn
+from helix_transport.server._runner import SessionRunner
+from helix_transport.store import Checkpoint, Interrupt, MemoryStore, Store
+from helix_transport.testing.store_suite import make_record
 from services.critic import agent as critic
 from tests.agents import counter, looper
 from tests.conftest import Serve
@@ -401,3 +407,23 @@ async def test_a_turn_continued_through_another_replica_starts_once_the_lease_is
     assert kinds(second)[0] == "turn_started" and "run_resumed" not in kinds(second)
     assert second[-1].WhichOneof("payload") == "completed"
     assert took < 4, took  # the lease was free after ~1 s
+
+
+class _ContinuedElsewhere(MemoryStore):
+    """Another Continue's turn_started lands first: this one's append is fenced off."""
+
+    async def append(self, session_id: str, events: Any, **options: Any) -> int:
+        raise SequenceConflict(session_id, options["expected_sequence"], 99)
+
+
+async def test_an_abort_taken_by_a_turn_that_lost_the_race_goes_back_as_an_abort() -> None:
+    # The stale interrupt a turn takes before it starts may be the winning turn's: put
+    # back, an abort stays an abort (a plain interrupt in its place would only stop a
+    # turn the person meant to end).
+    store = _ContinuedElsewhere()
+    record, _ = await store.create_session(make_record("c1", status=SessionStatus.COMPLETED))
+    await store.set_interrupt("c1", "end it all", abort=True)
+    request = TurnRequest(key="c1", session_id="c1", turn=2, message="again", fresh=False)
+    runner = cast(SessionRunner, None)  # never reached: the append is refused first
+    assert await _start_turn(store, runner, record, request, contextlib.nullcontext) is None
+    assert await store.take_interrupt("c1") == Interrupt("end it all", abort=True)

@@ -29,6 +29,7 @@ from helix_transport._exceptions import (
 )
 from helix_transport.store import (
     Checkpoint,
+    Interrupt,
     SessionUpdate,
     Store,
     _postgres_schema,
@@ -107,6 +108,7 @@ async def test_migrations_are_idempotent(
         "subsession_refs",
         "child_commands",
         "tombstones",
+        "answers",
     }
 
 
@@ -155,6 +157,28 @@ async def test_a_schema_at_version_2_gains_the_outbox(
         await store.put_commands([command])
         assert await store.list_commands() == [command]
     assert await _versions(admin, schema) == list(range(1, SCHEMA_VERSION + 1))
+
+
+async def test_a_schema_at_version_5_gains_answers_and_aborts(
+    postgres_dsn: str, schema: str, admin: asyncpg.Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A schema migrated by the helix-mesh before people's input, with an interrupt
+    # pending: it is a plain one.
+    with monkeypatch.context() as before:
+        before.setattr(_postgres_schema, "_MIGRATIONS", _postgres_schema._MIGRATIONS[:5])
+        before.setattr(_postgres_schema, "SCHEMA_VERSION", 5)
+        async with await PostgresStore.open(postgres_dsn, schema=schema):
+            pass
+    assert await _versions(admin, schema) == [1, 2, 3, 4, 5]
+    await admin.execute(f'INSERT INTO "{schema}".interrupts VALUES ($1, $2)', "s-1", "stop")
+    async with await PostgresStore.open(postgres_dsn, schema=schema) as store:
+        assert await store.take_interrupt("s-1") == Interrupt("stop", abort=False)
+        await store.set_interrupt("s-1", "abort", abort=True)
+        assert await store.put_answer("s-1", "call-1", "{}") == ("{}", True)
+    async with await PostgresStore.open(postgres_dsn, schema=schema) as store:
+        assert await store.take_interrupt("s-1") == Interrupt("abort", abort=True)
+        assert await store.list_answers("s-1") == {"call-1": "{}"}
+    assert await _versions(admin, schema) == [1, 2, 3, 4, 5, 6]
 
 
 async def test_a_batch_of_commands_is_stored_whole_or_not_at_all(

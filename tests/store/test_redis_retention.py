@@ -50,7 +50,8 @@ async def test_every_key_of_an_expired_session_goes(
     await store.create_session(make_record("p"))
     await store.append("p", [make_event("a", session_id="p")], expected_sequence=0)
     await store.save_checkpoint(Checkpoint(session_id="p", step=1, messages=[], last_sequence=1))
-    await store.set_interrupt("p", "stop")
+    await store.set_interrupt("p", "stop", abort=True)
+    await store.put_answer("p", "call-1", '{"approved": true, "reason": ""}')
     await store.put_subsession_ref(
         SubSessionRef(parent_session_id="p", child_session_id="c", agent_type="a", tool_call_id="t")
     )
@@ -58,6 +59,7 @@ async def test_every_key_of_an_expired_session_goes(
     await store.update_session("p", SessionUpdate(status=SessionStatus.COMPLETED))
     before = await _keys(client, prefix)
     assert f"{prefix}:events:p" in before and f"{prefix}:refs-order:p" in before
+    assert {f"{prefix}:answers:p", f"{prefix}:interrupt-abort:p"} <= before
 
     report = await sweep(store, retention=timedelta(seconds=1), now=time.time() + 2)
 

@@ -25,6 +25,7 @@ from helix_transport._exceptions import (
 )
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.store import (
+    Interrupt,
     SqliteStore,
     Store,
     SubSessionRef,
@@ -116,6 +117,27 @@ async def test_a_version_2_file_gains_the_outbox(tmp_path: Path) -> None:
             assert await store.list_commands() == [command]
     with sqlite3.connect(path) as conn:
         assert conn.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
+
+
+async def test_a_version_5_file_gains_answers_and_aborts(tmp_path: Path) -> None:
+    """A file written before people's input: its pending interrupt is a plain one."""
+    path = tmp_path / "v5.db"
+    upgrades = [statement for version in range(2, 6) for statement in _schema._UPGRADES[version]]
+    with sqlite3.connect(path) as conn:
+        for statement in [*_schema._SCHEMA.split(";"), *upgrades]:
+            if statement.strip():
+                conn.execute(statement)
+        conn.execute("INSERT INTO schema_version (version) VALUES (5)")
+        conn.execute("INSERT INTO interrupts (session_id, reason) VALUES ('s-1', 'stop')")
+    async with await SqliteStore.open(str(path)) as store:
+        assert await store.take_interrupt("s-1") == Interrupt("stop", abort=False)
+        await store.set_interrupt("s-1", "abort", abort=True)
+        assert await store.put_answer("s-1", "call-1", "{}") == ("{}", True)
+    async with await SqliteStore.open(str(path)) as store:  # opened as it is now
+        assert await store.take_interrupt("s-1") == Interrupt("abort", abort=True)
+        assert await store.list_answers("s-1") == {"call-1": "{}"}
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(6,)]
 
 
 async def test_a_batch_of_commands_is_stored_whole_or_not_at_all(tmp_path: Path) -> None:

@@ -7,13 +7,13 @@ import dataclasses
 from typing import Any
 
 from helix_transport._exceptions import HelixError, SessionExists, SessionStateConflict
-from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.agent.tools import (
     ToolContext,
 )
 from helix_transport.delegation.companions._children import PREFIX, Child, Children
 from helix_transport.delegation.companions._lifecycle import Lifecycle
 from helix_transport.delegation.forwarded import ends_logged
+from helix_transport.delegation.forwarding import UNFINISHED
 from helix_transport.delegation.spans import reopen_delegations
 
 
@@ -63,7 +63,7 @@ class Delivery(Lifecycle):
             # Asked only once the child is not running: a status is one record read, where
             # a Continue, refused while the turn runs, also reads the checkpoint and log.
             status = await client.get_status(child.session_id)
-            if status.status in (pb.SESSION_STATUS_RUNNING, pb.SESSION_STATUS_UNSPECIFIED):
+            if status.status in UNFINISHED:
                 return []
             replaced = await self._running_ref(ctx, child)
             try:

@@ -29,7 +29,7 @@ from helix_transport.delegation.companions._children import (
     child_session_id,
 )
 from helix_transport.delegation.forwarded import forwarded_so_far, start_logged
-from helix_transport.delegation.forwarding import forward_child, new_child, status_of
+from helix_transport.delegation.forwarding import UNFINISHED, forward_child, new_child, status_of
 from helix_transport.delegation.spans import end_delegation, open_delegation
 from helix_transport.registry import resolve_address
 from helix_transport.store import SubSessionRef
@@ -298,10 +298,7 @@ class Lifecycle:
         except HelixError:
             return  # unreachable for now: still "running" as far as we know
         # Terminal, past the start of our turn: the turn we started has ended.
-        if (
-            status.status not in (pb.SESSION_STATUS_RUNNING, pb.SESSION_STATUS_UNSPECIFIED)
-            and status.last_sequence > child.from_sequence
-        ):
+        if status.status not in UNFINISHED and status.last_sequence > child.from_sequence:
             await self._record(ctx, child, status)
 
     async def _record(self, ctx: ToolContext, child: Child, status: pb.GetStatusResponse) -> None:

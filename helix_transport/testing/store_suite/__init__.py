@@ -17,8 +17,8 @@ an async callable opening a new instance on the same data.
 The tests only use the ``Store`` Protocol, so they pin down behaviour, not storage.
 
 The tests are split by the ``Store`` role they check (``_sessions``, ``_log``,
-``_keyed``, ``_outbox``, ``_leases``, ``_retention``, ``_listing``) and composed into
-``StoreConformance``.
+``_keyed``, ``_inputs``, ``_outbox``, ``_leases``, ``_retention``, ``_listing``) and
+composed into ``StoreConformance``.
 """
 
 from __future__ import annotations

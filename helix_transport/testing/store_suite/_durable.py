@@ -84,6 +84,29 @@ class DurableStoreConformance(StoreConformance, DurableRetentionConformance):
         finally:
             await other.aclose()
 
+    async def test_two_instances_race_for_one_answer(self, store: Store, reopen: Reopen) -> None:
+        # Two processes handed the same request (a SubmitInput retried at another
+        # replica, a person answering twice): one answer wins, and both see it.
+        other = await reopen()
+        try:
+            first = [f'{{"approved": true, "reason": "x{n}"}}' for n in range(10)]
+            second = [f'{{"approved": false, "reason": "y{n}"}}' for n in range(10)]
+            results = await asyncio.gather(
+                *(store.put_answer("s-1", "call-1", answer) for answer in first),
+                *(other.put_answer("s-1", "call-1", answer) for answer in second),
+            )
+            stored = [answer for answer, created in results if created]
+            assert len(stored) == 1, results
+            assert {answer for answer, _ in results} == set(stored)
+        finally:
+            await other.aclose()
+        await store.aclose()
+        again = await reopen()
+        try:
+            assert await again.list_answers("s-1") == {"call-1": stored[0]}
+        finally:
+            await again.aclose()
+
     async def test_commands_survive_a_new_instance(self, store: Store, reopen: Reopen) -> None:
         # The outbox outlives the parent's process, and any replica can deliver it.
         first = make_command("p-1", "c-1", created_at=1_700_000_000.125, reason="stop")

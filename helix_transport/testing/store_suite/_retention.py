@@ -101,7 +101,9 @@ class RetentionConformance:
         await store.save_checkpoint(
             Checkpoint(session_id="p", step=1, messages=[], last_sequence=2)
         )
-        await store.set_interrupt("p", "stop")
+        await store.set_interrupt("p", "stop", abort=True)
+        await store.put_answer("p", "call-1", '{"approved": false, "reason": "no"}')
+        await store.put_answer("other", "call-1", '{"error": "timed out"}')
         ref = SubSessionRef(
             parent_session_id="p", child_session_id="c", agent_type="critic", tool_call_id="t"
         )
@@ -117,6 +119,8 @@ class RetentionConformance:
         assert await store.read("p") == []
         assert await store.load_checkpoint("p") is None
         assert await store.take_interrupt("p") is None
+        assert await store.list_answers("p") == {}
+        assert await store.list_answers("other") == {"call-1": '{"error": "timed out"}'}
         assert await store.list_subsession_refs("p") == []
         assert await store.get_subsession_ref("p", "c") is None
         assert await store.list_commands() == [theirs]

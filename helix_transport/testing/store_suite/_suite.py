@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from helix_transport.testing.store_suite._inputs import InputConformance
 from helix_transport.testing.store_suite._keyed import KeyedStateConformance
 from helix_transport.testing.store_suite._leases import LeaseConformance
 from helix_transport.testing.store_suite._listing import ListingConformance
@@ -17,6 +18,7 @@ class StoreConformance(
     SessionConformance,
     EventLogConformance,
     KeyedStateConformance,
+    InputConformance,
     OutboxConformance,
     LeaseConformance,
     RetentionConformance,
