@@ -57,7 +57,7 @@ const TERMINAL_STATUS = {
 };
 
 // The optional parts of the contract served here (`DescribeResponse.capabilities`): no
-// Continue, no SubmitInput (no tool waits for a person), no abort.
+// Continue, no SubmitInput (no tool waits for a person), no abort (see Interrupt).
 const CAPABILITIES = ['list_sessions'];
 
 // A terminal event's usage (own and subtree's): this agent calls no model and has no
@@ -655,8 +655,10 @@ class TranslatorService {
   Interrupt(request) {
     const sessionId = checkSessionId(request.session_id);
     if (longerThan(request.reason, MAX_REASON)) throw invalid('reason', `longer than ${MAX_REASON} characters`);
-    // Never a plain interrupt in its place: that session could be continued, an aborted one not.
-    if (request.abort) throw new RpcError(grpc.status.UNIMPLEMENTED, 'abort: not implemented by this service');
+    // `abort` (not among CAPABILITIES) is taken as a plain interrupt, as by any service
+    // older than the field: with no Continue here, an interrupted session never runs
+    // again either, and a parent's abort cascading down stops this child at once (an
+    // error would leave it running).
     const session = this.session(sessionId);
     if (session.terminal) return { status: session.status, accepted: false };
     if (!session.interrupt) {

@@ -172,23 +172,24 @@ async def test_node_service_conforms(start_node: StartNode) -> None:
         assert f"Describe does not list {capability!r}" in result.detail, result.detail
 
 
-async def test_node_service_refuses_an_abort_it_cannot_do(start_node: StartNode) -> None:
-    """An abort is UNIMPLEMENTED there, never a plain interrupt in its place."""
+async def test_node_service_takes_an_abort_for_an_interrupt(start_node: StartNode) -> None:
+    """It lists no ``abort``: an abort is a plain interrupt there, as by any service older
+    than the field (never an error, which would leave a parent's child running)."""
     async with start_node(delay_ms=50) as node, grpc.aio.insecure_channel(node.address) as channel:
         stub = pb_grpc.AgentServiceStub(channel)
         started = await stub.Start(pb.StartRequest(input_json=TRANSLATE), timeout=10)
-        with pytest.raises(grpc.aio.AioRpcError) as refused:
-            await stub.Interrupt(
-                pb.InterruptRequest(session_id=started.session_id, abort=True), timeout=10
-            )
-        assert refused.value.code() == grpc.StatusCode.UNIMPLEMENTED
-        assert (refused.value.details() or "").startswith("abort:")
+        reply = await stub.Interrupt(
+            pb.InterruptRequest(session_id=started.session_id, reason="stop", abort=True),
+            timeout=10,
+        )
+        assert reply.accepted
         final = None
         async for response in stub.Stream(
             pb.StreamRequest(session_id=started.session_id), timeout=60
         ):
             final = response.events[-1] if response.events else final
-    assert final is not None and final.WhichOneof("payload") == "completed"  # it ran on
+    assert final is not None and final.WhichOneof("payload") == "interrupted"
+    assert final.interrupted.reason == "stop"
 
 
 async def test_cli_prints_the_table_and_exits_zero(start_node: StartNode) -> None:
