@@ -224,10 +224,12 @@ class InputState:
             "suspended_at": self.suspended_at,
         }
 
-    def wake_at(self) -> float | None:
-        """The soonest deadline of a pending request."""
-        deadlines = [r.deadline for r in self.pending.values() if r.deadline is not None]
-        return min(deadlines) if deadlines else None
+    def only(self, call_ids: set[str]) -> None:
+        """Forget what is not about ``call_ids`` (the step's calls): what an earlier step,
+        cut off by an interrupt, kept is over."""
+        self.pending = {k: v for k, v in self.pending.items() if k in call_ids}
+        self.results = {k: v for k, v in self.results.items() if k in call_ids}
+        self.approved = [k for k in self.approved if k in call_ids]
 
 
 def request_event(request: Request, *, arguments_json: str, path: list[str]) -> pb.StreamEvent:

@@ -257,8 +257,9 @@ class RunLoop:
             state.messages.append(response.to_message())
             calls = response.tool_calls
             if any(c.name != FINISH_TOOL for c in calls):
-                # Requests for input are in the checkpoint before anyone sees them.
-                waiting = InputState.of(state.run)
+                # Requests for input are in the checkpoint before anyone sees them. A
+                # fresh step starts clean: what an interrupted earlier step kept is over.
+                waiting = InputState()
                 self.inputs.ask(waiting, calls)
                 waiting.save(state.run)
                 await self._checkpoint(state, step=state.step)
@@ -271,6 +272,7 @@ class RunLoop:
         finish tool's valid output ends the run. A step that still waits for input when
         nothing else runs suspends (``agent._step_inputs``)."""
         waiting = InputState.of(state.run)
+        waiting.only({c.id for c in calls})
         before = (len(waiting.pending), len(waiting.results))
         ready = await self.inputs.resolve(waiting, calls)
         if (len(waiting.pending), len(waiting.results)) != before:

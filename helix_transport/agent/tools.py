@@ -9,7 +9,7 @@ import re
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, get_type_hints
+from typing import Any, get_type_hints, overload
 
 from pydantic import BaseModel, ValidationError
 
@@ -284,6 +284,22 @@ def describe_validation_error(exc: ValidationError) -> str:
     )
 
 
+@overload
+def tool(fn: ToolFn) -> Tool: ...
+
+
+@overload
+def tool(
+    fn: None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    timeout_s: float | None = None,
+    approval: bool | Callable[[Any], bool] = False,
+    input_timeout_s: float | None = None,
+) -> Callable[[ToolFn], Tool]: ...
+
+
 def tool(
     fn: ToolFn | None = None,
     *,
@@ -292,7 +308,7 @@ def tool(
     timeout_s: float | None = None,
     approval: bool | Callable[[Any], bool] = False,
     input_timeout_s: float | None = None,
-) -> Any:
+) -> Tool | Callable[[ToolFn], Tool]:
     """Make a ``Tool`` from ``async def fn(ctx: ToolContext, args: SomeModel) -> result``.
 
     The name defaults to the function's, the description to its docstring and the

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = ["MetricsHooks", "metered_hooks"]
 
-_WAKE_REASONS = frozenset({"input", "interrupt", "deadline"})
+_WAKE_REASONS = frozenset({"input", "interrupt", "deadline", "child"})
 """Why a suspended session runs again: the values of ``helix.resume.reason`` from
 ``on_resumed`` (anything else is counted as "other": a label's values stay few)."""
 

@@ -25,7 +25,8 @@ MIGRATION = """
 """The migration that adds retention."""
 
 FINISHED = (
-    "SELECT * FROM {s}.sessions WHERE status <> 'running' AND finished_at <= $1 "
+    "SELECT * FROM {s}.sessions WHERE status <> 'running' AND status <> 'suspended' "
+    "AND finished_at <= $1 "
     "AND (finished_at, session_id) > ($2, $3) ORDER BY finished_at, session_id LIMIT $4"
 )
 # The sessions and their roots, locked in one order (by id) so that two replicas'

@@ -40,7 +40,9 @@ local p, id, root, cutoff = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 local index = p .. ':status:finished-at'
 local function finished(key)
   local f = redis.call('HMGET', key, 'status', 'finished_at')
-  if not f[1] or f[1] == 'running' or not f[2] or f[2] == '' then return false end
+  if not f[1] or f[1] == 'running' or f[1] == 'suspended' or not f[2] or f[2] == '' then
+    return false
+  end
   return tonumber(f[2]) <= cutoff
 end
 local key = p .. ':session:' .. id
@@ -77,7 +79,9 @@ return 1
 # between is in the index for its new end, and stays).
 _FORGET = """
 local status = redis.call('HGET', KEYS[2], 'status')
-if not status or status == 'running' then redis.call('ZREM', KEYS[1], ARGV[1]) end
+if not status or status == 'running' or status == 'suspended' then
+  redis.call('ZREM', KEYS[1], ARGV[1])
+end
 """
 
 

@@ -18,7 +18,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from helix_transport._events import SessionStatus
 from helix_transport._metadata import ROOT_SESSION_KEY
 from helix_transport.store._records import SessionRecord
 
@@ -98,7 +97,7 @@ def finished_by(record: SessionRecord | None, finished_before: float) -> bool:
     """True when ``record`` is finished (not running) and ended by ``finished_before``."""
     return (
         record is not None
-        and record.status is not SessionStatus.RUNNING
+        and record.status.is_terminal  # not running, not suspended
         and record.finished_at is not None
         and record.finished_at <= finished_before
     )

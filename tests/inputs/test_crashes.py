@@ -194,16 +194,36 @@ async def run_case(mesh: Mesh, role: str, moment: str) -> None:
     assert f"{session_id}@example.com" in json.dumps(output)
 
 
-@pytest.mark.timeout(900)
-@pytest.mark.parametrize(
-    "mesh",
-    [("sqlite", 1), ("redis", 1), ("postgres", 1), ("redis", 2)],
-    indirect=True,
-    ids=["sqlite", "redis", "postgres", "redis-two-replicas"],
-)
-async def test_every_kill_applies_the_answer_once(mesh: Mesh) -> None:
-    for role, moment in CASES:
+SHORT = [("hitl-middle", "suspended"), ("hitl-mailer", "answered")]
+"""The default run's cases on the shared backends: a parent killed while suspended, and
+the asking child killed right after the answer. ``-m slow`` runs every case on each."""
+
+BACKENDS = [("sqlite", 1), ("redis", 1), ("postgres", 1), ("redis", 2)]
+IDS = ["sqlite", "redis", "postgres", "redis-two-replicas"]
+
+
+async def run_cases(mesh: Mesh, cases: list[tuple[str, str]]) -> None:
+    for role, moment in cases:
         try:
             await run_case(mesh, role, moment)
         except BaseException as exc:
             raise AssertionError(f"killing {role} while {moment}: {exc!r}") from exc
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("mesh", [("sqlite", 1)], indirect=True, ids=["sqlite"])
+async def test_every_kill_applies_the_answer_once_on_sqlite(mesh: Mesh) -> None:
+    await run_cases(mesh, CASES)
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("mesh", BACKENDS[1:], indirect=True, ids=IDS[1:])
+async def test_a_parent_and_a_child_killed_on_shared_stores(mesh: Mesh) -> None:
+    await run_cases(mesh, SHORT)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("mesh", BACKENDS[1:], indirect=True, ids=IDS[1:])
+async def test_every_kill_applies_the_answer_once(mesh: Mesh) -> None:
+    await run_cases(mesh, CASES)

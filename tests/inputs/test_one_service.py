@@ -4,9 +4,12 @@ idempotent answers, and the suspended session as a row (no run, no lease)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from collections.abc import AsyncIterator
 from datetime import timedelta
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,7 +17,15 @@ from helix_transport import AgentClient, AgentServer, ServerConfig, create_serve
 from helix_transport._exceptions import RequestNotFound, SessionStateConflict
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.agent.definition import Agent
-from helix_transport.store import MemoryStore
+from helix_transport.agent.scripted import (
+    ScriptedTurn,
+    call,
+    finish,
+    register_script,
+    step_results,
+    steps_taken,
+)
+from helix_transport.store import MemoryStore, open_store
 from tests.agents.approvals import hasty, mailer, picker
 
 
@@ -139,6 +150,73 @@ async def test_a_request_past_its_deadline_becomes_an_error_result() -> None:
         assert "expired" in status.output_json
         with pytest.raises(SessionStateConflict):  # too late: the deadline answered first
             await client.submit_input("h1", request.request_id, approved=True)
+    finally:
+        await client.aclose()
+        await server.shutdown(grace_s=1)
+
+
+async def test_a_restarted_service_holds_nothing_for_a_suspended_session(
+    tmp_path: Path,
+) -> None:
+    """The suspended session is a row: a new process over the same store runs no task
+    for it, scan after scan, until the answer comes; then it runs to its end."""
+    store_url = f"sqlite:///{tmp_path / 'mailer.db'}"
+    config = ServerConfig(lease_ttl_s=0.3)
+    store = await open_store(store_url)
+    first = await create_server(mailer, store, config, allow_unauthenticated=True)
+    await first.start()
+    async with await AgentClient.connect(first.address) as client:
+        await client.start("{}", session_id="long-wait")
+        events = await until_suspended(client, "long-wait")
+    await first.shutdown(grace_s=1)
+    await store.aclose()
+
+    store = await open_store(store_url)
+    second = await create_server(mailer, store, config, allow_unauthenticated=True)
+    await second.start()
+    try:
+        await asyncio.sleep(1.5)  # five orphan and suspended scans
+        assert second.runner.running == 0
+        assert not [t for t in asyncio.all_tasks() if t.get_name() == "run:long-wait"]
+        async with await AgentClient.connect(second.address) as client:
+            assert (await client.get_status("long-wait")).status == pb.SESSION_STATUS_SUSPENDED
+            request_id = next(
+                e.input_required.request_id for e in events if kind(e) == "input_required"
+            )
+            await client.submit_input("long-wait", request_id, approved=True)
+            status = await client.get_status("long-wait", wait=timedelta(seconds=20))
+            assert status.status == pb.SESSION_STATUS_COMPLETED
+    finally:
+        await second.shutdown(grace_s=1)
+        await store.aclose()
+
+
+def _send_and_finish(messages: list[dict[str, Any]]) -> ScriptedTurn:
+    if steps_taken(messages) == 0:  # the finish beside a call waiting for its approval
+        return ScriptedTurn(tool_calls=(call("send", to="x@example.com"), call("__finish__")))
+    return finish(result=[value for _, value in step_results(messages)])
+
+
+eager = dataclasses.replace(
+    mailer, name="hitl-eager", model=register_script("hitl-eager", _send_and_finish)
+)
+
+
+async def test_a_finish_beside_a_call_waiting_for_input_is_refused() -> None:
+    server = await serve(eager)
+    client = await AgentClient.connect(server.address)
+    try:
+        await client.start("{}", session_id="e1")
+        events = await until_suspended(client, "e1")
+        refused = [e.tool_end for e in events if kind(e) == "tool_end"]
+        assert [(r.tool_name, r.is_error) for r in refused] == [("__finish__", True)]
+        request_id = next(
+            e.input_required.request_id for e in events if kind(e) == "input_required"
+        )
+        await client.submit_input("e1", request_id, approved=True)
+        status = await client.get_status("e1", wait=timedelta(seconds=20))
+        output = json.loads(status.output_json)["result"]
+        assert output[0] == {"sent_to": "x@example.com"} and "error" in output[1]
     finally:
         await client.aclose()
         await server.shutdown(grace_s=1)

@@ -271,6 +271,7 @@ class Lifecycle:
             client=client,
             retry=retry,
             past=child.from_sequence,
+            rejoining=True,  # a turn followed before a suspension may still wait for input
         )
         if final is not None and final.sequence > child.from_sequence:
             status = status_of(final)

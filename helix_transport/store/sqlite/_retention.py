@@ -25,7 +25,8 @@ UPGRADE: tuple[str, ...] = (
 """The schema upgrade that adds retention."""
 
 _FINISHED = (
-    "SELECT * FROM sessions WHERE status <> 'running' AND finished_at <= ? "
+    "SELECT * FROM sessions WHERE status <> 'running' AND status <> 'suspended' "
+    "AND finished_at <= ? "
     "AND (finished_at > ? OR (finished_at = ? AND session_id > ?)) "
     "ORDER BY finished_at, session_id LIMIT ?"
 )

@@ -62,6 +62,18 @@ class RetentionConformance:
     async def test_the_store_has_the_retention_role(self, store: Store) -> None:
         assert isinstance(store, RetentionStore)
 
+    async def test_a_suspended_session_never_goes(self, store: Store) -> None:
+        # A continued session whose new turn waits for input: its record keeps the
+        # first turn's end, long past, but it is not finished.
+        await _start(store, "waits")
+        await _finish(store, "waits", SessionStatus.COMPLETED)
+        await store.update_session("waits", SessionUpdate(status=SessionStatus.SUSPENDED))
+        await _start(store, "child-of-waits", root="waits", parent="waits")
+        await _finish(store, "child-of-waits", SessionStatus.COMPLETED)
+        now = await _cutoff_between(store)
+        assert (await sweep(store, retention=RETENTION, now=now)).expired == []
+        assert await store.get_session("waits") is not None
+
     async def test_exactly_the_expired_finished_sessions_go(self, store: Store) -> None:
         for session_id in ("old", "running", "recent", "root-run", "root-old", "root-new"):
             await _start(store, session_id)
