@@ -12,6 +12,7 @@ from typing import Any
 
 from helix_transport._exceptions import HelixError
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
+from helix_transport.agent._inputs import EXTENSION as INPUTS
 from helix_transport.agent._steps import FINISH_INSTRUCTIONS, RunProgress, resumed_event
 from helix_transport.agent.definition import Agent
 from helix_transport.agent.hooks import NO_HOOKS, RunHooks
@@ -128,7 +129,12 @@ class RunStart:
             messages=messages,
             usage=checkpoint.usage,
             state=user,
-            run=RunState(turns=turns, extensions=run.extensions),
+            # What the last turn's cut-off step waited for (input, suspended children) is
+            # over: its calls are answered above, or gone with a fresh turn.
+            run=RunState(
+                turns=turns,
+                extensions={k: v for k, v in run.extensions.items() if k != INPUTS},
+            ),
         )
         self.writer.step = base + 1
         if resume_reason:  # the process that accepted the turn died before it began

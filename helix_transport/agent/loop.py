@@ -9,7 +9,8 @@ which has no effects, is written once, with the run's end: cut off before that,
 it asks the model again, as a step cut off during its model call does.)
 
 Contract on cancellation: an interrupt *requested through the store* ends the
-run with status ``interrupted`` and an ``interrupted`` event. An external
+run with status ``interrupted`` and an ``interrupted`` event (an abort: status
+``terminated`` and a ``terminated`` event, never resumed). An external
 ``asyncio.CancelledError`` (a shutting-down server) propagates unchanged and
 leaves the session ``running`` with its last checkpoint, to be resumed.
 

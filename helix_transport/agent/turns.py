@@ -6,11 +6,14 @@ that sets the session RUNNING again: that event is the commit point of a new
 turn, so the run loop (fresh start, restart or takeover alike) finds a turn to
 begin by looking for a ``turn_started`` newer than its checkpoint.
 
-A continued turn (not ``fresh``) keeps the conversation. The checkpoint a
-completed turn leaves behind was taken after its last model call and before that
-call's tools ran, so its messages end with tool calls that have no results yet
-(one of them the ``__finish__`` that completed the turn). Their results are in
-the log (``tool_end``), so ``heal`` adds them back before the new message.
+A continued turn (not ``fresh``) keeps the conversation: of a completed turn, or of
+an interrupted one, which it resumes. A checkpoint may have been taken after a
+step's model call and before that call's tools ran (a completed turn's, from before
+its end rode with the checkpoint; an interrupted turn's, cut off in its tools), so
+its messages end with tool calls that have no results. Those that ran have their
+results in the log (``tool_end``); the calls the interrupt cut off get the error
+``{"error": "interrupted"}``. ``heal`` adds them back before the new message, so the
+model sees a valid conversation.
 
 A turn's checkpoints name the turn and where its ``turn_started`` is (their run
 state's ``TurnState``, see ``helix_transport.agent.state``), so
@@ -125,22 +128,29 @@ async def heal(
 
     The results come from the ``tool_end`` events logged between ``from_sequence`` (the
     checkpoint's sequence) and ``until`` (the new turn's ``turn_started``); a
-    call retried after a crash was logged twice, and the last result counts.
+    call retried after a crash was logged twice, and the last result counts. A call
+    with none was cut off: ``{"error": "interrupted"}`` when an interrupt ended the
+    turn (the event just before ``until``), else ``{"error": "no result"}``.
     """
     last = messages[-1] if messages else {}
     if last.get("role") != "assistant" or not last.get("tool_calls"):
         return list(messages)
     results: dict[str, pb.ToolEnd] = {}
+    ended = ""  # how the turn ended: the payload of its terminal event
     async for events in pages(store, session_id, from_sequence=from_sequence):
         for event in events:
-            if event.sequence < until and event.WhichOneof("payload") == "tool_end":
+            kind = event.WhichOneof("payload")
+            if event.sequence < until and kind == "tool_end":
                 results[event.tool_end.tool_call_id] = event.tool_end
+            elif event.sequence == until - 1:
+                ended = kind or ""
         if events[-1].sequence >= until:
             break
+    missing = json.dumps({"error": "interrupted" if ended == "interrupted" else "no result"})
     healed = list(messages)
     for call in last["tool_calls"]:
         end = results.get(call["id"])
-        content = end.result_json if end is not None else json.dumps({"error": "no result"})
+        content = end.result_json if end is not None else missing
         name = call["function"]["name"]
         healed.append(
             {"role": "tool", "tool_call_id": call["id"], "name": name, "content": content}

@@ -1,6 +1,7 @@
 """Interrupts on their way from a session to its children, through the parent's outbox.
 
-An interrupt for a child is first a row in the parent's store (a ``ChildCommand``),
+An interrupt for a child is first a row in the parent's store (a ``ChildCommand``
+of kind ``interrupt``, or ``abort`` for an abort, which ends the child TERMINATED),
 written before anything else changes, and only then a call to the child's service.
 The row goes when the child's service has taken it (or answered that the child is
 finished, or never existed); until then every replica sharing the store asks again
@@ -22,7 +23,6 @@ import logging
 import time
 from collections.abc import Sequence
 
-from helix_transport._events import SessionStatus
 from helix_transport._exceptions import HelixError, SessionNotFound
 from helix_transport.store import ChildCommand, Store, SubSessionRef
 from helix_transport.transport import ClientPool
@@ -53,23 +53,29 @@ class Cascade:
         self._slots = asyncio.Semaphore(_CONCURRENCY)
         self._in_flight: set[tuple[str, str, str]] = set()
 
-    async def interrupt_refs(self, refs: Sequence[SubSessionRef], *, reason: str) -> None:
-        """``record`` an interrupt for each running remote child among ``refs``, then
-        ``deliver`` them."""
-        await self.deliver(await self.record(refs, reason=reason))
+    async def interrupt_refs(
+        self, refs: Sequence[SubSessionRef], *, reason: str, abort: bool = False
+    ) -> None:
+        """``record`` an interrupt (an abort, with ``abort``) for each running remote
+        child among ``refs``, then ``deliver`` them."""
+        await self.deliver(await self.record(refs, reason=reason, abort=abort))
 
-    async def record(self, refs: Sequence[SubSessionRef], *, reason: str) -> list[ChildCommand]:
-        """Put an interrupt for each running remote child among ``refs`` in the outbox
-        (durable once this returns; the store's error when it could not be)."""
+    async def record(
+        self, refs: Sequence[SubSessionRef], *, reason: str, abort: bool = False
+    ) -> list[ChildCommand]:
+        """Put an interrupt (an abort, with ``abort``) for each running remote child
+        among ``refs`` in the outbox (durable once this returns; the store's error when
+        it could not be)."""
         commands = [
             ChildCommand(
                 parent_session_id=ref.parent_session_id,
                 child_session_id=ref.child_session_id,
                 address=ref.address,
-                reason=reason or "parent interrupted",
+                kind="abort" if abort else "interrupt",
+                reason=reason or ("parent aborted" if abort else "parent interrupted"),
             )
             for ref in refs
-            if ref.status is SessionStatus.RUNNING and ref.address
+            if not ref.status.is_terminal and ref.address  # running or suspended
         ]
         if commands:
             await self._store.put_commands(commands)
@@ -118,7 +124,9 @@ class Cascade:
     async def _attempt(self, command: ChildCommand) -> None:
         try:
             client = await self._clients.get(command.address)
-            await client.interrupt(command.child_session_id, reason=command.reason)
+            await client.interrupt(
+                command.child_session_id, reason=command.reason, abort=command.kind == "abort"
+            )
         except SessionNotFound:
             patience = self._clients.config.rpc_timeout.total_seconds()
             if time.time() - command.created_at >= patience:

@@ -29,6 +29,11 @@ from helix_transport.server._runner import SessionRunner
 from helix_transport.server._shield import outlive_caller
 from helix_transport.store import SessionRecord, SessionUpdate, Store
 
+_KEEPS_MEMORY = frozenset({SessionStatus.COMPLETED, SessionStatus.INTERRUPTED})
+"""The ends a turn can be continued from with its conversation: a completed turn, or
+one an interrupt stopped (the new turn resumes it, see ``agent.turns``). A failed
+turn's conversation is what failed; an aborted (terminated) one is never resumed."""
+
 
 class TurnExists(SessionExists):
     """The named turn was started with a different message."""
@@ -160,9 +165,13 @@ def _replay(record: SessionRecord, started: StartedTurn, request: TurnRequest) -
 def _check_continuable(record: SessionRecord, session_id: str, *, fresh: bool) -> None:
     if record.status is SessionStatus.RUNNING:
         raise SessionStateConflict(session_id, "still running; continue it once its turn has ended")
-    if record.status is not SessionStatus.COMPLETED and not fresh:
+    if record.status is SessionStatus.SUSPENDED:  # its turn is not over: it waits for input
+        raise SessionStateConflict(
+            session_id, "still running, suspended for input; answer it or interrupt it first"
+        )
+    if record.status not in _KEEPS_MEMORY and not fresh:
         raise SessionStateConflict(
             session_id,
-            f"{record.status.value}; only a completed session keeps its memory "
-            "(continue it with fresh=true)",
+            f"{record.status.value}; only a completed or interrupted session keeps its "
+            "memory (continue it with fresh=true)",
         )

@@ -300,7 +300,11 @@ class SessionRunner:
             logger.info(
                 "session %s %s", session_id, "suspended" if suspended else f"ended {status}"
             )
-            if status in (SessionStatus.FAILED, SessionStatus.INTERRUPTED):
+            if status in (
+                SessionStatus.FAILED,
+                SessionStatus.INTERRUPTED,
+                SessionStatus.TERMINATED,
+            ):
                 ended = status
                 # Listed while the lease is still held: once it is released a new turn
                 # may start (here or on another replica), with children of its own.
@@ -408,7 +412,8 @@ class SessionRunner:
     async def _stop_children(
         self, session_id: str, children: list[SubSessionRef], status: SessionStatus
     ) -> None:
-        """Interrupt the children a failed or interrupted run left running.
+        """Interrupt the children a failed or interrupted run left running (abort
+        them, for an aborted one: the whole subtree ends TERMINATED).
 
         The turn that wanted their results is over (a failed session's next turn
         starts its conversation fresh). Only once that end is durable: a run stopped
@@ -422,7 +427,9 @@ class SessionRunner:
         try:
             async with asyncio.timeout(CASCADE_TIMEOUT_S):
                 await self.cascade.interrupt_refs(
-                    children, reason=f"parent {session_id} {status.value}"
+                    children,
+                    reason=f"parent {session_id} {status.value}",
+                    abort=status is SessionStatus.TERMINATED,
                 )
         except TimeoutError:
             pass  # the first asks were slow; they go on in the background

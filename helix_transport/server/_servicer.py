@@ -130,7 +130,11 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
         session_id = check.session_id(request.session_id)
         reason = check.reason(request.reason)
         record, accepted = await self.sessions.interrupt(
-            _key(session_id), session_id, reason, time_remaining=context.time_remaining
+            _key(session_id),
+            session_id,
+            reason,
+            abort=request.abort,
+            time_remaining=context.time_remaining,
         )
         return pb.InterruptResponse(status=record.status.to_proto(), accepted=accepted)
 

@@ -15,6 +15,7 @@ import contextlib
 import logging
 from collections.abc import Callable, Iterator
 
+from helix_transport._events import SessionStatus
 from helix_transport._exceptions import (
     HelixError,
     ResourceExhausted,
@@ -146,10 +147,12 @@ class Sessions:
         session_id: str,
         reason: str,
         *,
+        abort: bool = False,
         time_remaining: Callable[[], float | None],
     ) -> tuple[SessionRecord, bool]:
         """Stop the session and its children; the session as found, and whether the
-        interrupt was accepted (not for a session already ended).
+        interrupt was accepted (not for a session already ended). With ``abort`` they
+        end TERMINATED instead of INTERRUPTED.
 
         ``time_remaining()`` is what is left of the caller's deadline (None: none),
         read once the interrupts are durable: the children not asked by then are
@@ -163,9 +166,16 @@ class Sessions:
         # run so it stops mid-step, then ask the children (each child's service
         # cascades to its own), so the whole tree stops.
         cascade = self.runner.cascade
-        commands = await cascade.record(await self.store.list_subsession_refs(key), reason=reason)
-        await self.store.set_interrupt(key, reason)
+        refs = await self.store.list_subsession_refs(key)
+        commands = await cascade.record(refs, reason=reason, abort=abort)
+        await self.store.set_interrupt(key, reason, abort=abort)
         self.runner.signal_interrupt(key)
+        # A suspended session has no run to see it: one starts here (unless another
+        # process has the lease) and takes the interrupt at its first step boundary.
+        # Read again now that the interrupt is durable: a run may have suspended since.
+        current = await self.store.get_session(key)
+        if current is not None and current.status is SessionStatus.SUSPENDED:
+            await self.runner.wake(current, reason="interrupt")
         # Within the caller's deadline: every interrupt is already durable.
         remaining = time_remaining()
         budget = CASCADE_TIMEOUT_S if remaining is None else min(CASCADE_TIMEOUT_S, remaining)

@@ -354,12 +354,15 @@ class AgentClient:
             if wait is None or time.monotonic() - asked < wait.total_seconds() / 2:
                 await asyncio.sleep(PACE_S)  # answered at once: pace the asks
 
-    async def interrupt(self, session_id: str, *, reason: str = "") -> pb.InterruptResponse:
-        """Ask a running session to stop (durable; a finished one is left as it is)."""
+    async def interrupt(
+        self, session_id: str, *, reason: str = "", abort: bool = False
+    ) -> pb.InterruptResponse:
+        """Ask a running session to stop (durable; a finished one is left as it is);
+        with ``abort``, to end it and its sub-agents TERMINATED, never to be resumed."""
         self._check_open()
         with map_grpc_errors(self.address, session_id):
             return await self._stub.Interrupt(
-                pb.InterruptRequest(session_id=session_id, reason=reason),
+                pb.InterruptRequest(session_id=session_id, reason=reason, abort=abort),
                 timeout=self._timeout,
                 metadata=self._metadata(),
             )

@@ -37,9 +37,10 @@ message (at most ``MAX_INBOX``) in the parent run's state. At the start of each
 parent step the delivery hook asks the child's status; once the child is not
 running (and its service can be reached), the hook asks for the next turn with the
 queue (``Continue``, the messages joined by blank lines, in order): if the turn
-completed, the queue becomes the next turn and the parent's model is told of both. A turn that ends any other way (which a ``Continue`` keeping
-memory refuses), or a terminate, drops the queue and says how many messages were
-dropped. Only the hook hands a queue over, right after a checkpoint, so a parent
+completed, the queue becomes the next turn and the parent's model is told of both.
+A turn that ends any other way (a companion's next turn keeps memory only after a
+completed one, though a service would resume an interrupted session with it), or a
+terminate, drops the queue and says how many messages were dropped. Only the hook hands a queue over, right after a checkpoint, so a parent
 resumed after a crash asks again with the same turn and message (once the child is
 not running: the turn it started may still run), and the child's service replays
 the turn already started: the hook then reads how the turn before ended from the

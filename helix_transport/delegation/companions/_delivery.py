@@ -7,6 +7,7 @@ import dataclasses
 from typing import Any
 
 from helix_transport._exceptions import HelixError, SessionExists, SessionStateConflict
+from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.agent.tools import (
     ToolContext,
 )
@@ -65,6 +66,10 @@ class Delivery(Lifecycle):
             status = await client.get_status(child.session_id)
             if status.status in UNFINISHED:
                 return []
+            if status.status != pb.SESSION_STATUS_COMPLETED:
+                # Only a completed turn takes the queue (its service would resume an
+                # interrupted one with its memory; a companion's starts over).
+                raise SessionStateConflict(child.session_id, f"{status.status}: not completed")
             replaced = await self._running_ref(ctx, child)
             try:
                 reply = await client.continue_session(

@@ -117,8 +117,9 @@ class Lifecycle:
         """The child's next turn: remembered when it completed, else fresh (its input
         from ``fresh_message``, default ``message``).
 
-        Tried as a continuation first; the service says which it is. A parent
-        re-running this call after a crash names the same turn and rejoins it.
+        Only a completed turn is continued with memory: a service would resume an
+        interrupted one too, but a companion starts that over. A parent re-running
+        this call after a crash names the same turn and rejoins it (a replay).
         """
         config = self.types[child.agent_type]
         client = await ctx.run.clients.get(child.address)
@@ -126,14 +127,17 @@ class Lifecycle:
         replaced = await self._running_ref(
             ctx, dataclasses.replace(child, tool_call_id=ctx.tool_call_id)
         )
+        reply: pb.ContinueResponse | None = None
         try:
             try:
-                reply = await client.continue_session(
-                    child.session_id, message, turn=turn, retry=_until_answered(client)
-                )
+                if await _remembers(client, child):
+                    reply = await client.continue_session(
+                        child.session_id, message, turn=turn, retry=_until_answered(client)
+                    )
             except (SessionStateConflict, SessionExists) as exc:
                 if isinstance(exc, SessionStateConflict) and "fresh" not in exc.problem:
                     raise
+            if reply is None:
                 # A fresh turn starts like a first one: from an input.
                 fresh = _as_input(config, message if fresh_message is None else fresh_message)
                 reply = await client.continue_session(
@@ -406,3 +410,13 @@ def with_previous(problem: str, previous: dict[str, Any] | None) -> str:
 
 def _as_input(config: PersistentChild, message: str) -> str:
     return message if config.input_field is None else json.dumps({config.input_field: message})
+
+
+async def _remembers(client: AgentClient, child: Child) -> bool:
+    """Whether ``child``'s next turn keeps its memory: its last turn completed. One seen
+    running has ended since (or its next turn began, before a crash of ours: then
+    asking keeps the replay's own rule, as a refusal falls back to fresh)."""
+    if child.status != "running":
+        return child.status == "completed"
+    status = (await client.get_status(child.session_id)).status
+    return status == pb.SESSION_STATUS_COMPLETED or status in UNFINISHED  # then it refuses

@@ -62,13 +62,15 @@ recorded before the crash still applies to the resumed run.
 
 # Turns (continuing a session)
 
-A session that completed can be continued with `Continue`: the server appends
-`turn_started` right after the terminal `completed` event, the session is
-RUNNING again and the run goes on with the new message *and the memory of the
-earlier turns*, with a fresh step budget, until the turn's own terminal event.
-The log simply continues; turn 1 is the run started by `Start`. A reader that
-holds the sequence `k` of a terminal event streams the next turn with
-`from_sequence = k`. A session that failed, was interrupted or terminated
+A session that completed or was interrupted can be continued with `Continue`:
+the server appends `turn_started` right after the terminal event, the session
+is RUNNING again and the run goes on with the new message *and the memory of
+the earlier turns*, with a fresh step budget, until the turn's own terminal
+event. An interrupted turn is resumed from its last checkpoint: tool calls the
+interrupt cut off get the result `{"error": "interrupted"}` before the new
+message. The log simply continues; turn 1 is the run started by `Start`. A
+reader that holds the sequence `k` of a terminal event streams the next turn
+with `from_sequence = k`. A session that failed or was terminated (aborted)
 can only be continued `fresh` (the new turn starts without the earlier
 conversation; its log still continues). `Continue` is idempotent: the caller
 names the turn it starts, so a retried request never starts a turn twice.
@@ -1505,8 +1507,8 @@ class ContinueRequest(_message.Message):
     """
     fresh: _builtins.bool
     """Start the turn without the earlier conversation. Required to continue a
-    session that failed, was interrupted or terminated; allowed for a
-    completed one.
+    session that failed or was terminated; allowed for a completed or
+    interrupted one.
     """
     def __init__(
         self,

@@ -133,9 +133,9 @@ class AgentServiceServicer:
         (`session_id`, `turn`): a retry with an equal message returns the turn
         already started (`created=false`) and never runs it again; a different
         message for a started turn is ALREADY_EXISTS. FAILED_PRECONDITION when the
-        session is still running, when `turn` is not the next turn, or when a
-        session that did not complete is continued without `fresh`. NOT_FOUND for an
-        unknown session. Optional: a server may answer UNIMPLEMENTED.
+        session is still running or suspended, when `turn` is not the next turn, or
+        when a session that failed or was terminated is continued without `fresh`.
+        NOT_FOUND for an unknown session. Optional: a server may answer UNIMPLEMENTED.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

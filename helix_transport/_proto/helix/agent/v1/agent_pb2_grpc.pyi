@@ -62,13 +62,15 @@ recorded before the crash still applies to the resumed run.
 
 # Turns (continuing a session)
 
-A session that completed can be continued with `Continue`: the server appends
-`turn_started` right after the terminal `completed` event, the session is
-RUNNING again and the run goes on with the new message *and the memory of the
-earlier turns*, with a fresh step budget, until the turn's own terminal event.
-The log simply continues; turn 1 is the run started by `Start`. A reader that
-holds the sequence `k` of a terminal event streams the next turn with
-`from_sequence = k`. A session that failed, was interrupted or terminated
+A session that completed or was interrupted can be continued with `Continue`:
+the server appends `turn_started` right after the terminal event, the session
+is RUNNING again and the run goes on with the new message *and the memory of
+the earlier turns*, with a fresh step budget, until the turn's own terminal
+event. An interrupted turn is resumed from its last checkpoint: tool calls the
+interrupt cut off get the result `{"error": "interrupted"}` before the new
+message. The log simply continues; turn 1 is the run started by `Start`. A
+reader that holds the sequence `k` of a terminal event streams the next turn
+with `from_sequence = k`. A session that failed or was terminated (aborted)
 can only be continued `fresh` (the new turn starts without the earlier
 conversation; its log still continues). `Continue` is idempotent: the caller
 names the turn it starts, so a retried request never starts a turn twice.
@@ -187,9 +189,9 @@ class AgentServiceStub:
     (`session_id`, `turn`): a retry with an equal message returns the turn
     already started (`created=false`) and never runs it again; a different
     message for a started turn is ALREADY_EXISTS. FAILED_PRECONDITION when the
-    session is still running, when `turn` is not the next turn, or when a
-    session that did not complete is continued without `fresh`. NOT_FOUND for an
-    unknown session. Optional: a server may answer UNIMPLEMENTED.
+    session is still running or suspended, when `turn` is not the next turn, or
+    when a session that failed or was terminated is continued without `fresh`.
+    NOT_FOUND for an unknown session. Optional: a server may answer UNIMPLEMENTED.
     """
     ListSessions: _grpc.UnaryUnaryMultiCallable[_agent_pb2.ListSessionsRequest, _agent_pb2.ListSessionsResponse]
     """The caller's sessions, newest first (`created_at` descending, then
@@ -251,9 +253,9 @@ class AgentServiceAsyncStub(AgentServiceStub):
     (`session_id`, `turn`): a retry with an equal message returns the turn
     already started (`created=false`) and never runs it again; a different
     message for a started turn is ALREADY_EXISTS. FAILED_PRECONDITION when the
-    session is still running, when `turn` is not the next turn, or when a
-    session that did not complete is continued without `fresh`. NOT_FOUND for an
-    unknown session. Optional: a server may answer UNIMPLEMENTED.
+    session is still running or suspended, when `turn` is not the next turn, or
+    when a session that failed or was terminated is continued without `fresh`.
+    NOT_FOUND for an unknown session. Optional: a server may answer UNIMPLEMENTED.
     """
     ListSessions: _aio.UnaryUnaryMultiCallable[_agent_pb2.ListSessionsRequest, _agent_pb2.ListSessionsResponse]  # type: ignore[assignment]
     """The caller's sessions, newest first (`created_at` descending, then
@@ -348,9 +350,9 @@ class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
         (`session_id`, `turn`): a retry with an equal message returns the turn
         already started (`created=false`) and never runs it again; a different
         message for a started turn is ALREADY_EXISTS. FAILED_PRECONDITION when the
-        session is still running, when `turn` is not the next turn, or when a
-        session that did not complete is continued without `fresh`. NOT_FOUND for an
-        unknown session. Optional: a server may answer UNIMPLEMENTED.
+        session is still running or suspended, when `turn` is not the next turn, or
+        when a session that failed or was terminated is continued without `fresh`.
+        NOT_FOUND for an unknown session. Optional: a server may answer UNIMPLEMENTED.
         """
 
     @_abc_1.abstractmethod
