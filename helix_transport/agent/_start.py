@@ -12,10 +12,10 @@ from typing import Any
 
 from helix_transport._exceptions import HelixError
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
-from helix_transport.agent._inputs import EXTENSION as INPUTS
 from helix_transport.agent._steps import FINISH_INSTRUCTIONS, RunProgress, resumed_event
 from helix_transport.agent.definition import Agent
 from helix_transport.agent.hooks import NO_HOOKS, RunHooks
+from helix_transport.agent.inputs import EXTENSION as INPUTS
 from helix_transport.agent.state import RunState, TurnState, split_state
 from helix_transport.agent.turns import (
     StartedTurn,

@@ -15,10 +15,10 @@ import time
 from typing import Any
 
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
-from helix_transport.agent._inputs import Answer, InputState, Request, request_event
 from helix_transport.agent._tool_runner import ToolRunner
 from helix_transport.agent.definition import Agent
 from helix_transport.agent.hooks import RunHooks
+from helix_transport.agent.inputs import Answer, InputState, Request, request_event
 from helix_transport.agent.model import ToolCall
 from helix_transport.agent.tools import FINISH_TOOL, ToolArgumentError
 from helix_transport.log import SessionWriter

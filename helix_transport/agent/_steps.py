@@ -7,7 +7,7 @@ A step turns the model's answer into a ``NextStep`` (``agent.loop`` matches on i
   finished the run);
 - ``FinalOutput``: the finish tool returned a valid output, the run completes;
 - ``Interrupted``: an interrupt cut the step off (``RunLoop._race``);
-- ``Suspend``: the step waits for people and nothing else runs (``agent._inputs``).
+- ``Suspend``: the step waits for people and nothing else runs (``agent.inputs``).
 """
 
 from __future__ import annotations

@@ -30,7 +30,6 @@ from typing import Any, TypeVar
 from helix_transport._events import SessionStatus
 from helix_transport._exceptions import AgentRunError, HelixError, ModelAPIError, UsageError
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
-from helix_transport.agent._inputs import InputState, WaitingChild, session_path
 from helix_transport.agent._start import RunStart
 from helix_transport.agent._step_inputs import StepInputs, suspended_event
 from helix_transport.agent._steps import (
@@ -56,6 +55,7 @@ from helix_transport.agent._tool_runner import (
 from helix_transport.agent.blockage import Blockage, BlockedChild, WaitingForChildren
 from helix_transport.agent.definition import Agent
 from helix_transport.agent.hooks import NO_HOOKS, RunHooks, guarded
+from helix_transport.agent.inputs import InputState, WaitingChild, session_path
 from helix_transport.agent.litellm import LitellmModel
 from helix_transport.agent.model import Model, ModelResponse, ToolCall
 from helix_transport.agent.tools import FINISH_TOOL, RunServices, ToolContext

@@ -25,7 +25,7 @@ from helix_transport._exceptions import (
     SessionStateConflict,
 )
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
-from helix_transport.agent._inputs import Answer, InputState
+from helix_transport.agent.inputs import Answer, InputState
 from helix_transport.agent.state import split_state
 from helix_transport.server._sessions import Sessions
 from helix_transport.store import SessionRecord

@@ -3,7 +3,7 @@
 A suspended session is a row: nothing in memory waits for it. It runs again when an
 answer for one of its requests is in the store, when a request's deadline has passed,
 or when a child it waited for has moved on (its log went past where the parent's
-left it: answered, expired, interrupted). ``SubmitInput`` wakes the sessions on its
+left it: answered, expired, interrupted), or when an interrupt waits for it. ``SubmitInput`` wakes the sessions on its
 path itself; this is what the run that just suspended checks once more (an answer may
 have landed while it was suspending), and what every replica's periodic scan checks
 for the rest (deadlines, a wake lost with a process that died).
@@ -18,9 +18,9 @@ import time
 from helix_transport._events import SessionStatus
 from helix_transport._exceptions import HelixError
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
-from helix_transport.agent._inputs import InputState
+from helix_transport.agent.inputs import InputState
 from helix_transport.agent.state import split_state
-from helix_transport.store import SessionRecord, Store
+from helix_transport.store import InterruptLookup, SessionRecord, Store
 from helix_transport.transport import ClientPool
 
 logger = logging.getLogger("helix.runner")
@@ -34,6 +34,9 @@ async def wake_reason(store: Store, clients: ClientPool, record: SessionRecord) 
     ``child``), or ``None``."""
     if record.status is not SessionStatus.SUSPENDED:
         return None
+    # An Interrupt that found the session still running as it suspended woke nothing.
+    if isinstance(store, InterruptLookup) and await store.pending_interrupts([record.session_id]):
+        return "interrupt"
     checkpoint = await store.load_checkpoint(record.session_id)
     if checkpoint is None:
         return None
