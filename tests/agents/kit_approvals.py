@@ -66,11 +66,11 @@ def _agent(name: str, send: Tool) -> Agent:
 
 
 approving = _agent(
-    "approving", tool(_send, name="send", description="Send a message.", approval=True)
+    "approving", tool(name="send", description="Send a message.", approval=True)(_send)
 )
 """Asks for an approval of each ``send``."""
 
-unasking = _agent("unasking", tool(_send, name="send", description="Send a message."))
+unasking = _agent("unasking", tool(name="send", description="Send a message.")(_send))
 """The same agent, but ``send`` runs without asking."""
 
 
