@@ -21,6 +21,12 @@ def add_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "--bad-input", default=None, help="an input its schema rejects (default: from Describe)"
     )
     conformance.add_argument(
+        "--input-required",
+        default=None,
+        help="an input that makes the agent ask for an approval of one tool call "
+        "(checks suspension and SubmitInput; default: those checks skip)",
+    )
+    conformance.add_argument(
         "--timeout", type=positive_seconds, default=60.0, help="seconds for the run"
     )
     client_options(conformance)
@@ -37,11 +43,13 @@ async def conformance(args: argparse.Namespace) -> int:
             args.address,
             input_json=input_json,
             bad_input_json=args.bad_input,
+            input_required_json=args.input_required,
             timeout_s=args.timeout,
             auth=client_auth(args),
         )
     except ValueError as exc:
-        print(f"helix-mesh: --input: {exc}", file=sys.stderr)
+        flag = "--input-required" if str(exc).startswith("input_required") else "--input"
+        print(f"helix-mesh: {flag}: {exc}", file=sys.stderr)
         return 2
     print(f"conformance of the agent service at {args.address}")
     print(format_results(results))

@@ -8,7 +8,7 @@ Each method validates its request, maps the caller's session id to the store's k
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, ClassVar
 
 import grpc
 
@@ -169,6 +169,9 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
         check.submitted_input(request, limits=self.limits)
         return await self.inputs.submit(_key(session_id), session_id, request)
 
+    CAPABILITIES: ClassVar[tuple[str, ...]] = ("continue", "list_sessions", "human_input", "abort")
+    """The optional parts of the contract served here (``DescribeResponse.capabilities``)."""
+
     async def Describe(self, request: pb.DescribeRequest, context: Context) -> pb.DescribeResponse:
         return pb.DescribeResponse(
             agent_type=self.agent.name,
@@ -176,6 +179,7 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
             input_schema_json=self.agent.input_schema_json(),
             output_schema_json=self.agent.output_schema_json(),
             tool_names=[t.name for t in self.agent.tools],
+            capabilities=self.CAPABILITIES,
         )
 
     async def ListSessions(

@@ -56,6 +56,10 @@ const TERMINAL_STATUS = {
   terminated: 'SESSION_STATUS_TERMINATED',
 };
 
+// The optional parts of the contract served here (`DescribeResponse.capabilities`): no
+// Continue, no SubmitInput (no tool waits for a person), no abort (see Interrupt).
+const CAPABILITIES = ['list_sessions'];
+
 // A terminal event's usage (own and subtree's): this agent calls no model and has no
 // children, so both are zero, said explicitly.
 const NO_TOKENS = { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 };
@@ -651,6 +655,10 @@ class TranslatorService {
   Interrupt(request) {
     const sessionId = checkSessionId(request.session_id);
     if (longerThan(request.reason, MAX_REASON)) throw invalid('reason', `longer than ${MAX_REASON} characters`);
+    // `abort` (not among CAPABILITIES) is taken as a plain interrupt, as by any service
+    // older than the field: with no Continue here, an interrupted session never runs
+    // again either, and a parent's abort cascading down stops this child at once (an
+    // error would leave it running).
     const session = this.session(sessionId);
     if (session.terminal) return { status: session.status, accepted: false };
     if (!session.interrupt) {
@@ -668,6 +676,7 @@ class TranslatorService {
       input_schema_json: JSON.stringify(translator.INPUT_SCHEMA),
       output_schema_json: JSON.stringify(translator.OUTPUT_SCHEMA),
       tool_names: translator.TOOL_NAMES,
+      capabilities: CAPABILITIES,
     };
   }
 

@@ -21,6 +21,7 @@ import pytest
 from helix_transport import Agent, create_server
 from helix_transport._exceptions import InvalidArgument
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
+from helix_transport._proto.helix.agent.v1 import agent_pb2_grpc as pb_grpc
 from helix_transport.registry import address_env_var
 from helix_transport.server import app as server_app
 from helix_transport.server._servicer import AgentServicer
@@ -67,9 +68,19 @@ EXPECTED_CHECKS = {
     "errors.malformed_input",
     "errors.unparsable_request",
     "errors.schema_rejected_input",
+    "input.errors",
+    "input.suspended",
+    "input.answered",
+    "abort.running",
+    "abort.suspended",
     "sessions.list",
     "continue.new_turn",
 }
+
+HUMAN_INPUT_CHECKS = {"input.errors", "input.suspended", "input.answered", "abort.suspended"}
+"""The checks of capability ``human_input`` (``abort.suspended`` needs ``abort`` too)."""
+NEEDS_INPUT_REQUIRED = {"input.suspended", "input.answered", "abort.suspended"}
+"""The checks skipped without ``--input-required``."""
 
 
 WAIT_CHECKS = {"status.wait_finished", "status.wait_running", "errors.wait_out_of_range"}
@@ -82,9 +93,12 @@ def assert_all_pass(results: list[CheckResult]) -> None:
     assert not failed, format_results(results)
     skipped = {r.name for r in results if r.skipped}
     # Only a run that ends within three events may skip the mid-run reconnect, one
-    # that ends before the kit polls it the running long poll; Continue and the
-    # long poll are optional (the Node.js service implements neither).
+    # that ends before the kit polls it the running long poll; Continue, the long
+    # poll, human input and abort are optional (the Node.js service implements none of
+    # them), the suspension needs --input-required, and an abort may come too late
+    # for a quick run.
     optional = {"continue.new_turn", "errors.wait_out_of_range", "sessions.list"}
+    optional |= HUMAN_INPUT_CHECKS | {"abort.running"}
     assert skipped <= {"stream.resume_mid_run", "status.wait_running"} | optional, format_results(
         results
     )
@@ -145,6 +159,37 @@ async def test_node_service_conforms(start_node: StartNode) -> None:
     assert by_name["errors.wait_out_of_range"].skipped
     assert "wait not implemented" in by_name["errors.wait_out_of_range"].detail
     assert by_name["sessions.list"].passed and not by_name["sessions.list"].skipped
+    # Its Describe lists list_sessions alone: what it lacks is skipped, saying so.
+    assert "capabilities ['list_sessions']" in by_name["describe"].detail
+    for name, capability in [
+        ("continue.new_turn", "continue"),
+        *((name, "human_input") for name in sorted(HUMAN_INPUT_CHECKS - {"abort.suspended"})),
+        ("abort.running", "abort"),
+        ("abort.suspended", "abort"),
+    ]:
+        result = by_name[name]
+        assert result.skipped, format_results(results)
+        assert f"Describe does not list {capability!r}" in result.detail, result.detail
+
+
+async def test_node_service_takes_an_abort_for_an_interrupt(start_node: StartNode) -> None:
+    """It lists no ``abort``: an abort is a plain interrupt there, as by any service older
+    than the field (never an error, which would leave a parent's child running)."""
+    async with start_node(delay_ms=50) as node, grpc.aio.insecure_channel(node.address) as channel:
+        stub = pb_grpc.AgentServiceStub(channel)
+        started = await stub.Start(pb.StartRequest(input_json=TRANSLATE), timeout=10)
+        reply = await stub.Interrupt(
+            pb.InterruptRequest(session_id=started.session_id, reason="stop", abort=True),
+            timeout=10,
+        )
+        assert reply.accepted
+        final = None
+        async for response in stub.Stream(
+            pb.StreamRequest(session_id=started.session_id), timeout=60
+        ):
+            final = response.events[-1] if response.events else final
+    assert final is not None and final.WhichOneof("payload") == "interrupted"
+    assert final.interrupted.reason == "stop"
 
 
 async def test_cli_prints_the_table_and_exits_zero(start_node: StartNode) -> None:
@@ -159,9 +204,9 @@ async def test_cli_prints_the_table_and_exits_zero(start_node: StartNode) -> Non
     assert proc.returncode == 0, text + err.decode()
     assert "PASS  stream.gapless" in text
     assert "input_json.text: Input should be a valid string" in text
-    # Skipped: Continue and the wait checks (a run this fast may end before the kit
-    # polls it), none failed.
-    assert re.search(r"\n28 checks: \d+ passed, 0 failed, \d skipped$", text.rstrip()), text
+    # Skipped: what its Describe does not list, and the wait checks (a run this fast
+    # may end before the kit polls it), none failed.
+    assert re.search(r"\n33 checks: \d+ passed, 0 failed, \d+ skipped$", text.rstrip()), text
 
 
 async def test_cli_exits_non_zero_when_nothing_listens() -> None:
@@ -504,3 +549,72 @@ async def test_kit_fails_a_server_whose_interrupt_does_nothing(
     by_name = {r.name: r for r in results}
     assert not by_name["interrupt.running"].passed, format_results(results)
     assert "did not stop at its next safe point" in by_name["interrupt.running"].detail
+
+
+# --- capabilities: what Describe lists decides what is checked ---------------------------
+
+
+class PredatesCapabilities(AgentServicer):
+    """Lists no capability, as a service from before ``DescribeResponse.capabilities``."""
+
+    CAPABILITIES = ()
+
+
+class ListsContinueWithoutIt(AgentServicer):
+    """Lists ``continue``, but answers Continue UNIMPLEMENTED."""
+
+    async def Continue(self, request: pb.ContinueRequest, context: Any) -> pb.ContinueResponse:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not implemented!")
+        raise AssertionError("unreachable")
+
+
+class ListsNeitherOptionalRpc(AgentServicer):
+    """Implements Continue and ListSessions, but lists neither."""
+
+    CAPABILITIES = ("human_input", "abort")
+
+
+async def test_kit_probes_a_service_that_lists_no_capability(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An empty list is "unknown": Continue and ListSessions are probed as before, and
+    the checks of human input and abort (newer than the list) are skipped, saying why."""
+    monkeypatch.setattr(server_app, "AgentServicer", PredatesCapabilities)
+    async with await create_server(summarizer, MemoryStore(), allow_unauthenticated=True) as server:
+        results = await run_conformance(server.address, input_json=SUMMARY, timeout_s=30)
+    assert_all_pass(results)
+    by_name = {r.name: r for r in results}
+    assert "capabilities none listed" in by_name["describe"].detail
+    assert not by_name["continue.new_turn"].skipped, format_results(results)
+    assert not by_name["sessions.list"].skipped, format_results(results)
+    for name in HUMAN_INPUT_CHECKS | {"abort.running"}:
+        assert by_name[name].skipped, format_results(results)
+        assert "it lists none" in by_name[name].detail
+
+
+@pytest.mark.parametrize(
+    ("servicer", "judged"),
+    [
+        # Listed but UNIMPLEMENTED: Describe lies, a failure.
+        (ListsContinueWithoutIt, {"continue.new_turn": "FAIL"}),
+        # Not listed: skipped, even though the service would answer.
+        (ListsNeitherOptionalRpc, {"continue.new_turn": "SKIP", "sessions.list": "SKIP"}),
+    ],
+    ids=["lists-continue-without-it", "lists-neither-optional-rpc"],
+)
+async def test_kit_takes_describe_at_its_word(
+    monkeypatch: pytest.MonkeyPatch, servicer: type[AgentServicer], judged: dict[str, str]
+) -> None:
+    monkeypatch.setattr(server_app, "AgentServicer", servicer)
+    async with await create_server(summarizer, MemoryStore(), allow_unauthenticated=True) as server:
+        results = await run_conformance(server.address, input_json=SUMMARY, timeout_s=30)
+    by_name = {r.name: r for r in results}
+    assert set(by_name) == EXPECTED_CHECKS
+    for name, verdict in judged.items():
+        result = by_name[name]
+        seen = "SKIP" if result.skipped else "PASS" if result.passed else "FAIL"
+        assert seen == verdict, format_results(results)
+    if servicer is ListsContinueWithoutIt:
+        assert "Describe lists 'continue'" in by_name["continue.new_turn"].detail
+    else:
+        assert "Describe does not list 'list_sessions'" in by_name["sessions.list"].detail

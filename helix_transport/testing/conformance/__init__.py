@@ -1,7 +1,7 @@
 """The conformance kit: the ``AgentService`` contract checked against any running service.
 
-``helix-mesh conformance ADDRESS --input JSON [--bad-input JSON]`` runs it from the
-command line; ``await run_conformance(address, input_json=...)`` from Python (this
+``helix-mesh conformance ADDRESS --input JSON [--bad-input JSON] [--input-required JSON]``
+runs it from the command line; ``await run_conformance(address, input_json=...)`` from Python (this
 package, ``helix_transport.testing.conformance``). The service may be written in any
 language: the kit speaks only the wire, through the raw generated stub (never
 ``AgentClient``, whose reconnects and duplicate filtering would hide a server's
@@ -18,6 +18,24 @@ mistakes), and checks what ``proto/helix/agent/v1/agent.proto`` promises:
   nothing and says so, and of a running one is reported truthfully;
 - ``NOT_FOUND`` for unknown sessions and ``INVALID_ARGUMENT`` (``field: problem``)
   for bad requests, with no session created by a rejected ``Start``.
+- ``Describe`` lists the optional parts the service implements (``capabilities``); the
+  checks of one it does not list are skipped, saying so. A service that lists none
+  predates the list: ``Continue`` and ``ListSessions`` are then probed (``UNIMPLEMENTED``
+  makes a skip), and the newer ``human_input`` and ``abort`` taken as absent. One listed
+  but answered ``UNIMPLEMENTED`` fails.
+- ``SubmitInput`` (``human_input``): an empty ``session_id``, ``request_id`` or answer is
+  ``INVALID_ARGUMENT`` naming the field, an unknown session or request ``NOT_FOUND``.
+  Given ``--input-required`` (an input that makes the agent ask for an approval of one
+  tool call, its own or a sub-agent's), a session started with it logs
+  ``input_required`` (a request id, kind approval, a path from the session to the one
+  that asks) and ``suspended``, GetStatus says SUSPENDED at that sequence and its
+  stream stays open (``timing.SUSPENDED_OPEN_S``); the approval is ``applied`` once, a
+  repeat is ``applied=false``, a different answer ``FAILED_PRECONDITION``; the stream
+  then shows ``input_answered`` (approved, with the reason) and the session ends.
+- ``Interrupt`` with ``abort`` (``abort``): a session aborted right after its Start
+  ends ``terminated`` with the request's reason (a skip when it ended first), a
+  suspended one too (with ``--input-required``; an answer after it is
+  ``FAILED_PRECONDITION``); neither is interrupted again nor continued with its memory.
 - ``Continue`` (optional: ``UNIMPLEMENTED`` makes it a skip) starts a fresh second
   turn on the finished main session once, even when retried; the turn's stream
   begins with ``turn_started`` right after the old terminal event and ends at its
@@ -54,8 +72,9 @@ Its modules, one area each: ``runner`` (``run_conformance``, the order of the ch
 a check runs, so tests can shorten them), and private ones for the plumbing (``_kit``),
 what the contract fixes (``_contract``), derived inputs (``_inputs``) and the checks of
 Describe and health, Start, Stream, the finished session, Interrupt, ListSessions,
-Continue and bad requests (``_describe``, ``_start``, ``_stream``, ``_finished``,
-``_interrupt``, ``_listing``, ``_continue``, ``_errors``).
+Continue, bad requests, input from people and abort (``_describe``, ``_start``,
+``_stream``, ``_finished``, ``_interrupt``, ``_listing``, ``_continue``, ``_errors``,
+``_human_input``, ``_abort``).
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ import grpc
 
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.testing.conformance._contract import (
+    CONTINUE,
     TERMINAL_STATUS,
     Skipped,
     gapless,
@@ -21,15 +22,22 @@ from helix_transport.testing.conformance._kit import Kit
 
 async def check_continue(kit: Kit) -> str:
     """``Continue`` (optional): a fresh turn on the finished main session, idempotent."""
+    declared = kit.declares(CONTINUE)
+    if declared is False:
+        kit.require_capability(CONTINUE)
     session_id = kit.main_session_id
     before = await kit.status(session_id)
     request = pb.ContinueRequest(session_id=session_id, message=kit.input_json, turn=2, fresh=True)
     try:
         reply = await kit.stub.Continue(request, timeout=kit.rpc_timeout_s)
     except grpc.aio.AioRpcError as exc:
-        if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
-            raise Skipped("Continue is optional; the service answers UNIMPLEMENTED") from None
-        raise
+        if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
+            raise
+        require(declared is None, f"Describe lists {CONTINUE!r}, but Continue is UNIMPLEMENTED")
+        raise Skipped(
+            "Continue is optional; the service answers UNIMPLEMENTED (and Describe lists "
+            "no capabilities)"
+        ) from None
     require(
         reply.created and reply.turn == 2 and reply.from_sequence == before.last_sequence,
         f"Continue of a finished session: created={reply.created}, turn={reply.turn}, "

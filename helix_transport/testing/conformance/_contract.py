@@ -22,6 +22,12 @@ SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]*$")
 MAX_WAIT_S = 60
 """The longest ``GetStatusRequest.wait`` the contract allows."""
 INTERRUPT_REASON = "conformance: interrupted right after Start"
+ABORT_REASON = "conformance: aborted right after Start"
+CONTINUE = "continue"
+LIST_SESSIONS = "list_sessions"
+HUMAN_INPUT = "human_input"
+ABORT = "abort"
+"""The optional parts of the contract, as ``DescribeResponse.capabilities`` names them."""
 MAX_SEQUENCE = 2**53 - 1
 """The largest ``from_sequence`` the contract allows (JSON and JavaScript numbers)."""
 BEYOND_THE_END = 10**9

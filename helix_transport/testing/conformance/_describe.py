@@ -26,9 +26,11 @@ async def check_health(kit: Kit) -> str:
 
 
 async def check_describe(kit: Kit) -> str:
-    """``Describe``: a valid agent type and two JSON Schema objects (kept for later checks)."""
+    """``Describe``: a valid agent type and two JSON Schema objects, and the optional
+    capabilities it implements (all kept for later checks)."""
     described = await kit.stub.Describe(pb.DescribeRequest(), timeout=kit.rpc_timeout_s)
     kit.agent_type = described.agent_type
+    kit.capabilities = frozenset(described.capabilities)
     require(
         AGENT_TYPE.match(described.agent_type) is not None,
         f"agent_type {described.agent_type!r} does not match {AGENT_TYPE.pattern}",
@@ -42,4 +44,9 @@ async def check_describe(kit: Kit) -> str:
         isinstance(kit.input_schema, dict) and isinstance(output_schema, dict),
         "input_schema_json and output_schema_json must be JSON Schema objects",
     )
-    return f"agent {described.agent_type!r}, tools {list(described.tool_names)}"
+    # Names the kit does not know are a later contract's: listed, never judged.
+    capabilities = list(described.capabilities) or "none listed"
+    return (
+        f"agent {described.agent_type!r}, tools {list(described.tool_names)}, "
+        f"capabilities {capabilities}"
+    )

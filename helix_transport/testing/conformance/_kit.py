@@ -90,6 +90,32 @@ class LongPoll:
         return self.answered - self.sent
 
 
+@dataclass(frozen=True)
+class Pending:
+    """A session of the kit suspended for an approval, as its stream showed it."""
+
+    session_id: str
+    request: pb.InputRequired
+    """The first request for input its stream carried."""
+    asked_by: str
+    """The session that logged that request (the kit's session, or one below it)."""
+    others: tuple[pb.InputRequired, ...]
+    """Further requests logged before the session suspended."""
+    suspended: pb.StreamEvent
+    """The session's own ``suspended`` event."""
+
+    def answer(
+        self, request: pb.InputRequired, *, approved: bool, reason: str
+    ) -> pb.SubmitInputRequest:
+        """A ``SubmitInput`` of ``request`` at this session, with an approval or a denial."""
+        return pb.SubmitInputRequest(
+            session_id=self.session_id,
+            request_id=request.request_id,
+            path=request.path,
+            approval=pb.Approval(approved=approved, reason=reason),
+        )
+
+
 class Kit:
     """One run of the kit against one service: what it learnt so far and its verdicts."""
 
@@ -101,11 +127,13 @@ class Kit:
         input_json: str,
         bad_input_json: str | None,
         timeout_s: float,
+        input_required_json: str | None = None,
     ) -> None:
         self.stub = stub
         self.channel = channel
         self.input_json = input_json
         self.bad_input_json = bad_input_json
+        self.input_required_json = input_required_json
         self.timeout_s = timeout_s
         self.deadline = time.monotonic() + timeout_s
         self.rpc_timeout_s = min(10.0, timeout_s)
@@ -113,6 +141,8 @@ class Kit:
         self.prefix = f"conformance-{uuid.uuid4().hex[:10]}"
         self.agent_type = ""
         self.input_schema: Any = None
+        self.capabilities: frozenset[str] = frozenset()
+        """What ``Describe`` lists (none: a service from before capabilities, or no Describe)."""
         self.main_session_id = ""
         self.interrupt_reply: pb.InterruptResponse | grpc.aio.AioRpcError | None = None
         self.interrupted_at: int | None = None
@@ -120,6 +150,25 @@ class Kit:
         self.wait_honoured: bool | None = None
         """Seen to hold a running session's long poll (True), to answer it at once (False)."""
         self.wait_evidence = ""
+        self.pending: Pending | None = None
+        """The session ``input.suspended`` saw suspend, for ``input.answered`` to answer."""
+
+    def declares(self, capability: str) -> bool | None:
+        """Whether ``Describe`` lists ``capability``; None when it lists none at all (a
+        service from before capabilities: only a probe can tell)."""
+        if not self.capabilities:
+            return None
+        return capability in self.capabilities
+
+    def require_capability(self, capability: str) -> None:
+        """Skip the check unless ``Describe`` lists ``capability``."""
+        if self.declares(capability):
+            return
+        listed = sorted(self.capabilities)
+        raise Skipped(
+            f"Describe does not list {capability!r} among its capabilities "
+            f"({', '.join(listed) if listed else 'it lists none'}): not implemented"
+        )
 
     def not_run(self, names: tuple[str, ...] | list[str], why: str) -> None:
         """Record ``names`` as failed without running them (what they need is missing)."""
@@ -178,10 +227,16 @@ class Kit:
             poll.answered = time.monotonic()
         return poll
 
-    async def interrupt(self, session_id: str, reason: str = "") -> pb.InterruptResponse:
+    async def interrupt(
+        self, session_id: str, reason: str = "", *, abort: bool = False
+    ) -> pb.InterruptResponse:
         return await self.stub.Interrupt(
-            pb.InterruptRequest(session_id=session_id, reason=reason), timeout=self.rpc_timeout_s
+            pb.InterruptRequest(session_id=session_id, reason=reason, abort=abort),
+            timeout=self.rpc_timeout_s,
         )
+
+    async def submit(self, request: pb.SubmitInputRequest) -> pb.SubmitInputResponse:
+        return await self.stub.SubmitInput(request, timeout=self.rpc_timeout_s)
 
     async def read(
         self,
@@ -189,9 +244,11 @@ class Kit:
         from_sequence: int = 0,
         *,
         leave_after: int | None = None,
+        leave_when: Callable[[list[pb.StreamEvent]], bool] | None = None,
         limit_s: float | None = None,
     ) -> Read:
-        """One ``Stream`` call, read to its end (or until ``leave_after`` events).
+        """One ``Stream`` call, read to its end (or until ``leave_after`` events, or
+        until ``leave_when`` holds of the events so far).
 
         Waits for events until the kit's deadline (or ``limit_s``), and at most
         ``timing.END_GRACE_S`` for the stream to end after its terminal event.
@@ -223,10 +280,9 @@ class Kit:
                         result.events.append(event)
                         if is_terminal(event):
                             result.terminal_at = time.monotonic()
-                if (
-                    leave_after is not None
-                    and result.terminal is None
-                    and len(result.events) >= leave_after
+                if result.terminal is None and (
+                    (leave_after is not None and len(result.events) >= leave_after)
+                    or (leave_when is not None and leave_when(result.events))
                 ):
                     result.end = "left"
                     return result

@@ -6,7 +6,12 @@ from __future__ import annotations
 import grpc
 
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
-from helix_transport.testing.conformance._contract import Skipped, require, status_name
+from helix_transport.testing.conformance._contract import (
+    LIST_SESSIONS,
+    Skipped,
+    require,
+    status_name,
+)
 from helix_transport.testing.conformance._kit import Kit
 
 MAX_PAGES = 200
@@ -15,15 +20,25 @@ MAX_PAGES = 200
 
 async def check_listing(kit: Kit) -> str:
     """``ListSessions``: the main session is listed, in order, page by page, and filtered."""
+    declared = kit.declares(LIST_SESSIONS)
+    if declared is False:
+        kit.require_capability(LIST_SESSIONS)
     main = await kit.status(kit.main_session_id)
     since = pb.ListSessionsRequest(page_size=1)
     since.created_after.CopyFrom(main.created_at)  # the kit's era: a bounded listing
     try:
         first = await kit.stub.ListSessions(since, timeout=kit.rpc_timeout_s)
     except grpc.aio.AioRpcError as exc:
-        if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
-            raise Skipped("ListSessions is optional; the service answers UNIMPLEMENTED") from None
-        raise
+        if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
+            raise
+        require(
+            declared is None,
+            f"Describe lists {LIST_SESSIONS!r}, but ListSessions is UNIMPLEMENTED",
+        )
+        raise Skipped(
+            "ListSessions is optional; the service answers UNIMPLEMENTED (and Describe "
+            "lists no capabilities)"
+        ) from None
     listed = await _pages(kit, since, first)
     ids = [s.session_id for s in listed]
     require(len(ids) == len(set(ids)), f"a session was listed twice across pages: {ids}")

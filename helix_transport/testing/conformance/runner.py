@@ -5,11 +5,17 @@ from __future__ import annotations
 import json
 
 from helix_transport._proto.helix.agent.v1 import agent_pb2_grpc as pb_grpc
+from helix_transport.testing.conformance._abort import check_abort_running, check_abort_suspended
 from helix_transport.testing.conformance._continue import check_continue
 from helix_transport.testing.conformance._contract import SESSION_CHECKS
 from helix_transport.testing.conformance._describe import check_describe, check_health
 from helix_transport.testing.conformance._errors import check_errors
 from helix_transport.testing.conformance._finished import check_finished
+from helix_transport.testing.conformance._human_input import (
+    check_answered,
+    check_input_errors,
+    check_suspended,
+)
 from helix_transport.testing.conformance._interrupt import check_interrupt_running
 from helix_transport.testing.conformance._kit import Kit
 from helix_transport.testing.conformance._listing import check_listing
@@ -24,6 +30,7 @@ async def run_conformance(
     *,
     input_json: str,
     bad_input_json: str | None = None,
+    input_required_json: str | None = None,
     timeout_s: float = 60,
     auth: ClientAuth | None = None,
 ) -> list[CheckResult]:
@@ -34,6 +41,9 @@ async def run_conformance(
         input_json: a valid input for the agent; every session the kit starts uses it.
         bad_input_json: an input the agent's schema rejects; derived from ``Describe``
             when ``None`` (``{}`` when the schema has required fields).
+        input_required_json: an input that makes the agent ask for an approval of one
+            tool call (its own, or a sub-agent's); checks the suspension and the answer
+            when given (capability ``human_input``), else they are skipped.
         timeout_s: how long the whole run may take; sessions still running then fail.
         auth: the credentials to present (a bearer token, TLS, a client certificate).
 
@@ -41,18 +51,21 @@ async def run_conformance(
     sessions it started in the service (ids start with ``conformance-`` or are generated).
 
     Raises:
-        ValueError: ``input_json`` is not JSON.
+        ValueError: ``input_json`` or ``input_required_json`` is not JSON.
     """
-    try:
-        json.loads(input_json)
-    except ValueError as exc:
-        raise ValueError(f"input_json is not valid JSON: {exc}") from None
+    for name, value in (("input_json", input_json), ("input_required_json", input_required_json)):
+        try:
+            if value is not None:
+                json.loads(value)
+        except ValueError as exc:
+            raise ValueError(f"{name} is not valid JSON: {exc}") from None
     async with open_channel(address, auth) as channel:
         kit = Kit(
             pb_grpc.AgentServiceStub(channel),
             channel,
             input_json=input_json,
             bad_input_json=bad_input_json,
+            input_required_json=input_required_json,
             timeout_s=timeout_s,
         )
         return await _run(kit)
@@ -74,6 +87,11 @@ async def _run(kit: Kit) -> list[CheckResult]:
     else:
         kit.not_run(SESSION_CHECKS, "Start failed")
     await check_errors(kit)
+    await kit.check("input.errors", lambda: check_input_errors(kit))
+    await kit.check("input.suspended", lambda: check_suspended(kit))
+    await kit.check("input.answered", lambda: check_answered(kit))
+    await kit.check("abort.running", lambda: check_abort_running(kit))
+    await kit.check("abort.suspended", lambda: check_abort_suspended(kit))
     if sessions is not None:  # last: it adds a turn to the main session
         await kit.check("sessions.list", lambda: check_listing(kit))
         await kit.check("continue.new_turn", lambda: check_continue(kit))

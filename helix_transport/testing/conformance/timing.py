@@ -16,3 +16,8 @@ WAIT_PROMPT_S = 5.0
 WAIT_RUNNING_S = 5.0
 """The long poll the kit asks of its main session while it runs; a RUNNING reply within
 half of it means the service does not implement ``wait``."""
+SUSPENDED_OPEN_S = 2.0
+"""How long the kit watches a suspended session's stream, which must stay open (and quiet:
+no event until an answer wakes the session)."""
+ABORT_SUSPENDED_S = 10.0
+"""How long an accepted abort of a suspended session (which runs nothing) may take to end it."""
