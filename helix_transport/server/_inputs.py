@@ -14,6 +14,8 @@ the way down, say) means the caller retries, safely.
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
+from datetime import timedelta
 
 from helix_transport._events import SessionStatus
 from helix_transport._exceptions import (
@@ -31,6 +33,10 @@ from helix_transport.server._sessions import Sessions
 from helix_transport.store import SessionRecord
 
 logger = logging.getLogger("helix.server")
+
+PASS_DOWN_RETRY = timedelta(seconds=5)
+"""How long a service retries passing an answer to a child's service that is
+unreachable before it answers UNAVAILABLE (the caller retries the whole call)."""
 
 
 class InputRouter:
@@ -84,6 +90,8 @@ class InputRouter:
                 reason=child.approval.reason,
                 result_json=child.result.result_json if which == "result" else None,
                 error=(child.result.error or None) if which == "result" else None,
+                # Briefly: the caller is waiting, and retries the whole path itself.
+                retry=replace(client.config.reconnect, deadline=PASS_DOWN_RETRY),
             )
         except SessionNotFound:  # RequestNotFound too: the child's tree has no such request
             raise RequestNotFound(session_id, request_id, f"not below {child_id!r}") from None
