@@ -189,9 +189,14 @@ async def run_case(mesh: Mesh, role: str, moment: str) -> None:
     events = await finish(mesh, session_id)
     assert_every_level_once(events)
     assert len(mailer_answers(events)) == 1, "the answer was applied more than once"
-    assert mesh.sent(session_id) == 1, "the approved tool did not run exactly once"
-    output = json.loads(events[-1].completed.output_json)
-    assert f"{session_id}@example.com" in json.dumps(output)
+    output = json.dumps(json.loads(events[-1].completed.output_json))
+    if "outcome is unknown" in output:
+        # The kill cut the approved tool off (before or after its effect): reported to
+        # the model, never run again.
+        assert mesh.sent(session_id) <= 1, "the approved tool ran twice"
+    else:
+        assert mesh.sent(session_id) == 1, "the approved tool did not run exactly once"
+        assert f"{session_id}@example.com" in output
 
 
 SHORT = [("hitl-middle", "suspended"), ("hitl-mailer", "answered")]
