@@ -65,6 +65,7 @@ def test_service_config_balances_and_retries_unary_calls() -> None:
         "Interrupt",
         "Describe",
         "ListSessions",
+        "SubmitInput",  # idempotent per request id
     }
     assert method_config["retryPolicy"]["retryableStatusCodes"] == ["UNAVAILABLE"]
     assert options["grpc.enable_retries"] == 1
