@@ -74,22 +74,18 @@ class InputRouter:
         ref = await self.store.get_subsession_ref(record.session_id, child_id)
         if ref is None or not ref.address:
             raise RequestNotFound(session_id, request_id, f"no sub-agent {child_id!r}")
-        child = pb.SubmitInputRequest()
-        child.CopyFrom(request)
-        child.session_id = child_id
-        del child.path[:]
-        child.path.extend(path[1:])
+        which = request.WhichOneof("answer")
+        result = request.result if which == "result" else None
         try:
             client = await self.sessions.clients.get(ref.address)
-            which = child.WhichOneof("answer")
             response = await client.submit_input(
                 child_id,
                 request_id,
-                path=list(child.path),
-                approved=child.approval.approved if which == "approval" else None,
-                reason=child.approval.reason,
-                result_json=child.result.result_json if which == "result" else None,
-                error=(child.result.error or None) if which == "result" else None,
+                path=path[1:],
+                approved=request.approval.approved if which == "approval" else None,
+                reason=request.approval.reason,
+                result_json=result.result_json if result else None,
+                error=(result.error or None) if result else None,
                 # Briefly: the caller is waiting, and retries the whole path itself.
                 retry=replace(client.config.reconnect, deadline=PASS_DOWN_RETRY),
             )
@@ -100,8 +96,8 @@ class InputRouter:
         except InvalidArgument:
             raise
         except HelixError as exc:
-            # The child's service is out of reach: nothing was applied there for sure;
-            # the caller retries (an answer applied meanwhile is then a no-op).
+            # The child's service is out of reach (the answer may have landed, its reply
+            # not): the caller retries, and an answer recorded already is then a no-op.
             logger.warning(
                 "session %s: input %s not passed to %s at %s: %s",
                 session_id,
