@@ -22,6 +22,7 @@ from helix_transport._exceptions import InvalidArgument
 from helix_transport._metadata import SESSION_PATH_KEY
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.agent.state import RunState
+from helix_transport.agent.tools import FINISH_TOOL
 
 EXTENSION = "inputs"
 """The run state's extension (``RunState.extensions``) that holds ``InputState``."""
@@ -193,6 +194,9 @@ class InputState:
     """Approved calls handed to their tool: checkpointed before the tool runs, so a run
     resumed after a crash never runs an approved tool twice (at most once: a call still
     here without a result gets an error saying its outcome is unknown)."""
+    output_json: str | None = None
+    """The finish tool's valid output, when it ran in a step that then waited (for a
+    suspended child): the step ends the run once the rest is in."""
     children: list[WaitingChild] = field(default_factory=list)
     """The suspended children the session waited for when it suspended."""
     suspended_at: float | None = None
@@ -205,6 +209,7 @@ class InputState:
             pending={r["request_id"]: Request.from_json(r) for r in raw.get("pending", ())},
             results=dict(raw.get("results") or {}),
             approved=list(raw.get("approved") or ()),
+            output_json=raw.get("output_json"),
             children=[WaitingChild.from_json(c) for c in raw.get("children", ())],
             suspended_at=raw.get("suspended_at"),
         )
@@ -212,7 +217,12 @@ class InputState:
     def save(self, run: RunState) -> None:
         """Write this state into ``run`` (dropped when there is nothing to keep)."""
         if not (
-            self.pending or self.results or self.approved or self.children or self.suspended_at
+            self.pending
+            or self.results
+            or self.approved
+            or self.children
+            or self.suspended_at
+            or self.output_json is not None
         ):
             run.extensions.pop(EXTENSION, None)
             return
@@ -220,6 +230,7 @@ class InputState:
             "pending": [r.to_json() for r in self.pending.values()],
             "results": self.results,
             "approved": self.approved,
+            "output_json": self.output_json,
             "children": [c.to_json() for c in self.children],
             "suspended_at": self.suspended_at,
         }
@@ -230,6 +241,8 @@ class InputState:
         self.pending = {k: v for k, v in self.pending.items() if k in call_ids}
         self.results = {k: v for k, v in self.results.items() if k in call_ids}
         self.approved = [k for k in self.approved if k in call_ids]
+        if not any(r.get("name") == FINISH_TOOL for r in self.results.values()):
+            self.output_json = None
 
 
 def request_event(request: Request, *, arguments_json: str, path: list[str]) -> pb.StreamEvent:

@@ -281,16 +281,16 @@ class RunLoop:
             waiting.save(state.run)
             await self._checkpoint(state, step=state.step)
         outcomes, blocked = await self._run_calls(state, ready)
-        output: str | None = None
         for call_id, outcome in outcomes.items():
             waiting.results[call_id] = outcome.message
             if outcome.output_json is not None:
-                output = outcome.output_json
+                waiting.output_json = outcome.output_json
         if waiting.pending or blocked:
             waiting.save(state.run)
             return Suspend(blocked=blocked)
         state.messages.extend(waiting.results[c.id] for c in calls)
         InputState().save(state.run)  # the step is whole: nothing to keep
+        output = waiting.output_json
         return RunAgain() if output is None else FinalOutput(output)
 
     async def _run_calls(

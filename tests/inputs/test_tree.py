@@ -5,15 +5,24 @@ root, travels down; parents suspend only when nothing else runs."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
 from helix_transport import AgentClient, AgentServer, ServerConfig, create_server
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
+from helix_transport.agent.scripted import (
+    ScriptedToolCall,
+    ScriptedTurn,
+    finish,
+    register_script,
+    steps_taken,
+)
 from helix_transport.registry import address_env_var
 from helix_transport.store import MemoryStore
 from tests.agents.approvals import dispatcher, fanout, mailer, middle, picker, root
@@ -143,3 +152,38 @@ async def test_a_client_tool_inside_a_run_subagent_task(
         await client.aclose()
         for server in servers:
             await server.shutdown(grace_s=1)
+
+
+def _finish_beside_a_child(messages: list[dict[str, Any]]) -> ScriptedTurn:
+    if steps_taken(messages) == 0:
+        mail = ScriptedToolCall(name="mail", arguments={"to": "late@example.com"})
+        return ScriptedTurn(
+            tool_calls=(mail, ScriptedToolCall(name="__finish__", arguments={"result": "early"}))
+        )
+    return finish(result="asked again")  # the finish already given must end the run
+
+
+hurried = dataclasses.replace(
+    middle, name="hitl-hurried", model=register_script("hitl-hurried", _finish_beside_a_child)
+)
+
+
+async def test_a_finish_beside_a_child_that_suspends_ends_the_run_once_it_is_answered(
+    tree: Tree,
+) -> None:
+    server = await create_server(
+        hurried, MemoryStore(), ServerConfig(lease_ttl_s=1.0), allow_unauthenticated=True
+    )
+    await server.start()
+    try:
+        async with await AgentClient.connect(server.address) as client:
+            await client.start("{}", session_id="h1")
+            (request,), _ = await requests_until_suspended(client, "h1")
+            await client.submit_input("h1", request.request_id, path=request.path, approved=True)
+            status = await client.get_status("h1", wait=timedelta(seconds=30))
+            assert status.status == pb.SESSION_STATUS_COMPLETED
+            assert json.loads(status.output_json) == {"result": "early"}
+            events = [e async for e in client.stream("h1")]
+            assert [kind(e) for e in events].count("completed") == 1
+    finally:
+        await server.shutdown(grace_s=1)
