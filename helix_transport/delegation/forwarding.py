@@ -28,6 +28,7 @@ from collections.abc import Callable
 
 from helix_transport._config import RetryConfig
 from helix_transport._events import is_terminal
+from helix_transport._exceptions import HelixError
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._wire import child_event_payloads, child_event_prefix
 from helix_transport.agent.blockage import BlockedChild
@@ -202,7 +203,12 @@ def _suspended_child(client: AgentClient, last: pb.StreamEvent) -> BlockedChild 
 
 
 async def _blocked_already(client: AgentClient, child_id: str, last: int, note: Blocked) -> None:
-    status = await client.get_status(child_id)
+    """Best effort: a child out of reach now is followed as before (its stream retries
+    without a deadline); only a ``suspended`` seen later will count it as blocked then."""
+    try:
+        status = await client.get_status(child_id)
+    except HelixError:
+        return  # never an outcome: the stream decides what an unreachable child means
     if status.status == pb.SESSION_STATUS_SUSPENDED and status.last_sequence <= last:
         note(BlockedChild(child_session_id=child_id, address=client.address, last_sequence=last))
 

@@ -61,7 +61,7 @@ def _calls(workdir: Path, agent: str, session_id: str) -> int:
     return sum(1 for line in lines if line.split() == [agent, session_id])
 
 
-async def _child_down_for(tmp_path: Path, outage_s: float) -> None:
+async def _child_down_for(tmp_path: Path, outage_s: float, *, restart_parent: bool = False) -> None:
     child = _service("counter", tmp_path, port=free_port(), env={"HELIX_SCRIPTED_DELAY_MS": "50"})
     parent = _service(
         "delegator", tmp_path, port=free_port(), env={"HELIX_AGENT_ADDRESS_COUNTER": child.address}
@@ -72,6 +72,9 @@ async def _child_down_for(tmp_path: Path, outage_s: float) -> None:
             await client.start(LONG_INPUT, session_id="root")
             events = await _stream_until_child_step(client, 2)
             await child.kill()
+            if restart_parent:  # the resumed parent rejoins a child it cannot reach
+                await parent.kill()
+                await parent.start()
             await asyncio.sleep(outage_s)
             status = await client.get_status("root")
             assert status.status == pb.SESSION_STATUS_RUNNING, "the root ended without its child"
@@ -98,6 +101,16 @@ async def test_a_child_service_down_past_the_reconnect_deadline_is_waited_for(
 @pytest.mark.parametrize("outage_s", [40.0, 90.0])
 async def test_a_child_service_down_for_long_is_waited_for(tmp_path: Path, outage_s: float) -> None:
     await _child_down_for(tmp_path, outage_s)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+async def test_a_parent_restarted_while_its_child_is_down_for_long_waits_for_it(
+    tmp_path: Path,
+) -> None:
+    # Its rejoin asks the child's status first (is it suspended?): unanswered past the
+    # client's deadline, that must not end the call.
+    await _child_down_for(tmp_path, SHORT_OUTAGE_S, restart_parent=True)
 
 
 @pytest.fixture
