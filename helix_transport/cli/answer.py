@@ -15,7 +15,6 @@ import json
 import shlex
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TextIO
 
 from helix_transport._exceptions import (
@@ -25,6 +24,7 @@ from helix_transport._exceptions import (
     UsageError,
 )
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
+from helix_transport.agent.inputs import Answer
 from helix_transport.cli.printer import status_name
 from helix_transport.transport import AgentClient
 from helix_transport.tree import PendingRequest, SessionTree
@@ -32,23 +32,15 @@ from helix_transport.tree import PendingRequest, SessionTree
 AUTO_LABEL = "--auto-approve"
 
 
-@dataclass(frozen=True, kw_only=True)
-class Answer:
-    """One answer: an approval (``approved``, ``reason``), or a client tool's
-    ``result_json`` or ``error``."""
-
-    approved: bool | None = None
-    reason: str = ""
-    result_json: str | None = None
-    error: str | None = None
-
-    def __str__(self) -> str:
-        if self.approved is not None:
-            said = "approved" if self.approved else "denied"
-            return said + (f" ({self.reason})" if self.reason else "")
-        if self.error is not None:
-            return f"error: {self.error}"
-        return f"result {self.result_json}"
+def answer_text(answer: Answer) -> str:
+    """An answer as the CLI reports it: approved or denied (with the reason), a client
+    tool's error, or its result."""
+    if answer.approved is not None:
+        said = "approved" if answer.approved else "denied"
+        return said + (f" ({answer.reason})" if answer.reason else "")
+    if answer.error is not None:
+        return f"error: {answer.error}"
+    return f"result {answer.result_json}"
 
 
 def request_text(request: PendingRequest) -> str:
@@ -180,7 +172,8 @@ async def submit(
 def outcome_text(request_id: str, answer: Answer, reply: pb.SubmitInputResponse) -> str:
     """What the service did with an answer, for people."""
     done = "sent" if reply.applied else "already answered so; nothing changed"
-    return f"{request_id}: {answer} ({done}; session {status_name(reply.status)})"
+    said = answer_text(answer)
+    return f"{request_id}: {said} ({done}; session {status_name(reply.status)})"
 
 
 class RequestWatch:

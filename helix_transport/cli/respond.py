@@ -13,7 +13,8 @@ import argparse
 import json
 
 from helix_transport._exceptions import UsageError
-from helix_transport.cli.answer import Answer, locate, outcome_text, submit
+from helix_transport.agent.inputs import Answer
+from helix_transport.cli.answer import locate, outcome_text, submit
 from helix_transport.cli.client import connect
 from helix_transport.cli.exits import ExitCode
 from helix_transport.cli.flags import client_options

@@ -17,8 +17,9 @@ import pytest
 from helix_transport import AgentClient, SessionTree, UsageError
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._proto.helix.agent.v1 import agent_pb2_grpc as pb_grpc
+from helix_transport.agent.inputs import Answer
 from helix_transport.cli import _parser
-from helix_transport.cli.answer import Answer, RequestWatch, ask, locate
+from helix_transport.cli.answer import RequestWatch, ask, locate
 from helix_transport.cli.respond import answer_of
 from helix_transport.tree import PendingRequest
 from tests.cli.run import cli
