@@ -7,16 +7,19 @@ import re
 import sys
 from typing import TextIO
 
+from helix_transport._events import Tone, status_name, summarize
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 
-_OUTCOMES = {
-    pb.INPUT_OUTCOME_APPROVED: "approved",
-    pb.INPUT_OUTCOME_DENIED: "denied",
-    pb.INPUT_OUTCOME_RESULT: "result received",
-    pb.INPUT_OUTCOME_ERROR: "client tool failed",
-    pb.INPUT_OUTCOME_EXPIRED: "expired",
+__all__ = ["EventPrinter", "child_label", "status_name", "wants_color"]
+
+_COLORS = {  # ANSI SGR codes
+    Tone.STRONG: "1",
+    Tone.GOOD: "32",
+    Tone.BAD: "31",
+    Tone.WARN: "33",
+    Tone.NOTE: "36",
+    Tone.ASK: "35",
 }
-_STATUS_NAMES = {v: k.removeprefix("SESSION_STATUS_").lower() for k, v in pb.SessionStatus.items()}
 _MORE = "…"  # where a line of text was broken off, and where it goes on
 _SCOPE = re.compile(r"-[0-9a-f]{16}$")  # a child id's last part (agent.tools.child_scope)
 
@@ -27,11 +30,6 @@ def wants_color(out: TextIO) -> bool:
         return False
     isatty = getattr(out, "isatty", None)
     return bool(isatty and isatty())
-
-
-def status_name(value: pb.SessionStatus.ValueType) -> str:
-    """``completed`` for ``SESSION_STATUS_COMPLETED``."""
-    return _STATUS_NAMES.get(value, str(value))
 
 
 class EventPrinter:
@@ -69,7 +67,7 @@ class EventPrinter:
         self._flush_text(session)
         self._break_open_line()
         label = self._c("2", f"[{who} #{event.sequence}]")
-        self.out.write(f"{'  ' * depth}{label} {self._describe(event, kind)}\n")
+        self.out.write(f"{'  ' * depth}{label} {self._describe(event)}\n")
         self.out.flush()
 
     def _text(self, session: str, prefix: str, text: str) -> None:
@@ -101,64 +99,12 @@ class EventPrinter:
             prefix, parts = buffered
             self.out.write(prefix + "".join(parts) + "\n")
 
-    def _describe(self, event: pb.StreamEvent, kind: str | None) -> str:
-        if kind == "run_started":
-            return (
-                self._c("1", "started")
-                + f" {event.session_id} input={event.run_started.input_json}"
-            )
-        if kind == "step_started":
-            return f"step {event.step}"
-        if kind == "tool_start":
-            t = event.tool_start
-            return f"→ {t.tool_name}({_short(t.arguments_json)})"
-        if kind == "tool_end":
-            end = event.tool_end
-            mark = self._c("31", "✗") if end.is_error else "←"
-            return f"{mark} {end.tool_name}: {_short(end.result_json)}"
-        if kind == "subagent_start":
-            s = event.subagent_start
-            return f"⇢ delegating to {s.child_agent_type} ({s.child_session_id})"
-        if kind == "subagent_end":
-            done = event.subagent_end
-            return f"⇠ {done.child_agent_type} {status_name(done.status)}"
-        if kind == "output":
-            return f"output {event.output.output_json}"
-        if kind == "completed":
-            return self._c("32", "completed")
-        if kind == "failed":
-            f = event.failed
-            return self._c("31", f"failed ({f.failure_reason}): {f.error}")
-        if kind == "interrupted":
-            return self._c("33", f"interrupted: {event.interrupted.reason or '-'}")
-        if kind == "terminated":
-            return self._c("33", f"terminated: {event.terminated.reason or '-'}")
-        if kind == "run_resumed":
-            r = event.run_resumed
-            return self._c("36", f"resumed at step {r.step} ({r.reason})")
-        if kind == "error":
-            return self._c("31", f"error: {event.error.message}")
-        if kind == "input_required":
-            asked = event.input_required
-            wanted = "approval" if asked.kind == pb.INPUT_KIND_APPROVAL else "client result"
-            call = f"{asked.tool_name}({_short(asked.arguments_json)})"
-            return self._c("35", f"? {wanted} needed") + f" for {call} [{asked.request_id}]"
-        if kind == "input_answered":
-            answered = event.input_answered
-            how = _OUTCOMES.get(answered.outcome, "answered")
-            why = f": {answered.reason}" if answered.reason else ""
-            return self._c("35", f"✓ {answered.request_id} {how}") + why
-        if kind == "suspended":
-            waits = event.suspended
-            parts = [f"{len(waits.request_ids)} request(s)"] if waits.request_ids else []
-            if waits.suspended_children:
-                parts.append(f"{waits.suspended_children} suspended sub-agent(s)")
-            return self._c("35", "suspended") + f": waiting for {' and '.join(parts) or 'input'}"
-        if kind == "turn_started":
-            turn = event.turn_started
-            fresh = " (fresh)" if turn.fresh else ""
-            return self._c("1", f"turn {turn.turn}{fresh}") + f" message={_short(turn.message)}"
-        return f"({kind or 'unknown event'})"
+    def _describe(self, event: pb.StreamEvent) -> str:
+        """The event's summary, its lead in its tone's colour."""
+        summary = summarize(event)
+        if summary.tone is Tone.PLAIN:
+            return str(summary)
+        return self._c(_COLORS[summary.tone], summary.lead) + summary.rest
 
     def close(self) -> None:
         """End the open line and print any buffered text."""
@@ -181,7 +127,3 @@ def child_label(agent_type: str, session_id: str, parent: str | None) -> str:
         return agent_type
     added = _SCOPE.sub("", session_id[len(parent) + 1 :])
     return f"{agent_type} {added.partition('-')[2] or added}"
-
-
-def _short(text: str, limit: int = 100) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
