@@ -60,7 +60,6 @@ from helix_transport.agent.litellm import LitellmModel
 from helix_transport.agent.model import Model, ModelResponse, ToolCall
 from helix_transport.agent.tools import FINISH_TOOL, RunServices, ToolContext
 from helix_transport.log import SessionWriter
-from helix_transport.log.subtree import child_totals, token_usage
 from helix_transport.store import (
     Checkpoint,
     Interrupt,
@@ -70,6 +69,7 @@ from helix_transport.store import (
     storable_text,
 )
 from helix_transport.transport import ClientPool
+from helix_transport.tree import child_totals, token_usage
 
 # The loop's constants stay importable from here (the server, dispatch, the bench).
 __all__ = [

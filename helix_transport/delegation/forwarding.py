@@ -18,7 +18,7 @@ nothing after its terminal event, and its next turn forwards the rest when it to
 that child again.
 
 Every child's terminal event carries its subtree's usage; the forwarder notes it for the
-parent's own terminal event (``helix_transport.log.subtree``).
+parent's own terminal event (``helix_transport.tree``).
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ from helix_transport._wire import child_event_payloads, child_event_prefix
 from helix_transport.agent.blockage import BlockedChild
 from helix_transport.agent.tools import ToolContext
 from helix_transport.delegation.forwarded import forwarded_so_far
-from helix_transport.log.subtree import child_totals
 from helix_transport.transport import AgentClient
+from helix_transport.tree import child_totals
 
 UNFINISHED = frozenset(
     {pb.SESSION_STATUS_RUNNING, pb.SESSION_STATUS_SUSPENDED, pb.SESSION_STATUS_UNSPECIFIED}

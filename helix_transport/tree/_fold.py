@@ -1,25 +1,4 @@
-"""The delegation tree, folded from one log: the root session's events, children nested.
-
-A parent forwards every event of each child into its own log as a ``ChildEvent``
-(a grandchild's event arrives wrapped once per level), and every terminal event
-carries its session's usage, its own and its subtree's. So the root's log alone is
-enough to draw the whole tree and total it, with every child's service down::
-
-    tree = SessionTree()
-    async for event in client.stream(root_session_id):
-        node = tree.add(event)  # the node the event touched; the tree is live
-    assert tree.root is not None
-    print(tree.root.total_usage.total_tokens)
-
-or ``fold_events(events)`` for a log already read. The CLI's ``tree`` command and
-its ``inspect`` page both use this fold.
-
-Requests for input travel the same way: a session's ``input_required`` reaches the
-root's log wrapped once per level, so ``tree.pending_requests()`` lists every request
-waiting anywhere in the tree, each with the ``path`` to answer it by
-(``AgentClient.submit_input``). A request leaves when its session logs
-``input_answered`` for it, or it or a session above it ends.
-"""
+"""The fold of one root session's log into its tree (``SessionTree``), node by node."""
 
 from __future__ import annotations
 
@@ -28,10 +7,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from helix_transport._events import TERMINAL_KINDS, SessionStatus
+from helix_transport._events import EventKind, SessionStatus, event_kind
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
-
-__all__ = ["PendingRequest", "SessionTree", "TreeNode", "TreeUsage", "fold_events"]
+from helix_transport.tree._totals import reported_usage
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -256,7 +234,8 @@ class SessionTree:
             if event.sequence in node._sequences:
                 return node
             node._sequences.add(event.sequence)
-        kind = event.WhichOneof("payload")
+        row = event_kind(event)
+        kind = row.name
         if node.status is SessionStatus.SUSPENDED or node._stopped_with_ancestor:
             # Only a running session writes its log (a forwarded child event included).
             node.status = SessionStatus.RUNNING
@@ -281,8 +260,8 @@ class SessionTree:
         elif kind == "turn_started":
             node.turn = event.turn_started.turn
             _reopen(node)
-        elif kind in TERMINAL_KINDS:
-            _end_by_own_event(node, event, kind, at)
+        elif row.terminal:
+            _end_by_own_event(node, event, row, at)
             _stop_below(node)
         elif kind == "input_required":
             asked = PendingRequest.from_proto(
@@ -372,33 +351,22 @@ def fold_events(events: Iterable[pb.StreamEvent]) -> SessionTree:
 
 
 def _end_by_own_event(
-    node: TreeNode, event: pb.StreamEvent, kind: str, at: datetime | None
+    node: TreeNode, event: pb.StreamEvent, kind: EventKind, at: datetime | None
 ) -> None:
     node.ended_at = at
     node._ended_by_own_event = True
     node.pending.clear()  # an ended session answers nothing (its requests are cancelled)
-    terminal: pb.Completed | pb.Failed | pb.Interrupted | pb.Terminated
-    if kind == "completed":
-        terminal = event.completed
-        node.status, node.output_json, node.error = (
-            SessionStatus.COMPLETED,
-            terminal.output_json,
-            None,
-        )
-    elif kind == "failed":
-        terminal = event.failed
-        node.status, node.error = SessionStatus.FAILED, terminal.error
-    elif kind == "interrupted":
-        terminal = event.interrupted
-        node.status, node.error = SessionStatus.INTERRUPTED, terminal.reason or None
-    else:
-        terminal = event.terminated
-        node.status, node.error = SessionStatus.TERMINATED, terminal.reason or None
-    node.usage = TreeUsage.from_proto(terminal.usage)
-    if terminal.HasField("total_usage"):
-        node._reported_total = TreeUsage.from_proto(terminal.total_usage)
-    else:  # a service that reports no subtree: what its forwarded children say
-        node._reported_total = None
+    node.status = kind.status or SessionStatus.FAILED  # every terminal row names one
+    if kind.name == "completed":
+        node.output_json, node.error = event.completed.output_json, None
+    elif kind.name == "failed":
+        node.error = event.failed.error
+    else:  # interrupted, terminated: why, if anyone said
+        node.error = getattr(event, kind.name).reason or None
+    own, total = reported_usage(event)
+    node.usage = TreeUsage.from_proto(own)
+    # A service that reports no subtree: what its forwarded children say.
+    node._reported_total = None if total is None else TreeUsage.from_proto(total)
 
 
 def _stop_below(node: TreeNode) -> None:

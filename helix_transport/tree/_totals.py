@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from helix_transport._events import TERMINAL_KINDS
+from helix_transport._events import is_terminal
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.store import EventLogStore, Usage, pages
 
@@ -27,14 +27,13 @@ class ChildTotals:
 
     def note(self, event: pb.StreamEvent) -> None:
         """A direct child's event, as forwarded (unwrapped): its usage if terminal."""
-        kind = event.WhichOneof("payload")
-        if kind not in TERMINAL_KINDS:
+        if not is_terminal(event):
             return
         seen = self._latest.get(event.session_id)
         if seen is not None and seen[0] >= event.sequence:
             return
-        terminal = getattr(event, kind)
-        usage = terminal.total_usage if terminal.HasField("total_usage") else terminal.usage
+        own, total = reported_usage(event)
+        usage = own if total is None else total
         self._latest[event.session_id] = (
             event.sequence,
             Usage(
@@ -58,6 +57,13 @@ class ChildTotals:
         for _, usage in self._latest.values():
             total = total + usage
         return total
+
+
+def reported_usage(terminal: pb.StreamEvent) -> tuple[pb.TokenUsage, pb.TokenUsage | None]:
+    """What a terminal event reports: its session's own usage, and its subtree's (``None``
+    from a service that reports no subtree)."""
+    ended = getattr(terminal, terminal.WhichOneof("payload") or "")
+    return ended.usage, ended.total_usage if ended.HasField("total_usage") else None
 
 
 def child_totals(cache: dict[str, Any]) -> ChildTotals:
