@@ -7,7 +7,11 @@ SIGKILLs and restarts the child's service and then the parent's, interrupts a ru
 child from the page, sees the tree complete, and sees markup in a session's input shown
 as text. A second test follows the demo's mesh (``make demo``: orchestrator, researcher
 and summarizer on the scripted model) the same way, through a researcher's SIGKILL and
-restart. Under CI=true a missing chromium or Playwright fails the test; elsewhere it is skipped.
+restart. A third asks a person's approval and shows the request in the timeline with
+its text, and a fourth draws one event of every kind the proto has (the feed's own
+messages, served in place of a live stream): each row shows its kind's summary, the
+text ``helix-mesh call`` prints. Under CI=true a missing chromium or Playwright fails
+the test; elsewhere it is skipped.
 
 ``HELIX_SCREENSHOT_DIR=docs`` also saves the finished tree as ``inspect.png`` there
 (the picture in the README).
@@ -27,17 +31,20 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from helix_transport import AgentClient
+from helix_transport import AgentClient, SessionTree
+from helix_transport._events import summarize
 from helix_transport.agent.tools import child_scope
+from helix_transport.cli.inspector.feed import event_json
 from helix_transport.delegation.remote import child_session_id
 from helix_transport.registry import address_env_var
 from helix_transport.testing.processes import ServiceProcess, free_port
 from services import demo
 from tests.conftest import unreachable
 from tests.helpers import ROOT
+from tests.test_event_kinds import one_of_each
 
 if TYPE_CHECKING:
-    from playwright.async_api import Browser, Page
+    from playwright.async_api import Browser, Page, Route
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -254,3 +261,89 @@ async def _follow_the_demo(page: Page, services: dict[str, ServiceProcess]) -> N
     assert not totals.startswith(f"{len(statuses)} sessions · 0 tokens"), totals
     await page.click(node(page, "demo-1"))
     assert '"findings"' in (await page.text_content("#node-output") or "")
+
+
+async def test_the_page_shows_a_request_for_input_with_its_text(
+    browser: Browser, tmp_path: Path
+) -> None:
+    """A mailer whose ``send`` waits for a person's approval: its timeline shows the
+    ``input_required`` row with what the CLI prints for it, then ``suspended``."""
+    mailer = ServiceProcess(
+        "tests.agents.approvals:mailer", port=free_port(), store_url=f"sqlite:///{tmp_path}/m.db",
+        log_path=tmp_path / "mailer.log", env={"HELIX_LOG_LEVEL": "WARNING"}, cwd=ROOT,
+    )  # fmt: skip
+    await mailer.start(timeout_s=60)
+    try:
+        async with inspecting(mailer.address) as url:
+            page = await browser.new_page(viewport={"width": 1500, "height": 900})
+            page.set_default_timeout(WAIT_MS)
+            await page.goto(url)
+            await page.wait_for_selector("#service:has-text('hitl-mailer')")
+            async with await AgentClient.connect(mailer.address) as client:
+                await client.start(json.dumps({"to": "ops@example.com"}), session_id="ask-1")
+            await page.click('#sessions tbody tr[data-session-id="ask-1"]')
+            await page.wait_for_selector(node(page, "ask-1", "suspended"))
+            asked = page.locator("#timeline li[data-kind='input_required']")
+            await asked.wait_for()
+            what = await asked.locator(".what").text_content() or ""
+            assert what.startswith('? approval needed for send({"to": "ops@example.com"'), what
+            assert await asked.locator(".lead.tone-ask").text_content() == "? approval needed"
+            waits = page.locator("#timeline li[data-kind='suspended'] .what")
+            assert await waits.text_content() == "suspended: waiting for 1 request(s)"
+    finally:
+        await mailer.stop()
+
+
+def _server_sent(name: str, data: object) -> str:
+    return f"event: {name}\ndata: {json.dumps(data)}\n\n"
+
+
+async def test_the_page_shows_every_kind_of_event_with_its_summary(browser: Browser) -> None:
+    """One event of each kind, folded and sent as the feed sends them, to the page a
+    real ``helix-mesh inspect`` serves (the kinds' table from its /api/event-kinds)."""
+    events = one_of_each()
+    tree = SessionTree()
+    sent: list[dict[str, object]] = []
+    for event in events:
+        touched = tree.add(event)
+        sent.append(event_json(touched.session_id, touched.events[-1]))
+    assert tree.root is not None
+    body = (
+        "retry: 600000\n\n"
+        + _server_sent("state", {"state": "live", "detail": ""})
+        + _server_sent("events", {"events": sent})
+        + _server_sent("tree", {"tree": tree.root.to_json()})
+        + _server_sent("state", {"state": "ended", "detail": ""})
+    )
+
+    async def stream(route: Route) -> None:
+        await route.fulfill(status=200, headers={"Content-Type": "text/event-stream"}, body=body)
+
+    async with inspecting(f"127.0.0.1:{free_port()}") as url:  # no service: the stream is ours
+        page = await browser.new_page(viewport={"width": 1500, "height": 900})
+        page.set_default_timeout(WAIT_MS)
+        await page.route("**/api/sessions/root/stream", stream)
+        await page.goto(url + "#session=root")
+        await page.wait_for_selector("#tree-state[data-state='ended']")
+        await page.wait_for_selector(node(page, "root"))
+        forwarded = None
+        for event in events:
+            kind = event.WhichOneof("payload")
+            if kind == "child_event":  # drawn as the child's own event, in its timeline
+                forwarded = event.child_event.event
+                continue
+            row = page.locator(
+                f"#timeline li[data-kind='{kind}'][data-sequence='{event.sequence}']"
+            )
+            assert await row.locator(".what").text_content() == str(summarize(event)), kind
+        assert forwarded is not None
+        await page.click(node(page, forwarded.session_id))
+        row = page.locator(f"#timeline li[data-sequence='{forwarded.sequence}']")
+        assert await row.get_attribute("data-kind") == forwarded.WhichOneof("payload")
+        assert await row.locator(".what").text_content() == str(summarize(forwarded))
+        failed = page.locator("#timeline li[data-kind='failed']")
+        assert await failed.count() == 0  # the child's timeline holds only its own
+        await page.click(node(page, "root"))
+        assert "bad" in (await failed.get_attribute("class") or "")
+        completed = page.locator("#timeline li[data-kind='completed']")
+        assert "terminal" in (await completed.get_attribute("class") or "")

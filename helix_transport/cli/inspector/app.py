@@ -15,6 +15,7 @@ import json
 from collections.abc import AsyncIterator
 from importlib.resources import files
 from pathlib import Path
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -24,7 +25,7 @@ from starlette.responses import FileResponse, JSONResponse, Response, StreamingR
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from helix_transport._events import SessionStatus
+from helix_transport._events import EVENT_KINDS, SessionStatus, Tone
 from helix_transport._exceptions import HelixError
 from helix_transport.cli.exits import ExitCode, for_error
 from helix_transport.cli.inspector.feed import TreeFeed
@@ -55,6 +56,7 @@ class Inspector:
             routes=[
                 Route("/", self.index),
                 Route("/api/info", self.info),
+                Route("/api/event-kinds", self.event_kinds),
                 Route("/api/sessions", self.sessions),
                 Route("/api/sessions/{session_id}/stream", self.stream),
                 Route("/api/interrupt", self.interrupt, methods=["POST"]),
@@ -76,6 +78,11 @@ class Inspector:
         except HelixError as exc:
             return _error(exc)
         return JSONResponse({"address": self.address, "agent": described})
+
+    async def event_kinds(self, request: Request) -> Response:
+        """The table of event kinds (``EVENT_KINDS``: name, terminal, status implied),
+        the session statuses and the summaries' tones: what the page knows of kinds."""
+        return JSONResponse(event_kinds_json())
 
     async def sessions(self, request: Request) -> Response:
         """Recent sessions, newest first: ``?roots_only=1&status=running&limit=50``."""
@@ -134,6 +141,22 @@ class Inspector:
 
 
 _NO_STORE = {"Cache-Control": "no-store"}
+
+
+def event_kinds_json() -> dict[str, list[Any]]:
+    """``EVENT_KINDS`` for the page, with the statuses and tones it styles."""
+    return {
+        "kinds": [
+            {
+                "name": kind.name,
+                "terminal": kind.terminal,
+                "status": kind.status.value if kind.status is not None else None,
+            }
+            for kind in EVENT_KINDS.values()
+        ],
+        "statuses": [status.value for status in SessionStatus],
+        "tones": [tone.value for tone in Tone if tone is not Tone.PLAIN],
+    }
 
 
 def _error(exc: HelixError) -> JSONResponse:

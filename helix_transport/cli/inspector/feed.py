@@ -5,7 +5,8 @@ The fold (``helix_transport.tree``) runs here, in the CLI process, as it does fo
 
 - ``state``: ``live``, ``reconnecting`` (with what broke), ``ended`` or ``error``;
 - ``events``: the events new since the last message, each unwrapped from its
-  ``ChildEvent`` and tagged with the session (node) it belongs to;
+  ``ChildEvent`` and tagged with the session (node) it belongs to, its kind and its
+  one-line summary (``event_json``), so the page has no text of its own for any kind;
 - ``tree``: the whole tree (``TreeNode.to_json``), when anything in it changed.
 
 Messages are batched (one per ``FRAME_S`` at most), so a stream of words is not a
@@ -24,7 +25,9 @@ from datetime import timedelta
 from typing import Any
 
 from helix_transport._config import RetryConfig
+from helix_transport._events import event_kind
 from helix_transport._exceptions import HelixError
+from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.cli.follow import session_events
 from helix_transport.cli.jsonout import message_json
 from helix_transport.transport import AgentClient
@@ -53,6 +56,20 @@ class _Pending:
     events: list[dict[str, Any]] = field(default_factory=list)
     tree_changed: bool = False
     state: dict[str, Any] | None = None
+
+
+def event_json(node: str, event: pb.StreamEvent) -> dict[str, Any]:
+    """One event as the page gets it: the session it belongs to, the event, its kind
+    (``unknown`` for a payload this code does not know) and its summary, as the CLI
+    prints it (``lead`` in its ``tone``, then ``rest``)."""
+    kind = event_kind(event)
+    summary = kind.summary(event)
+    return {
+        "node": node,
+        "event": message_json(event),
+        "kind": kind.name or "unknown",
+        "summary": {"lead": summary.lead, "rest": summary.rest, "tone": summary.tone.value},
+    }
 
 
 class TreeFeed:
@@ -130,7 +147,7 @@ class TreeFeed:
             node = self.tree.add(event)
             sent = self._sent.get(node.session_id, 0)
             for new in node.events[sent:]:
-                self._pending.events.append({"node": node.session_id, "event": message_json(new)})
+                self._pending.events.append(event_json(node.session_id, new))
             self._sent[node.session_id] = len(node.events)
             if node.address:
                 self._on_address(node.address)

@@ -1,23 +1,22 @@
 // helix-mesh inspect: the page. It draws what the CLI process sends (the tree is
-// folded there, by helix_transport.tree) and never parses data as HTML: every piece
-// of text goes in through textContent, since event text is untrusted.
+// folded there, by helix_transport.tree; each event comes with its kind and its
+// one-line summary, and the table of kinds from /api/event-kinds, so no kind's text
+// is written here) and never parses data as HTML: every piece of text goes in
+// through textContent, since event text is untrusted.
 "use strict";
 
-const KINDS = [
-  "run_started", "turn_started", "step_started", "text_delta", "tool_start", "tool_end",
-  "subagent_start", "subagent_end", "output", "error", "interrupted", "completed", "failed",
-  "run_resumed", "terminated", "child_event", "input_required", "input_answered", "suspended",
-];
-const STATUSES = ["running", "suspended", "completed", "failed", "interrupted", "terminated"];
-const TERMINAL = new Set(["completed", "failed", "interrupted", "terminated"]);
 const GUARD_HEADER = "X-Helix-Inspect";
+const table = {
+  kinds: new Map(), // kind name -> { name, terminal, status } (helix_transport._events)
+  statuses: [],
+};
 
 const state = {
   sessionId: null,
   source: null,
   tree: null,
   nodes: new Map(), // session id -> node (from the last tree)
-  events: new Map(), // session id -> its events, in order
+  events: new Map(), // session id -> its events, in order: { event, kind, summary }
   selected: null,
 };
 
@@ -34,17 +33,12 @@ function el(tag, options = {}, children = []) {
 }
 
 function statusClass(status) {
-  return STATUSES.includes(status) ? `status-${status}` : "status-unknown";
+  return table.statuses.includes(status) ? `status-${status}` : "status-unknown";
 }
 
 function pretty(value) {
   if (value === null || value === undefined) return "-";
   return typeof value === "string" ? value : JSON.stringify(value, null, 2);
-}
-
-function short(value, limit = 160) {
-  const text = typeof value === "string" ? value : JSON.stringify(value);
-  return text.length > limit ? text.slice(0, limit - 1) + "…" : text;
 }
 
 function seconds(start, end) {
@@ -66,10 +60,6 @@ function tokens(usage) {
   return (usage && usage.total_tokens ? usage.total_tokens : 0).toLocaleString("en");
 }
 
-function kindOf(event) {
-  return KINDS.find((kind) => kind in event) || "unknown";
-}
-
 function hashParams() {
   return new URLSearchParams(location.hash.slice(1));
 }
@@ -82,6 +72,16 @@ function setHash(sessionId, nodeId) {
 }
 
 // --- the service and its sessions ------------------------------------------------
+
+async function loadKinds() {
+  try {
+    const body = await (await fetch("/api/event-kinds")).json();
+    table.kinds = new Map(body.kinds.map((kind) => [kind.name, kind]));
+    table.statuses = body.statuses;
+  } catch (error) {
+    document.getElementById("service").textContent = `cannot read the event kinds (${error})`;
+  }
+}
 
 async function loadInfo() {
   const target = document.getElementById("service");
@@ -145,9 +145,9 @@ function openSession(sessionId, nodeId) {
     state.events = new Map();
   };
   source.addEventListener("events", (message) => {
-    for (const { node, event } of JSON.parse(message.data).events) {
+    for (const { node, ...entry } of JSON.parse(message.data).events) {
       if (!state.events.has(node)) state.events.set(node, []);
-      state.events.get(node).push(event);
+      state.events.get(node).push(entry);
     }
     renderNode();
   });
@@ -270,9 +270,9 @@ function renderNode() {
       }),
     ]),
   );
-  const started = events.find((event) => "run_started" in event);
+  const started = events.find((entry) => entry.kind === "run_started");
   document.getElementById("node-input").textContent = started
-    ? pretty(started.run_started.input ?? started.run_started.input_json)
+    ? pretty(started.event.run_started.input ?? started.event.run_started.input_json)
     : "-";
   document.getElementById("node-output").textContent = pretty(node.output);
   document.getElementById("node-error-box").hidden = !node.error;
@@ -282,47 +282,28 @@ function renderNode() {
   renderTimeline(events);
 }
 
-function describe(event, kind) {
-  const body = event[kind] || {};
-  switch (kind) {
-    case "run_started": return `input ${short(body.input ?? body.input_json ?? "")}`;
-    case "turn_started": return `turn ${body.turn}: ${short(body.message || "")}`;
-    case "step_started": return `step ${event.step}`;
-    case "text_delta": return body.text;
-    case "tool_start": return `${body.tool_name}(${short(body.arguments ?? body.arguments_json ?? "")})`;
-    case "tool_end": return `${body.tool_name} → ${short(body.result ?? body.result_json ?? "")}`;
-    case "subagent_start": return `→ ${body.child_agent_type} ${body.child_session_id}`;
-    case "subagent_end": return `← ${body.child_agent_type} ${body.status}`;
-    case "output": return short(body.output ?? body.output_json ?? "");
-    case "error": return body.message;
-    case "failed": return `${body.failure_reason}: ${body.error}`;
-    case "interrupted":
-    case "terminated": return body.reason || "-";
-    case "run_resumed": return `resumed at step ${body.step} (${body.reason})`;
-    default: return "";
-  }
-}
-
 function renderTimeline(events) {
   const rows = [];
-  const origin = events.length && events[0].time ? Date.parse(events[0].time) : null;
+  const first = events.length ? events[0].event : null;
+  const origin = first && first.time ? Date.parse(first.time) : null;
   let text = null; // consecutive text deltas read as one row
-  for (const event of events) {
-    const kind = kindOf(event);
+  for (const { event, kind, summary } of events) {
     if (kind === "text_delta" && text) {
-      text.what.textContent += event.text_delta.text;
+      text.what.append(summary.lead);
       continue;
     }
     const at = origin !== null && event.time ? `+${formatDuration((Date.parse(event.time) - origin) / 1000)}` : "";
-    const what = el("span", { className: "what", text: describe(event, kind) });
+    const lead = el("span", { className: summary.tone ? `lead tone-${summary.tone}` : "lead", text: summary.lead });
+    const what = el("span", { className: "what" }, [lead, summary.rest]);
     const row = el("li", { data: { kind, sequence: String(event.sequence) } }, [
       el("span", { className: "at", text: at }),
       el("span", { className: "seq", text: `#${event.sequence}` }),
       el("span", { className: "kind", text: kind.replace(/_/g, " ") }),
       what,
     ]);
-    if (TERMINAL.has(kind)) row.classList.add(kind === "completed" ? "terminal" : "bad");
-    if ((kind === "tool_end" && event.tool_end.is_error) || kind === "error") row.classList.add("bad");
+    const terminal = table.kinds.has(kind) && table.kinds.get(kind).terminal;
+    if (terminal) row.classList.add(summary.tone === "good" ? "terminal" : "bad");
+    if (summary.tone === "bad") row.classList.add("bad");
     rows.push(row);
     text = kind === "text_delta" ? { what } : null;
   }
@@ -354,7 +335,8 @@ async function interruptSelected() {
 
 // --- start -------------------------------------------------------------------------
 
-function start() {
+async function start() {
+  await loadKinds(); // before any event is drawn
   document.getElementById("roots-only").addEventListener("change", loadSessions);
   document.getElementById("interrupt").addEventListener("click", interruptSelected);
   loadInfo();
