@@ -5,7 +5,8 @@ and its protobuf twin).
 
 Adding an event kind to ``StreamEvent.payload`` means a row in ``EVENT_KINDS`` (a test
 fails until it has one); the CLI's printer, the tree fold and the inspector page read
-it from there, and the code that emits the event is the only other place it is named.
+it from there. Beyond the proto and this table, only the code that emits the event, and
+a reader that does work of its own with it, names it.
 """
 
 from __future__ import annotations
