@@ -39,6 +39,7 @@ __all__ = [
     "Variable",
     "address_variable",
     "declare",
+    "markdown_table",
     "parse_duration",
     "type_suffix",
     "warn_unknown",
@@ -479,6 +480,15 @@ class Environment:
             close = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
             found.append((name, close[0] if close else None))
         return found
+
+
+def markdown_table() -> str:
+    """``VARIABLES`` as the Markdown table of ``docs/operating.md`` (a test compares)."""
+    rows = ["| variable | type | default | meaning |", "|---|---|---|---|"]
+    for v in VARIABLES:
+        default = "—" if v.default == "-" else f"`{v.default}`"
+        rows.append(f"| `{v.name}` | {v.type} | {default} | {v.meaning} |")
+    return "\n".join(rows) + "\n"
 
 
 def warn_unknown(environment: Environment | None = None) -> list[str]:
