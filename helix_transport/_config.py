@@ -6,12 +6,10 @@ public fields, used by the CLI and callers; ``timedelta`` would change that API.
 from __future__ import annotations
 
 import json
-import os
 import random
-from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from datetime import timedelta
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from helix_transport._exceptions import UsageError
 
@@ -165,16 +163,6 @@ class Limits:
 
     default: ClassVar[Limits]
 
-    ENV: ClassVar[Mapping[str, str]] = {
-        "max_message_bytes": "HELIX_MAX_MESSAGE_BYTES",
-        "max_input_bytes": "HELIX_MAX_INPUT_BYTES",
-        "max_json_depth": "HELIX_MAX_JSON_DEPTH",
-        "max_running_sessions": "HELIX_MAX_RUNNING_SESSIONS",
-        "rate_per_s": "HELIX_RATE_LIMIT",
-        "rate_burst": "HELIX_RATE_BURST",
-    }
-    """The environment variable of each field."""
-
     def __post_init__(self) -> None:
         if self.max_message_bytes < 64 << 10:
             raise UsageError("max_message_bytes must be at least 64 KiB")
@@ -188,24 +176,6 @@ class Limits:
             raise UsageError("rate_per_s must be >= 0, and rate_burst >= 1 when it is set")
         if self.min_ping_interval_s <= 0:
             raise UsageError("min_ping_interval_s must be positive")
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Limits:
-        """Defaults, then ``HELIX_*`` variables, then ``overrides`` (e.g. CLI flags; None is unset)."""
-        environ = os.environ if environ is None else environ
-        values: dict[str, Any] = {}
-        for field in fields(cls):
-            env = cls.ENV.get(field.name, "")  # some limits are flags only
-            kind = float if field.name == "rate_per_s" else int
-            raw = environ.get(env, "") if env else ""
-            if raw:
-                try:
-                    values[field.name] = kind(raw)
-                except ValueError:
-                    raise UsageError(f"{env}={raw!r} is not a number") from None
-            if overrides.get(field.name) is not None:
-                values[field.name] = overrides[field.name]
-        return cls(**values)
 
     def grpc_options(self) -> list[tuple[str, int]]:
         """Server options enforcing the message size and the clients' ping policy."""
@@ -240,37 +210,11 @@ class ConnectionAge:
 
     default: ClassVar[ConnectionAge]
 
-    ENV: ClassVar[Mapping[str, str]] = {
-        "max_age_s": "HELIX_MAX_CONNECTION_AGE_S",
-        "grace_s": "HELIX_MAX_CONNECTION_AGE_GRACE_S",
-    }
-    """The environment variable of each field."""
-
     def __post_init__(self) -> None:
         for name in ("max_age_s", "grace_s"):
             value = getattr(self, name)
             if not 0 <= value < 2**31 / 1000:  # grpc takes an int32 of milliseconds
                 raise UsageError(f"ConnectionAge.{name} must be 0 to {2**31 // 1000} s")
-
-    @classmethod
-    def from_env(
-        cls, environ: Mapping[str, str] | None = None, **overrides: float | None
-    ) -> ConnectionAge:
-        """Defaults, then the ``ENV`` variables, then ``overrides``
-        (CLI flags; None is unset)."""
-        environ = os.environ if environ is None else environ
-        values: dict[str, float] = {}
-        for name, env in cls.ENV.items():
-            raw = environ.get(env, "")
-            if raw:
-                try:
-                    values[name] = float(raw)
-                except ValueError:
-                    raise UsageError(f"{env}={raw!r} is not a number of seconds") from None
-            override = overrides.get(name)
-            if override is not None:
-                values[name] = override
-        return cls(**values)
 
     def grpc_options(self) -> list[tuple[str, int]]:
         """Server options; none when ``max_age_s`` is 0 (grpc's default: no age)."""
@@ -308,9 +252,9 @@ class ServerConfig:
     """A ``Stream`` quiet this long sends a ``heartbeat`` (not logged) while the session
     runs, e.g. while it waits for its sub-agents, so idle connections stay up."""
     limits: Limits = Limits.default
-    """Message and input sizes, running sessions, per-principal rate (``Limits.from_env()``)."""
+    """Message and input sizes, running sessions, per-principal rate (``config.Environment().limits()``)."""
     connection_age: ConnectionAge = ConnectionAge.default
-    """Maximum connection age and grace (``ConnectionAge.from_env()``): clients re-resolve
+    """Maximum connection age and grace (``config.Environment().connection_age()``): clients re-resolve
     and reach replicas added after they connected."""
     reflection: bool = True
     """Serve gRPC server reflection (it needs credentials like every RPC but health)."""

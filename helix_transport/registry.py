@@ -10,17 +10,16 @@ the same variables point at headless Services.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 from helix_transport._exceptions import UsageError
+from helix_transport.config import Environment, address_variable
 
 REGISTRY_FILE_ENV = "HELIX_REGISTRY_FILE"
 
 
-def address_env_var(agent_type: str) -> str:
-    """``HELIX_AGENT_ADDRESS_RESEARCHER`` for ``researcher``."""
-    return "HELIX_AGENT_ADDRESS_" + agent_type.upper().replace("-", "_")
+address_env_var = address_variable
+"""``HELIX_AGENT_ADDRESS_RESEARCHER`` for ``researcher`` (``config.address_variable``)."""
 
 
 def resolve_address(agent_type: str) -> str:
@@ -30,10 +29,11 @@ def resolve_address(agent_type: str) -> str:
         UsageError: no address is configured (the message says how to configure one).
     """
     env_var = address_env_var(agent_type)
-    address = os.environ.get(env_var, "").strip()
+    env = Environment()
+    address = env.agent_address(agent_type)
     if address:
         return address
-    path = os.environ.get(REGISTRY_FILE_ENV, "").strip()
+    path = env.registry_file()
     if path:
         try:
             entries = json.loads(Path(path).read_text())

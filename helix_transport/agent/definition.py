@@ -22,6 +22,7 @@ from helix_transport.agent.tools import (
     is_library_tool,
     reserved_tool_name,
 )
+from helix_transport.config import Environment
 from helix_transport.store import SessionRecord
 
 StepHook = Callable[[ToolContext, list[dict[str, Any]]], Awaitable[list[dict[str, Any]]]]
@@ -127,7 +128,8 @@ class Agent:
         Raises:
             UsageError: no model anywhere, or a variable that is not a number.
         """
-        config = self._defined_model_config().from_env(self.name)
+        env = Environment().model(self.name)
+        config = self._defined_model_config().with_settings(env, agent_type=self.name)
         if not config.model:
             raise UsageError(
                 f"agent {self.name!r} has no model; set Agent.model, HELIX_MODEL or "

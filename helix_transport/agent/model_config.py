@@ -6,7 +6,7 @@ Each setting comes from the first of: the agent type's own variable
 default. ``<TYPE>`` is the agent type upper-cased, every character but letters and
 digits as ``_`` (``my-agent``: ``MY_AGENT``), as for
 ``HELIX_AGENT_ADDRESS_<TYPE>``. An empty variable is unset. The environment is read at
-every model call.
+every model call, by ``helix_transport.config``.
 
 The family of the knobs is ``HELIX_LLM_`` rather than ``HELIX_MODEL_``, so no agent type
 (``retries``, say) can make one setting's name another's.
@@ -15,23 +15,14 @@ The family of the knobs is ``HELIX_LLM_`` rather than ``HELIX_MODEL_``, so no ag
 from __future__ import annotations
 
 import math
-import os
-import re
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from helix_transport._exceptions import UsageError
+from helix_transport.config import ModelSettings, type_suffix
 
-MODEL_ENV = "HELIX_MODEL"
-NUM_RETRIES_ENV = "HELIX_LLM_NUM_RETRIES"
-TIMEOUT_ENV = "HELIX_LLM_TIMEOUT_S"
-FALLBACKS_ENV = "HELIX_LLM_FALLBACKS"
-
-
-def type_env_suffix(agent_type: str) -> str:
-    """``translator-node`` -> ``TRANSLATOR_NODE``: the ``<TYPE>`` of a per-type variable."""
-    return re.sub(r"[^A-Z0-9]", "_", agent_type.upper())
+type_env_suffix = type_suffix
+"""``translator-node`` -> ``TRANSLATOR_NODE``: the ``<TYPE>`` of a per-type variable."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,39 +63,14 @@ class ModelConfig:
             settings["fallbacks"] = list(self.fallbacks)
         return settings
 
-    def from_env(self, agent_type: str, environ: Mapping[str, str] | None = None) -> ModelConfig:
-        """This config with what the environment sets for ``agent_type`` laid over it.
+    def with_settings(self, settings: ModelSettings, *, agent_type: str) -> ModelConfig:
+        """This config with what the environment sets for ``agent_type``
+        (``config.Environment().model(agent_type)``) laid over it.
 
         Raises:
-            UsageError: a variable that is not a number (retries, timeout), naming it.
+            UsageError: the result does not hold (a timeout of 0...), naming the agent.
         """
-        environ = os.environ if environ is None else environ
-        suffix = type_env_suffix(agent_type)
-
-        def lookup(name: str) -> tuple[str, str] | None:
-            for variable in (f"{name}_{suffix}", name):
-                value = environ.get(variable, "").strip()
-                if value:
-                    return variable, value
-            return None
-
-        changes: dict[str, Any] = {}
-        if found := lookup(MODEL_ENV):
-            changes["model"] = found[1]
-        if found := lookup(NUM_RETRIES_ENV):
-            changes["num_retries"] = _number(*found, int)
-        if found := lookup(TIMEOUT_ENV):
-            changes["timeout_s"] = _number(*found, float)
-        if found := lookup(FALLBACKS_ENV):
-            changes["fallbacks"] = tuple(m.strip() for m in found[1].split(",") if m.strip())
         try:
-            return replace(self, **changes)
+            return replace(self, **settings.changes())
         except UsageError as exc:
             raise UsageError(f"agent {agent_type!r}: {exc} (from the environment)") from None
-
-
-def _number(variable: str, value: str, kind: type[int] | type[float]) -> Any:
-    try:
-        return kind(value)
-    except ValueError:
-        raise UsageError(f"{variable}={value!r} is not a number") from None

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -30,6 +29,8 @@ from typing import Any
 
 import litellm
 from litellm.llms.custom_llm import CustomLLM
+
+from helix_transport.config import Environment
 
 PROVIDER = "scripted"
 
@@ -177,7 +178,7 @@ class ScriptedLLM(CustomLLM):
         return self._stream(turn, messages)
 
     async def _stream(self, turn: ScriptedTurn, messages: list[Any]) -> AsyncIterator[Any]:
-        delay = float(os.environ.get("HELIX_SCRIPTED_DELAY_MS", "0") or 0) / 1000
+        delay = Environment().scripted_delay_s()
         step = steps_taken(messages) + 1
         if turn.latency_s:
             await asyncio.sleep(turn.latency_s)
@@ -222,7 +223,7 @@ class ScriptedLLM(CustomLLM):
         if script is None:
             known = ", ".join(sorted(_SCRIPTS)) or "none"
             raise ValueError(f"no scripted model named {name!r} (registered: {known})")
-        log = os.environ.get("HELIX_SCRIPTED_CALL_LOG")
+        log = Environment().scripted_call_log()
         if log:
             metadata = (kwargs.get("litellm_params") or {}).get("metadata") or {}
             with open(log, "a") as f:  # tiny append; a test-only path

@@ -44,6 +44,7 @@ from helix_transport.bench._report import (
 )
 from helix_transport.bench.agents import leaf, leaf_input
 from helix_transport.bench.delegation import SERVICE_ENV
+from helix_transport.config import Environment
 from helix_transport.server.app import create_server
 from helix_transport.store import Store, open_store
 from helix_transport.testing.processes import ServiceProcess, free_port
@@ -56,8 +57,7 @@ def store_url(name: str, tmp: Path, *, label: str = "") -> str:
     """A fresh store of backend ``name``: Redis and PostgreSQL get a throwaway namespace
     (``drop_store_data`` removes it); ``label`` tells apart stores made in one second."""
     tag = f"helix_bench_{int(time.time())}_{os.getpid()}{label}"
-    redis = os.environ.get("HELIX_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
-    postgres = os.environ.get("HELIX_BENCH_POSTGRES_DSN", "postgresql://postgres@127.0.0.1/test")
+    redis, postgres = Environment().bench_stores()
     urls = {
         "memory": "memory://",
         "sqlite": f"sqlite:///{tmp / f'{tag}.db'}",
@@ -403,9 +403,7 @@ async def concurrency(
     loads (as many sessions each), so the table shows where one process saturates.
     """
     # HELIX_BENCH_CONCURRENCY_STORE (a store URL) runs it on another backend.
-    store_url = (
-        os.environ.get("HELIX_BENCH_CONCURRENCY_STORE") or f"sqlite:///{tmp / 'concurrency.db'}"
-    )
+    store_url = Environment().bench_concurrency_store(f"sqlite:///{tmp / 'concurrency.db'}")
     async with leaf_service(store_url, tmp / "concurrency.log") as (client, pid):
         helix = await _helix_concurrent(
             client, ids, pid, sessions=sessions, events=events, pace_ms=pace_ms

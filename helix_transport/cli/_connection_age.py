@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
 
 from helix_transport.cli.flags import seconds
 
-if TYPE_CHECKING:
-    from helix_transport._config import ConnectionAge
-
 
 def add_connection_age_options(parser: argparse.ArgumentParser) -> None:
-    """``--max-connection-age`` and ``--max-connection-age-grace`` (unset: env, then default)."""
+    """``--max-connection-age`` and ``--max-connection-age-grace`` (unset: env, then default;
+    ``config.Environment.connection_age`` lays them over)."""
     group = parser.add_argument_group(
         "connection balancing (unset: $HELIX_* or the default; see docs/deploying.md)"
     )
@@ -29,13 +26,4 @@ def add_connection_age_options(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="then let its calls in flight go on this long before closing it; a stream "
         "cut later resumes ($HELIX_MAX_CONNECTION_AGE_GRACE_S, default 600)",
-    )
-
-
-def connection_age(args: argparse.Namespace) -> ConnectionAge:
-    """The ``ConnectionAge`` of ``serve``'s parsed ``args``: flags win over variables."""
-    from helix_transport._config import ConnectionAge
-
-    return ConnectionAge.from_env(
-        max_age_s=args.max_connection_age, grace_s=args.max_connection_age_grace
     )

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 
+from helix_transport.config import Environment
 from helix_transport.transport import ClientAuth
 
 
@@ -43,12 +43,12 @@ def client_options(parser: argparse.ArgumentParser) -> None:
 
 def client_auth(args: argparse.Namespace) -> ClientAuth | None:
     """The credentials of a client command: flags, else the environment."""
-    env = os.environ
+    env = Environment().client_credentials()
     return ClientAuth.from_files(
-        token=args.token or env.get("HELIX_TOKEN", ""),
-        token_file=args.token_file or env.get("HELIX_TOKEN_FILE", ""),
-        tls_ca_file=args.tls_ca or env.get("HELIX_CLIENT_TLS_CA", ""),
-        tls_cert_file=args.tls_cert or env.get("HELIX_CLIENT_TLS_CERT", ""),
-        tls_key_file=args.tls_key or env.get("HELIX_CLIENT_TLS_KEY", ""),
-        tls_server_name=args.tls_server_name or env.get("HELIX_CLIENT_TLS_SERVER_NAME", ""),
+        token=args.token or env.token,
+        token_file=args.token_file or env.token_file,
+        tls_ca_file=args.tls_ca or env.tls_ca_file,
+        tls_cert_file=args.tls_cert or env.tls_cert_file,
+        tls_key_file=args.tls_key or env.tls_key_file,
+        tls_server_name=args.tls_server_name or env.tls_server_name,
     )

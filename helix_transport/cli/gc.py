@@ -5,49 +5,27 @@ now (directly, or through a service's admin RPC), and the ``--retention`` durati
 from __future__ import annotations
 
 import argparse
-import math
-import os
-import re
 from datetime import timedelta
 
 from helix_transport._exceptions import UsageError
 from helix_transport.cli.flags import client_auth, client_options
+from helix_transport.config import Environment, parse_duration
 
 ADMINS_ENV = "HELIX_ADMIN_PRINCIPALS"
 """Comma-separated principals (of no tenant) that may call a service's admin RPC."""
 RETENTION_ENV = "HELIX_RETENTION"
 """The environment variable ``--retention`` defaults to (unset or ``off``: keep forever)."""
 
-_DURATION = re.compile(r"(?P<number>\d+(?:\.\d+)?)(?P<unit>[smhdw]?)")
-_UNIT_S = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _SCHEMES = ("memory://", "sqlite:", "redis://", "rediss://", "postgres://", "postgresql://")
 
 
 def duration(text: str) -> timedelta:
     """A retention: a positive number with an optional unit, ``90s``, ``30m``, ``12h``,
     ``7d`` or ``2w`` (no unit: seconds)."""
-    match = _DURATION.fullmatch(text.strip().lower())
-    if match is None:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a duration: use e.g. 90s, 12h or 7d")
-    seconds = float(match["number"]) * _UNIT_S[match["unit"]]
-    if not math.isfinite(seconds) or seconds <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: give a duration above 0")
-    return timedelta(seconds=seconds)
-
-
-def retention_from_env() -> timedelta | None:
-    """``HELIX_RETENTION`` as a duration; ``None`` when unset, empty or ``off``.
-
-    Raises:
-        UsageError: it is set to something that is not a duration.
-    """
-    text = os.environ.get(RETENTION_ENV, "").strip()
-    if text.lower() in ("", "0", "off"):
-        return None
     try:
-        return duration(text)
-    except argparse.ArgumentTypeError as exc:
-        raise UsageError(f"{RETENTION_ENV}: {exc}") from None
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def retention_option(parser: argparse.ArgumentParser, *, what: str) -> None:
@@ -72,13 +50,6 @@ def admin_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def admins(args: argparse.Namespace) -> tuple[str, ...]:
-    """The ``--admin-principal`` names, else ``$HELIX_ADMIN_PRINCIPALS``."""
-    if args.admin_principal:
-        return tuple(args.admin_principal)
-    return tuple(n.strip() for n in os.environ.get(ADMINS_ENV, "").split(",") if n.strip())
-
-
 def add_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``gc`` to the subcommands ``sub``."""
     gc = sub.add_parser(
@@ -97,7 +68,7 @@ def add_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
 async def gc(args: argparse.Namespace) -> int:
     """Sweep ``args.target`` once, printing each session removed (or that would be)."""
-    retention = args.retention or retention_from_env()
+    retention = args.retention or Environment().retention()
     if retention is None:
         raise UsageError(f"gc needs a retention: give --retention or set {RETENTION_ENV}")
     if args.target.startswith(_SCHEMES):

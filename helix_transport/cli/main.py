@@ -37,6 +37,7 @@ from helix_transport.cli import (
     tree,
 )
 from helix_transport.cli.exits import ExitCode, for_error
+from helix_transport.config import Environment
 
 _COMMANDS: dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, int]]] = {
     "call": client.call,
@@ -107,7 +108,7 @@ def _version() -> str:
 
 def _hint(exc: HelixError, args: argparse.Namespace) -> str:
     """The likely cause of ``exc`` where its message cannot name it."""
-    plaintext = not (getattr(args, "tls_ca", "") or os.environ.get("HELIX_CLIENT_TLS_CA"))
+    plaintext = not (getattr(args, "tls_ca", "") or Environment().client_credentials().tls_ca_file)
     if isinstance(exc, ConnectError) and exc.detail.endswith("Socket closed") and plaintext:
         # What a plaintext client sees of a TLS server: the server drops the connection.
         return (

@@ -9,25 +9,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
-import os
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from helix_transport._exceptions import HelixError
-from helix_transport.cli._connection_age import add_connection_age_options, connection_age
+from helix_transport.cli._connection_age import add_connection_age_options
 from helix_transport.cli.flags import positive_seconds, seconds
-from helix_transport.cli.gc import admin_option, admins, retention_from_env, retention_option
-from helix_transport.store import STORE_URL_ENV
+from helix_transport.cli.gc import admin_option, retention_option
+from helix_transport.config import Environment
 from helix_transport.transport import SUBSTITUTE, ClientAuth
 
 if TYPE_CHECKING:
     from helix_transport._config import ServerConfig
     from helix_transport.metrics import MetricsEndpoint
     from helix_transport.server.auth import AuthConfig
-
-_OFF = ("0", "off", "false", "no")
 
 
 def add_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -46,20 +42,21 @@ def run(args: argparse.Namespace) -> int:
 
     configure_logging(args.log_format)
     agent = load_agent(args.agent)
-    store_url = args.store or os.environ.get(STORE_URL_ENV) or f"sqlite:///.helix/{agent.name}.db"
-    config = _server_config(args)
-    auth = _auth_config(args)
+    env = Environment()  # each setting: its flag, else its HELIX_* variable, else the default
+    store_url = args.store or env.store_url(f"sqlite:///.helix/{agent.name}.db")
+    config = _server_config(args, env)
+    auth = _auth_config(args, env)
     auth.check()  # fail closed before importing or opening anything else
-    env = os.environ
+    own = env.service_credentials()
     client_auth = ClientAuth.from_files(
-        token_file=args.client_token_file or env.get("HELIX_CLIENT_TOKEN_FILE", ""),
-        tls_ca_file=env.get("HELIX_CLIENT_TLS_CA", ""),
-        tls_cert_file=env.get("HELIX_CLIENT_TLS_CERT", ""),
-        tls_key_file=env.get("HELIX_CLIENT_TLS_KEY", ""),
-        tls_server_name=env.get("HELIX_CLIENT_TLS_SERVER_NAME", ""),
-        identity=args.client_identity or env.get("HELIX_CLIENT_IDENTITY", "") or SUBSTITUTE,
+        token_file=args.client_token_file or own.token_file,
+        tls_ca_file=own.tls_ca_file,
+        tls_cert_file=own.tls_cert_file,
+        tls_key_file=own.tls_key_file,
+        tls_server_name=own.tls_server_name,
+        identity=args.client_identity or own.identity or SUBSTITUTE,
     )
-    metrics = _start_metrics(args, agent.name)
+    metrics = _start_metrics(args, env, agent.name)
     try:
         asyncio.run(
             serve(agent, store_url=store_url, config=config, auth=auth, client_auth=client_auth)
@@ -70,41 +67,42 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _start_metrics(args: argparse.Namespace, service_name: str) -> MetricsEndpoint | None:
+def _start_metrics(
+    args: argparse.Namespace, env: Environment, service_name: str
+) -> MetricsEndpoint | None:
     """Serve ``/metrics`` when ``--metrics-port`` or ``HELIX_METRICS_PORT`` asks for it."""
     from helix_transport.metrics import MetricsConfig, start_metrics
 
-    config = MetricsConfig.from_env(
-        host=args.host, port=args.metrics_port, service_name=service_name
-    )
-    if config.port is None:
+    port = env.metrics_port()  # read even under the flag: a bad variable is an error
+    port = port if args.metrics_port is None else args.metrics_port
+    if port is None:
         return None
-    endpoint = start_metrics(config)
+    endpoint = start_metrics(MetricsConfig(host=args.host, port=port, service_name=service_name))
     print(f"helix-mesh: metrics on {endpoint.url}", flush=True)
     return endpoint
 
 
-def _server_config(args: argparse.Namespace) -> ServerConfig:
-    from helix_transport._config import Limits, ServerConfig
+def _server_config(args: argparse.Namespace, env: Environment) -> ServerConfig:
+    from helix_transport._config import ServerConfig
 
-    reflection = (
-        not args.no_reflection and os.environ.get("HELIX_REFLECTION", "on").lower() not in _OFF
-    )
+    retention = args.retention or env.retention()
     return ServerConfig(
         host=args.host,
         port=args.port,
-        replica_id=args.replica_id or os.environ.get("HELIX_REPLICA_ID", ""),
+        replica_id=args.replica_id or env.replica_id(),
         lease_ttl_s=args.lease_ttl,
         graceful_shutdown_timeout_s=args.drain_timeout,
         heartbeat_interval_s=args.heartbeat_interval,
-        reflection=reflection,
+        reflection=not args.no_reflection and env.reflection(),
         health_port=args.health_port,
-        retention_s=_retention_s(args),
-        admins=admins(args),
+        retention_s=None if retention is None else retention.total_seconds(),
+        admins=tuple(args.admin_principal) if args.admin_principal else env.admins(),
         # Unset (None) leaves it to HELIX_ALLOW_VOLATILE_STORE.
         allow_volatile_store=True if args.allow_volatile_store else None,
-        connection_age=connection_age(args),
-        limits=Limits.from_env(
+        connection_age=env.connection_age(
+            max_age_s=args.max_connection_age, grace_s=args.max_connection_age_grace
+        ),
+        limits=env.limits(
             max_message_bytes=args.max_message_bytes,
             max_input_bytes=args.max_input_bytes,
             max_json_depth=args.max_json_depth,
@@ -116,27 +114,23 @@ def _server_config(args: argparse.Namespace) -> ServerConfig:
     )
 
 
-def _retention_s(args: argparse.Namespace) -> float | None:
-    retention = args.retention or retention_from_env()
-    return None if retention is None else retention.total_seconds()
-
-
-def _auth_config(args: argparse.Namespace) -> AuthConfig:
+def _auth_config(args: argparse.Namespace, env: Environment) -> AuthConfig:
     from helix_transport.server.auth import AuthConfig
 
-    auth = AuthConfig.from_env(
-        tokens_file=args.auth_tokens,
-        jwt_key_file=args.jwt_key,
-        jwt_audience=args.jwt_audience,
-        jwt_issuer=args.jwt_issuer,
-        tls_cert_file=args.tls_cert,
-        tls_key_file=args.tls_key,
-        tls_client_ca_file=args.tls_client_ca,
-        allow_unauthenticated=args.allow_unauthenticated,
-    )
-    if args.auth_reload_interval is not None:  # 0 (off) is no override for from_env
-        auth = dataclasses.replace(auth, reload_interval_s=args.auth_reload_interval)
-    return auth
+    flags = {
+        "tokens_file": args.auth_tokens,
+        "jwt_key_file": args.jwt_key,
+        "jwt_audience": args.jwt_audience,
+        "jwt_issuer": args.jwt_issuer,
+        "tls_cert_file": args.tls_cert,
+        "tls_key_file": args.tls_key,
+        "tls_client_ca_file": args.tls_client_ca,
+        "allow_unauthenticated": args.allow_unauthenticated,
+    }
+    values = env.server_auth() | {k: v for k, v in flags.items() if v}  # a flag given wins
+    if args.auth_reload_interval is not None:  # 0 (off) is a value here, unlike above
+        values["reload_interval_s"] = args.auth_reload_interval
+    return AuthConfig(**values)
 
 
 def serve_options(parser: argparse.ArgumentParser) -> None:
@@ -148,19 +142,18 @@ def serve_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _listen_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--host", default=os.environ.get("HELIX_HOST", "127.0.0.1"), help="(default $HELIX_HOST)"
-    )
+    env = Environment()
+    parser.add_argument("--host", default=env.host(), help="(default $HELIX_HOST)")
     # A string default: argparse converts it, so a bad HELIX_PORT is a usage error of
     # `serve` alone, not a traceback of every command.
     parser.add_argument(
         "--port",
         type=int,
-        default=os.environ.get("HELIX_PORT", "50051"),
+        default=env.port(),
         help="(default $HELIX_PORT)",
     )
     parser.add_argument(
-        "--store", default="", help=f"store URL (default ${STORE_URL_ENV} or sqlite)"
+        "--store", default="", help="store URL (default $HELIX_STORE_URL or sqlite)"
     )
     parser.add_argument("--replica-id", default="", help="lease owner id (default hostname:port)")
     parser.add_argument(
@@ -189,7 +182,7 @@ def _listen_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--health-port",
         type=int,
-        default=os.environ.get("HELIX_HEALTH_PORT") or None,  # converted as --port's
+        default=env.health_port(),  # converted as --port's
         help="plaintext health-only port, 0 to pick one (HELIX_HEALTH_PORT)",
     )
     retention_option(parser, what="remove sessions finished this long ago; unset: keep them")
@@ -197,7 +190,7 @@ def _listen_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--metrics-port",
         type=int,
-        default=None,  # HELIX_METRICS_PORT is read with the rest of MetricsConfig
+        default=None,  # unset: HELIX_METRICS_PORT (run reads it: a bad one is serve's error)
         help="serve Prometheus /metrics on this port, 0 to pick one (HELIX_METRICS_PORT; "
         "default off)",
     )

@@ -15,7 +15,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from helix_transport.metrics.endpoint import (
-    METRICS_PORT_ENV,
     MetricsConfig,
     MetricsEndpoint,
     start_metrics,
@@ -32,7 +31,6 @@ if TYPE_CHECKING:
     from helix_transport.metrics.store import MeteredStore, metered_store
 
 __all__ = [
-    "METRICS_PORT_ENV",
     "Instruments",
     "MeteredStore",
     "MetricsConfig",

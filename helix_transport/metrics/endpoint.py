@@ -9,10 +9,8 @@ instruments are process-wide.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from helix_transport._exceptions import UsageError
 from helix_transport.metrics.instruments import SCOPE, install, metrics_enabled
@@ -22,10 +20,7 @@ if TYPE_CHECKING:
 
     from opentelemetry.sdk.metrics import MeterProvider
 
-__all__ = ["METRICS_PORT_ENV", "MetricsConfig", "MetricsEndpoint", "start_metrics"]
-
-METRICS_PORT_ENV = "HELIX_METRICS_PORT"
-"""The environment variable that turns the endpoint on (``--metrics-port``)."""
+__all__ = ["MetricsConfig", "MetricsEndpoint", "start_metrics"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,7 +30,8 @@ class MetricsConfig:
     host: str = "127.0.0.1"
     """Interface to bind; ``0.0.0.0`` in a container (``serve`` uses ``--host``)."""
     port: int | None = None
-    """Serve ``/metrics`` on this port (0 picks one); ``None``: no metrics at all."""
+    """Serve ``/metrics`` on this port (0 picks one); ``None``: no metrics at all
+    (``serve``: ``--metrics-port``, else ``HELIX_METRICS_PORT``)."""
     service_name: str = "helix-mesh"
     """The OpenTelemetry ``service.name`` (in ``target_info``); ``serve`` sets the agent's."""
 
@@ -44,19 +40,6 @@ class MetricsConfig:
     def __post_init__(self) -> None:
         if self.port is not None and not 0 <= self.port <= 65535:
             raise UsageError(f"metrics port must be 0-65535, not {self.port}")
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> MetricsConfig:
-        """``HELIX_METRICS_PORT`` (unset or empty: off), then ``overrides`` (None is unset)."""
-        env = os.environ if environ is None else environ
-        values: dict[str, Any] = {}
-        if raw := env.get(METRICS_PORT_ENV, "").strip():
-            try:
-                values["port"] = int(raw)
-            except ValueError:
-                raise UsageError(f"{METRICS_PORT_ENV}={raw!r} is not a port number") from None
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(**values)
 
 
 MetricsConfig.default = MetricsConfig()

@@ -116,14 +116,13 @@ class JsonFormatter(logging.Formatter):
         return redact(json.dumps(line, ensure_ascii=False, default=str), self.secrets)
 
 
-def configure_logging(log_format: str | None = None) -> None:
-    """Log to stderr in ``log_format`` (default ``$HELIX_LOG_FORMAT``, else text) at
-    ``$HELIX_LOG_LEVEL`` (default INFO).
+def configure_logging(log_format: str, *, level: str = "INFO") -> None:
+    """Log to stderr in ``log_format`` (``text`` or ``json``; "" is text) at ``level``.
 
     Raises:
         UsageError: an unknown format.
     """
-    chosen = (log_format or os.environ.get(LOG_FORMAT_ENV) or "text").lower()
+    chosen = (log_format or "text").lower()
     if chosen not in FORMATS:
         raise UsageError(
             f"{LOG_FORMAT_ENV} (or --log-format) must be one of {', '.join(FORMATS)}, not {chosen!r}"
@@ -136,6 +135,6 @@ def configure_logging(log_format: str | None = None) -> None:
     for old in list(root.handlers):
         root.removeHandler(old)
     root.addHandler(handler)
-    root.setLevel(os.environ.get("HELIX_LOG_LEVEL", "INFO").upper())
+    root.setLevel(level)
     # litellm logs requests (message content included) at INFO and DEBUG.
     logging.getLogger("LiteLLM").setLevel(logging.WARNING)

@@ -27,6 +27,7 @@ from helix_transport.agent.definition import Agent
 from helix_transport.agent.litellm import warm_up
 from helix_transport.agent.loop import MAX_RESULT_BYTES
 from helix_transport.agent.model_config import ModelConfig
+from helix_transport.config import Environment, warn_unknown
 from helix_transport.log import EventHub
 from helix_transport.metrics import metrics_enabled, watch_running
 from helix_transport.metrics.hooks import metered_hooks
@@ -295,7 +296,7 @@ async def create_server(
             a ``HELIX_LLM_*`` variable for this agent that is not a number.
     """
     # A HELIX_LLM_* value that is not a number stops the server now, not each run later.
-    ModelConfig().from_env(agent.name)
+    ModelConfig().with_settings(Environment().model(agent.name), agent_type=agent.name)
     if auth is None:
         auth = AuthConfig(allow_unauthenticated=allow_unauthenticated)
     if isinstance(auth, AuthConfig):
@@ -350,6 +351,7 @@ async def serve(
     """
     server_auth = await asyncio.to_thread(auth.load)  # fail closed before touching the store
     _logging.bind_service(agent_type=agent.name)
+    warn_unknown()  # a mistyped HELIX_* variable is otherwise silently ignored
     tracing = setup_tracing(agent.name)
     store = await open_store(store_url, allow_volatile=config.allow_volatile_store)
     try:
@@ -384,4 +386,5 @@ async def serve(
 def configure_logging(log_format: str | None = None) -> None:
     """Service logging: ``log_format`` ``text`` or ``json`` (default ``$HELIX_LOG_FORMAT``,
     else text) at ``$HELIX_LOG_LEVEL``; see ``server._logging``."""
-    _logging.configure_logging(log_format)
+    env = Environment()
+    _logging.configure_logging(log_format or env.log_format(), level=env.log_level())

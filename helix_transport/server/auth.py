@@ -24,7 +24,7 @@ import logging
 import math
 import os
 import threading
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -106,31 +106,6 @@ class AuthConfig:
     reload_interval_s: float = 10.0
     """How often a running service looks for new contents of the files above (a
     Kubernetes Secret is updated in place); 0 reads them only at start."""
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> AuthConfig:
-        """Read ``HELIX_AUTH_*``/``HELIX_JWT_*``/``HELIX_TLS_*``; ``overrides`` win when truthy."""
-        env = os.environ if environ is None else environ
-        values: dict[str, Any] = {
-            "tokens_file": env.get("HELIX_AUTH_TOKENS_FILE", ""),
-            "jwt_key_file": env.get("HELIX_JWT_KEY_FILE", ""),
-            "jwt_audience": env.get("HELIX_JWT_AUDIENCE", ""),
-            "jwt_issuer": env.get("HELIX_JWT_ISSUER", ""),
-            "jwt_tenant_claim": env.get("HELIX_JWT_TENANT_CLAIM", "") or "tenant",
-            "tls_cert_file": env.get("HELIX_TLS_CERT_FILE", ""),
-            "tls_key_file": env.get("HELIX_TLS_KEY_FILE", ""),
-            "tls_client_ca_file": env.get("HELIX_TLS_CLIENT_CA_FILE", ""),
-            "allow_unauthenticated": _truthy(env.get("HELIX_ALLOW_UNAUTHENTICATED", "")),
-        }
-        if interval := env.get("HELIX_AUTH_RELOAD_INTERVAL_S", "").strip():
-            try:
-                values["reload_interval_s"] = float(interval)
-            except ValueError:
-                raise UsageError(
-                    f"HELIX_AUTH_RELOAD_INTERVAL_S must be a number of seconds, not {interval!r}"
-                ) from None
-        values.update({k: v for k, v in overrides.items() if v})
-        return cls(**values)
 
     @property
     def authenticates(self) -> bool:
@@ -458,7 +433,3 @@ def _check_key_pair(key_pem: bytes, cert_pem: bytes, *, key_file: str, cert_file
     form = (serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
     if key.public_key().public_bytes(*form) != cert.public_key().public_bytes(*form):
         raise UsageError(f"--tls-key {key_file} is not the key of --tls-cert {cert_file}")
-
-
-def _truthy(value: str) -> bool:
-    return value.strip().lower() in ("1", "true", "yes", "on")

@@ -3,11 +3,11 @@ its backends and ``open_store``."""
 
 from __future__ import annotations
 
-import os
 import urllib.parse
 from typing import TYPE_CHECKING, Any
 
 from helix_transport._exceptions import UsageError
+from helix_transport.config import Environment
 from helix_transport.store._base import (
     READ_LIMIT,
     CheckpointStore,
@@ -177,4 +177,4 @@ def _pop_query(url: str, key: str) -> tuple[str, str]:
 
 def store_url_from_env(default: str) -> str:
     """The store URL from ``HELIX_STORE_URL``, or ``default`` when unset or empty."""
-    return os.environ.get(STORE_URL_ENV) or default
+    return Environment().store_url(default)

@@ -11,12 +11,12 @@ Redis renames or forbids it), a WARNING says persistence could not be checked.
 from __future__ import annotations
 
 import logging
-import os
 
 import redis.asyncio as aioredis
 import redis.exceptions as redis_errors
 
 from helix_transport._exceptions import UsageError
+from helix_transport.config import Environment
 
 logger = logging.getLogger("helix.store")
 
@@ -28,7 +28,7 @@ def volatile_allowed(allow_volatile: bool | None) -> bool:
     """``allow_volatile``, or ``HELIX_ALLOW_VOLATILE_STORE`` when it is ``None``."""
     if allow_volatile is not None:
         return allow_volatile
-    return os.environ.get(VOLATILE_STORE_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+    return Environment().allow_volatile_store()
 
 
 async def require_persistence(client: aioredis.Redis, where: str) -> None:

@@ -4,8 +4,6 @@ certificate, or (for a parent service) its caller's token passed on."""
 from __future__ import annotations
 
 import contextvars
-import os
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -108,25 +106,6 @@ class ClientAuth:
                     "(HELIX_CLIENT_TOKEN_FILE or a client certificate)"
                 )
         return (("authorization", f"Bearer {token}"),) if token else ()
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> ClientAuth | None:
-        """A service's credentials for its children, from the environment.
-
-        ``HELIX_CLIENT_TOKEN_FILE`` (a file holding the token), ``HELIX_CLIENT_TLS_CA``,
-        ``HELIX_CLIENT_TLS_CERT``, ``HELIX_CLIENT_TLS_KEY`` (PEM files),
-        ``HELIX_CLIENT_TLS_SERVER_NAME`` and ``HELIX_CLIENT_IDENTITY``
-        (``substitute``/``forward``). ``None`` when none is set.
-        """
-        env = os.environ if environ is None else environ
-        return cls.from_files(
-            token_file=env.get("HELIX_CLIENT_TOKEN_FILE", ""),
-            tls_ca_file=env.get("HELIX_CLIENT_TLS_CA", ""),
-            tls_cert_file=env.get("HELIX_CLIENT_TLS_CERT", ""),
-            tls_key_file=env.get("HELIX_CLIENT_TLS_KEY", ""),
-            tls_server_name=env.get("HELIX_CLIENT_TLS_SERVER_NAME", ""),
-            identity=env.get("HELIX_CLIENT_IDENTITY", "") or SUBSTITUTE,
-        )
 
     @classmethod
     def from_files(

@@ -33,8 +33,9 @@ from helix_transport.agent.scripted import (
     step_results,
     user_input,
 )
+from helix_transport.config import declare
 
-OUTBOX_ENV = "HELIX_MAILER_OUTBOX"
+OUTBOX_ENV = declare("HELIX_MAILER_OUTBOX")  # this agent's own: no warning at start
 """The file each sent email is appended to, one JSON line each (unset: none)."""
 
 

@@ -23,6 +23,7 @@ from helix_transport import Agent, AgentClient, UsageError, create_server
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.agent.model_config import ModelConfig, type_env_suffix
 from helix_transport.agent.scripted import ScriptedTurn, finish, register_script
+from helix_transport.config import Environment
 from helix_transport.store import MemoryStore
 
 
@@ -192,7 +193,10 @@ async def test_a_timeout_ends_a_slow_call_and_the_fallback_answers(
 
 def test_settings_come_from_the_type_then_the_process_then_the_definition() -> None:
     defined = ModelConfig(model="m", num_retries=1, timeout_s=5, fallbacks=("f",))
-    assert defined.from_env("researcher", {}) == defined
+    assert (
+        defined.with_settings(Environment({}).model("researcher"), agent_type="researcher")
+        == defined
+    )
     assert defined.litellm_settings() == {"num_retries": 1, "timeout": 5, "fallbacks": ["f"]}
     assert ModelConfig(model="m").litellm_settings() == {}  # litellm's own defaults
     environ = {
@@ -203,18 +207,19 @@ def test_settings_come_from_the_type_then_the_process_then_the_definition() -> N
         "HELIX_LLM_FALLBACKS": " a, b ,",
         "HELIX_LLM_FALLBACKS_TRANSLATOR_NODE": "",  # empty: unset
     }
-    assert defined.from_env("translator-node", environ) == ModelConfig(
-        model="t", num_retries=3, timeout_s=2.5, fallbacks=("a", "b")
-    )
-    assert defined.from_env("researcher", environ).model == "g"
+    assert defined.with_settings(
+        Environment(environ).model("translator-node"), agent_type="translator-node"
+    ) == ModelConfig(model="t", num_retries=3, timeout_s=2.5, fallbacks=("a", "b"))
+    assert Environment(environ).model("researcher").model == "g"
     assert type_env_suffix("translator-node") == "TRANSLATOR_NODE"
 
 
 def test_bad_settings_are_usage_errors_naming_them(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(UsageError, match="HELIX_LLM_NUM_RETRIES_CFG='many' is not a number"):
-        ModelConfig(model="m").from_env("cfg", {"HELIX_LLM_NUM_RETRIES_CFG": "many"})
+        Environment({"HELIX_LLM_NUM_RETRIES_CFG": "many"}).model("cfg")
     with pytest.raises(UsageError, match="timeout_s must be a positive number"):
-        ModelConfig(model="m").from_env("cfg", {"HELIX_LLM_TIMEOUT_S": "0"})
+        env = Environment({"HELIX_LLM_TIMEOUT_S": "0"})
+        ModelConfig(model="m").with_settings(env.model("cfg"), agent_type="cfg")
     with pytest.raises(UsageError, match="agent 'cfg': num_retries must be 0 or more"):
         agent("cfg", model="m", model_num_retries=-1)
     monkeypatch.delenv("HELIX_MODEL", raising=False)

@@ -7,12 +7,10 @@ matter next to a scale-up; the grace must leave long streams alone for a while.
 
 from __future__ import annotations
 
-from unittest import mock
-
 import pytest
 
 from helix_transport import ConnectionAge
-from helix_transport.cli._connection_age import connection_age
+from helix_transport.config import Environment
 from tests.deploy.test_manifests import (
     ALL,
     agent_container,
@@ -29,8 +27,10 @@ def test_every_agent_ages_its_connections(which: str) -> None:
     for deployment in agent_deployments(objects):
         container = agent_container(deployment)
         args = serve_args(container, objects)
-        with mock.patch.dict("os.environ", effective_env(container, objects), clear=True):
-            age = connection_age(args)
+        env = Environment(effective_env(container, objects))
+        age = env.connection_age(
+            max_age_s=args.max_connection_age, grace_s=args.max_connection_age_grace
+        )
         name = deployment["metadata"]["name"]
         # On, and at most the library's default: a scale-up is felt within minutes.
         assert 0 < age.max_age_s <= ConnectionAge.default.max_age_s, name

@@ -750,13 +750,14 @@ def auth_mount(container: dict[str, Any]) -> str:
 def test_services_authenticate_callers_in_prod_and_only_dev_is_open(which: str) -> None:
     """prod: the token files come from the required Secret helix-auth; dev alone opts
     out of authentication explicitly. The real CLI's fail-closed check decides."""
+    from helix_transport.config import Environment
     from helix_transport.server.auth import AuthConfig
 
     objects = rendered(which)
     for deployment in agent_deployments(objects):
         container = agent_container(deployment)
         env = effective_env(container, objects)
-        auth = AuthConfig.from_env(env)
+        auth = AuthConfig(**Environment(env).server_auth())
         auth.check()  # raises for a configuration that would refuse to start
         volume = next(
             v for v in deployment["spec"]["template"]["spec"]["volumes"] if v["name"] == "auth"

@@ -16,6 +16,7 @@ import pytest
 import yaml  # type: ignore[import-untyped]
 
 from helix_transport._config import Limits
+from helix_transport.config import Environment
 from helix_transport.metrics import MetricsConfig, start_metrics
 from tests.deploy.test_manifests import (
     AGENT_LABELS,
@@ -58,8 +59,9 @@ def test_every_agent_pod_serves_metrics_where_prometheus_looks(which: str) -> No
         assert port not in grpc, name
         # What `serve` reads: the same port the pod declares and the annotations name.
         env = effective_env(container, objects)
-        config = MetricsConfig.from_env(env)
-        assert config.port == port, f"{name}: HELIX_METRICS_PORT is not the metrics port"
+        assert Environment(env).metrics_port() == port, (
+            f"{name}: HELIX_METRICS_PORT is not the metrics port"
+        )
         annotations = deployment["spec"]["template"]["metadata"]["annotations"]
         assert annotations["prometheus.io/scrape"] == "true"
         assert annotations["prometheus.io/port"] == str(port)

@@ -21,6 +21,7 @@ from helix_transport import Agent, AgentClient, create_server
 from helix_transport._exceptions import SessionNotFound, UsageError
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.agent.scripted import ScriptedTurn, call, finish, register_script, tool_results
+from helix_transport.config import Environment
 from helix_transport.metrics import MetricsConfig, metered_store, metrics_enabled, start_metrics
 from helix_transport.metrics.instruments import install
 from helix_transport.metrics.store import MeteredStore
@@ -178,11 +179,10 @@ async def test_with_metrics_off_nothing_is_wrapped() -> None:
 
 
 def test_the_metrics_port_is_read_from_the_environment_and_checked() -> None:
-    assert MetricsConfig.from_env({}).port is None  # off by default
-    assert MetricsConfig.from_env({"HELIX_METRICS_PORT": "9464"}).port == 9464
-    assert MetricsConfig.from_env({"HELIX_METRICS_PORT": "9464"}, port=0).port == 0  # the flag
+    assert Environment({}).metrics_port() is None  # off by default
+    assert Environment({"HELIX_METRICS_PORT": "9464"}).metrics_port() == 9464
     with pytest.raises(UsageError, match="HELIX_METRICS_PORT"):
-        MetricsConfig.from_env({"HELIX_METRICS_PORT": "nine"})
+        Environment({"HELIX_METRICS_PORT": "nine"}).metrics_port()
     with pytest.raises(UsageError, match="0-65535"):
         MetricsConfig(port=70000)
 

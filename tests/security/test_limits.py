@@ -31,6 +31,7 @@ from helix_transport import (
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._proto.helix.agent.v1 import agent_pb2_grpc as pb_grpc
 from helix_transport.cli import _parser
+from helix_transport.config import Environment
 from helix_transport.registry import address_env_var
 from helix_transport.server._identity import Principal, set_principal
 from helix_transport.server.auth import AuthConfig
@@ -206,11 +207,11 @@ def test_the_interceptor_charges_the_current_principal() -> None:
 
 def test_limits_come_from_flags_then_environment_then_defaults() -> None:
     env = {"HELIX_RATE_LIMIT": "7.5", "HELIX_MAX_RUNNING_SESSIONS": "9"}
-    limits = Limits.from_env(env, max_running_sessions=3, rate_burst=None)
+    limits = Environment(env).limits(max_running_sessions=3, rate_burst=None)
     assert limits.rate_per_s == 7.5 and limits.max_running_sessions == 3
     assert limits.rate_burst == Limits.default.rate_burst
     with pytest.raises(UsageError, match="HELIX_RATE_BURST"):
-        Limits.from_env({"HELIX_RATE_BURST": "lots"})
+        Environment({"HELIX_RATE_BURST": "lots"}).limits()
     with pytest.raises(UsageError):
         Limits(max_input_bytes=8 << 20)  # larger than a message can carry
     args = _parser().parse_args(["serve", "m:a", "--rate-limit", "2", "--max-input-bytes", "10"])

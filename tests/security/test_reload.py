@@ -17,6 +17,7 @@ import pytest
 
 from helix_transport import AgentClient, AgentServer, ServerConfig, UsageError, create_server
 from helix_transport._exceptions import HelixError, Unauthenticated
+from helix_transport.config import Environment
 from helix_transport.registry import address_env_var
 from helix_transport.server.auth import AuthConfig
 from helix_transport.store import MemoryStore
@@ -291,10 +292,14 @@ async def test_reloading_off_reads_the_files_at_start_only(volume: SecretVolume)
 @pytest.mark.parametrize("value", ["soon", "-1", "nan", "inf"])
 def test_a_bad_reload_interval_is_refused_by_name(value: str) -> None:
     with pytest.raises(UsageError, match="HELIX_AUTH_RELOAD_INTERVAL_S"):
-        AuthConfig.from_env({"HELIX_AUTH_RELOAD_INTERVAL_S": value}, tokens_file="t").check()
+        env = Environment({"HELIX_AUTH_RELOAD_INTERVAL_S": value})
+        AuthConfig(**(env.server_auth() | {"tokens_file": "t"})).check()
 
 
 def test_the_reload_interval_comes_from_the_environment() -> None:
-    config = AuthConfig.from_env({"HELIX_AUTH_RELOAD_INTERVAL_S": "2.5"})
+    config = AuthConfig(**Environment({"HELIX_AUTH_RELOAD_INTERVAL_S": "2.5"}).server_auth())
     assert config.reload_interval_s == 2.5
-    assert AuthConfig.from_env({}).reload_interval_s == AuthConfig().reload_interval_s
+    assert (
+        AuthConfig(**Environment({}).server_auth()).reload_interval_s
+        == AuthConfig().reload_interval_s
+    )

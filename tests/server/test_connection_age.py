@@ -25,6 +25,7 @@ import redis.asyncio as aioredis
 
 from helix_transport import AgentClient, ConnectionAge, EventStream, UsageError
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
+from helix_transport.config import Environment
 from helix_transport.testing.dns import LoopbackDns
 from tests.helpers import ROOT, ServiceProcess, free_port
 
@@ -172,13 +173,13 @@ def serve_config(argv: list[str], monkeypatch: pytest.MonkeyPatch, **env: str) -
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     args = cli._parser().parse_args(["serve", AGENT, *argv])
-    return serve._server_config(args).connection_age
+    return serve._server_config(args, Environment()).connection_age
 
 
 def test_the_age_comes_from_flags_then_the_environment_then_the_default(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    for name in ConnectionAge.ENV.values():
+    for name in ("HELIX_MAX_CONNECTION_AGE_S", "HELIX_MAX_CONNECTION_AGE_GRACE_S"):
         monkeypatch.delenv(name, raising=False)
     assert serve_config([], monkeypatch) == ConnectionAge.default
     assert ConnectionAge.default.grpc_options() == [
