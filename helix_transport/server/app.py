@@ -135,8 +135,7 @@ class AgentServer:
         self.health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
         self._health_server, self.health_port = _health_listener(config, self.health, options)
-        self.a2a = _a2a_endpoint(self.servicer, auth, config)
-        """The A2A endpoint (``config.a2a_port``), or ``None``."""
+        self.a2a = _a2a_endpoint(self.servicer, auth, config)  # None without config.a2a_port
         if config.reflection:
             names = (SERVICE_NAME, ADMIN_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME)
             reflection.enable_server_reflection(names, self._server)
