@@ -111,8 +111,9 @@ def helix(event: a2a.StreamResponse) -> dict[str, Any] | None:
     """The ``helix`` metadata of a status or artifact update (None for the task)."""
     for field in ("status_update", "artifact_update"):
         if event.HasField(field):
-            metadata: dict[str, Any] = json_format.MessageToDict(getattr(event, field).metadata)
-            return metadata["helix"]
+            metadata = json_format.MessageToDict(getattr(event, field).metadata)
+            found: dict[str, Any] = metadata["helix"]
+            return found
     return None
 
 
