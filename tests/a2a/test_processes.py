@@ -14,12 +14,9 @@ service), each with its own SQLite store:
 from __future__ import annotations
 
 import asyncio
-import json
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -32,61 +29,17 @@ from google.protobuf import json_format
 
 from helix_transport import AgentClient
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
-from helix_transport.registry import address_env_var
-from helix_transport.testing.processes import ServiceProcess, free_port
-from services.mailer.agent import OUTBOX_ENV
-from tests.helpers import ROOT
+from tests.a2a.mesh import Mesh, a2a_mesh
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
-AGENTS = {"mailer": "services.mailer:agent", "a2a-mid": "tests.agents.a2a_tree:mid"}
 TIMEOUT_S = 60.0
-
-
-@dataclass
-class Mesh:
-    top: ServiceProcess
-    url: str
-    addresses: dict[str, str]
-    outbox: Path
-
-    def sent(self) -> list[dict[str, Any]]:
-        if not self.outbox.exists():
-            return []
-        return [json.loads(line) for line in self.outbox.read_text().splitlines()]
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def mesh(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Mesh]:
-    workdir = tmp_path_factory.mktemp("a2a-mesh")
-    outbox = workdir / "outbox.jsonl"
-    env = {"HELIX_SCRIPTED_DELAY_MS": "20", OUTBOX_ENV: str(outbox), "HELIX_LOG_LEVEL": "WARNING"}
-    processes: dict[str, ServiceProcess] = {}
-    for name, reference in [*AGENTS.items(), ("a2a-top", "tests.agents.a2a_tree:top")]:
-        extra = ["--lease-ttl", "1", "--drain-timeout", "0.5"]
-        if name == "a2a-top":
-            a2a_port = free_port()
-            extra += ["--a2a-port", str(a2a_port)]
-        processes[name] = ServiceProcess(
-            reference,
-            port=free_port(),
-            store_url=f"sqlite:///{workdir / (name + '.db')}",
-            log_path=workdir / f"{name}.log",
-            env=dict(env),
-            extra_args=extra,
-            cwd=ROOT,
-        )
-    for process in processes.values():
-        for name, other in processes.items():
-            process.env[address_env_var(name)] = other.address
-    await asyncio.gather(*(p.start() for p in processes.values()))
-    yield Mesh(
-        top=processes["a2a-top"],
-        url=f"http://127.0.0.1:{a2a_port}",
-        addresses={name: p.address for name, p in processes.items()},
-        outbox=outbox,
-    )
-    await asyncio.gather(*(p.stop() for p in processes.values()))
+    async with a2a_mesh(tmp_path_factory.mktemp("a2a-mesh")) as started:
+        yield started
 
 
 async def _client(url: str) -> Client:
