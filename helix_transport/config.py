@@ -85,6 +85,8 @@ VARIABLES: Final[tuple[Variable, ...]] = (
     _v("HELIX_REPLICA_ID", "text", "hostname:port", "lease owner id (`--replica-id`)"),
     _v("HELIX_REFLECTION", "flag", "on", "gRPC server reflection (`off`: `--no-reflection`)"),
     _v("HELIX_HEALTH_PORT", "port", "-", "plaintext health-only port (`--health-port`)"),
+    _v("HELIX_A2A_PORT", "port", "-", "also serve A2A on this port (`--a2a-port`)"),
+    _v("HELIX_A2A_URL", "text", "-", "base URL the Agent Card names (`--a2a-url`)"),
     _v("HELIX_METRICS_PORT", "port", "-", "Prometheus `/metrics` port (`--metrics-port`)"),
     _v("HELIX_RETENTION", "duration", "off", "remove sessions finished this long ago"),
     _v("HELIX_ADMIN_PRINCIPALS", "list", "-", "principals that may call the admin RPC"),
@@ -269,6 +271,14 @@ class Environment:
     def health_port(self) -> str | None:
         """``HELIX_HEALTH_PORT`` as text (converted as ``port()``); None when unset."""
         return self.get("HELIX_HEALTH_PORT") or None
+
+    def a2a_port(self) -> str | None:
+        """``HELIX_A2A_PORT`` as text (converted as ``port()``); None when unset."""
+        return self.get("HELIX_A2A_PORT") or None
+
+    def a2a_url(self) -> str | None:
+        """``HELIX_A2A_URL``; None when unset."""
+        return self.get("HELIX_A2A_URL") or None
 
     def store_url(self, default: str) -> str:
         """``HELIX_STORE_URL``, else ``default``."""

@@ -95,6 +95,8 @@ def _server_config(args: argparse.Namespace, env: Environment) -> ServerConfig:
         heartbeat_interval_s=args.heartbeat_interval,
         reflection=not args.no_reflection and env.reflection(),
         health_port=args.health_port,
+        a2a_port=args.a2a_port,
+        a2a_url=args.a2a_url,
         retention_s=None if retention is None else retention.total_seconds(),
         admins=tuple(args.admin_principal) if args.admin_principal else env.admins(),
         # Unset (None) leaves it to HELIX_ALLOW_VOLATILE_STORE.
@@ -184,6 +186,18 @@ def _listen_options(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=env.health_port(),  # converted as --port's
         help="plaintext health-only port, 0 to pick one (HELIX_HEALTH_PORT)",
+    )
+    # A2A (docs/a2a.md): the same agent, sessions and auth, for any A2A client.
+    parser.add_argument(
+        "--a2a-port",
+        type=int,
+        default=env.a2a_port(),  # converted as --port's
+        help="also serve A2A (JSON-RPC, HTTP+JSON) on this port, 0 to pick one (HELIX_A2A_PORT)",
+    )
+    parser.add_argument(
+        "--a2a-url",
+        default=env.a2a_url(),
+        help="base URL the Agent Card names, behind a proxy (HELIX_A2A_URL)",
     )
     retention_option(parser, what="remove sessions finished this long ago; unset: keep them")
     admin_option(parser)
