@@ -22,7 +22,7 @@ from helix_transport.agent.inputs import Answer, InputState, Request, request_ev
 from helix_transport.agent.model import ToolCall
 from helix_transport.agent.tools import FINISH_TOOL, ToolArgumentError
 from helix_transport.log import SessionWriter
-from helix_transport.store import Store
+from helix_transport.store import InputStore
 
 OUTCOME_UNKNOWN = (
     "the approved call's outcome is unknown: the service stopped while it ran, and an "
@@ -43,7 +43,7 @@ class StepInputs:
         *,
         session_id: str,
         path: list[str],
-        store: Store,
+        store: InputStore,
         writer: SessionWriter,
         tools: ToolRunner,
         hooks: RunHooks,

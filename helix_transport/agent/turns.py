@@ -29,7 +29,7 @@ from typing import Any
 
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.agent.state import split_state
-from helix_transport.store import Store, pages
+from helix_transport.store import EventLogStore, Store, pages
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,7 +50,9 @@ def _started(event: pb.StreamEvent) -> StartedTurn:
     )
 
 
-async def read_turns(store: Store, session_id: str, *, from_sequence: int = 0) -> list[StartedTurn]:
+async def read_turns(
+    store: EventLogStore, session_id: str, *, from_sequence: int = 0
+) -> list[StartedTurn]:
     """Every ``turn_started`` event with ``sequence > from_sequence``, in log order."""
     turns: list[StartedTurn] = []
     async for events in pages(store, session_id, from_sequence=from_sequence):
@@ -93,7 +95,7 @@ async def count_turns(store: Store, session_id: str) -> Turns:
     return Turns(count=max([count, *read]), read=read, checkpointed=checkpointed)
 
 
-async def find_turn(store: Store, session_id: str, turns: Turns, turn: int) -> StartedTurn:
+async def find_turn(store: EventLogStore, session_id: str, turns: Turns, turn: int) -> StartedTurn:
     """Turn ``turn``'s ``turn_started`` (2 <= ``turn`` <= ``turns.count``): one read
     when ``count_turns`` found where it is; a scan of the log for an older turn (a
     retried ``Continue``, so rare)."""
@@ -109,7 +111,9 @@ async def find_turn(store: Store, session_id: str, turns: Turns, turn: int) -> S
     raise LookupError(f"session {session_id!r}: no turn_started for turn {turn}")
 
 
-async def turn_started_at(store: Store, session_id: str, sequence: int) -> StartedTurn | None:
+async def turn_started_at(
+    store: EventLogStore, session_id: str, sequence: int
+) -> StartedTurn | None:
     """The ``turn_started`` event at ``sequence`` (one read); ``None`` when it is not one."""
     events = await store.read(session_id, from_sequence=sequence - 1, limit=1)
     if (
@@ -122,7 +126,12 @@ async def turn_started_at(store: Store, session_id: str, sequence: int) -> Start
 
 
 async def heal(
-    store: Store, session_id: str, messages: list[dict[str, Any]], *, from_sequence: int, until: int
+    store: EventLogStore,
+    session_id: str,
+    messages: list[dict[str, Any]],
+    *,
+    from_sequence: int,
+    until: int,
 ) -> list[dict[str, Any]]:
     """``messages`` with results for the tool calls its last assistant message left open.
 

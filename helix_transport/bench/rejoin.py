@@ -24,7 +24,7 @@ from helix_transport._exceptions import HelixError
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.bench.streams import bench_store
 from helix_transport.delegation.forwarded import ForwardedSoFar
-from helix_transport.store import SessionRecord, Store
+from helix_transport.store import EventLogStore, SessionRecord, Store
 
 
 async def _build(store: Store, session_id: str, children: int, events: int) -> None:
@@ -48,7 +48,9 @@ async def _build(store: Store, session_id: str, children: int, events: int) -> N
             )
 
 
-async def _lookups(store: Store, session_id: str, children: int, *, shared: bool) -> list[int]:
+async def _lookups(
+    store: EventLogStore, session_id: str, children: int, *, shared: bool
+) -> list[int]:
     index = ForwardedSoFar(store, session_id)
 
     async def one(n: int) -> int:

@@ -24,7 +24,7 @@ import time
 from collections.abc import Sequence
 
 from helix_transport._exceptions import HelixError, SessionNotFound
-from helix_transport.store import ChildCommand, Store, SubSessionRef
+from helix_transport.store import ChildCommand, OutboxStore, SubSessionRef
 from helix_transport.transport import ClientPool
 
 logger = logging.getLogger(__name__)
@@ -46,7 +46,7 @@ _CONCURRENCY = 16
 class Cascade:
     """The outbox of one store: records commands for children and delivers them."""
 
-    def __init__(self, store: Store, clients: ClientPool) -> None:
+    def __init__(self, store: OutboxStore, clients: ClientPool) -> None:
         self._store = store
         self._clients = clients
         self._next_attempt: dict[tuple[str, str, str], float] = {}

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.agent.tools import ToolContext
-from helix_transport.store import Store, pages
+from helix_transport.store import EventLogStore, pages
 
 _FORWARDED_KEY = "remote.forwarded"  # RunServices.cache key of the run's ForwardedSoFar
 
@@ -51,7 +51,7 @@ class ForwardedSoFar:
     its figure is exact.
     """
 
-    def __init__(self, store: Store, session_id: str) -> None:
+    def __init__(self, store: EventLogStore, session_id: str) -> None:
         self._store = store
         self._session_id = session_id
         self._read_to = 0

@@ -13,8 +13,10 @@ import asyncpg  # type: ignore[import-untyped]
 import pytest
 import redis.asyncio as aioredis
 
-from helix_transport.store import SessionQuery, SqliteStore, _postgres_listing, _postgres_schema
+from helix_transport.store import SessionQuery, SqliteStore
 from helix_transport.store.postgres import PostgresStore
+from helix_transport.store.postgres import _listing as _postgres_listing
+from helix_transport.store.postgres import _schema as _postgres_schema
 from helix_transport.store.redis import RedisStore
 from helix_transport.store.sqlite import SCHEMA_VERSION, _listing
 from helix_transport.testing.store_suite import make_record

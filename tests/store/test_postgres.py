@@ -32,9 +32,9 @@ from helix_transport.store import (
     Interrupt,
     SessionUpdate,
     Store,
-    _postgres_schema,
 )
 from helix_transport.store.postgres import SCHEMA_VERSION, PostgresStore
+from helix_transport.store.postgres import _schema as _postgres_schema
 from helix_transport.testing.store_suite import (
     DurableStoreConformance,
     Reopen,
@@ -450,7 +450,7 @@ async def test_a_lost_listen_connection_is_replaced(
     async with await PostgresStore.open(postgres_dsn, schema=schema) as store:
         await store.create_session(make_record())
         assert not await store.wait_for_events("s-1", from_sequence=0, timeout_s=0.1)
-        pid = await store._listener.fetchval("SELECT pg_backend_pid()")
+        pid = await store._notifier._listener.fetchval("SELECT pg_backend_pid()")
         await admin.execute("SELECT pg_terminate_backend($1)", pid)
         await asyncio.sleep(0.3)
         assert not await store.wait_for_events("s-1", from_sequence=0, timeout_s=0.1)

@@ -287,7 +287,7 @@ async def test_a_checkpoint_rides_in_its_appends_atomic_write(store: RedisStore)
     async def lost(*args: object, **kwargs: object) -> None:
         raise redis.exceptions.ConnectionError("lost between the two writes")
 
-    store._save_checkpoint = lost  # type: ignore[assignment]
+    store._checkpoints._save = lost  # type: ignore[assignment]
     checkpoint = Checkpoint(session_id="s-1", step=1, messages=[], last_sequence=1)
     update = SessionUpdate(status=SessionStatus.COMPLETED)
     assert (

@@ -108,7 +108,7 @@ async def test_a_version_2_file_gains_the_outbox(tmp_path: Path) -> None:
                 conn.execute(statement)
         conn.execute("INSERT INTO schema_version (version) VALUES (2)")
         record = make_record("before", principal="bob", tenant="acme")
-        conn.execute(_sessions._INSERT_SESSION, _sessions._session_params(record))
+        conn.execute(_sessions._INSERT_SESSION, _sessions.session_params(record))
     command = make_command("before", "c-1")
     for _ in range(2):  # upgraded once, then opened as it is
         async with await SqliteStore.open(str(path)) as store:

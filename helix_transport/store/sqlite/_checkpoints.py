@@ -11,24 +11,24 @@ from helix_transport.store._records import (
     Checkpoint,
     Usage,
 )
-from helix_transport.store.sqlite._conn import _transaction
+from helix_transport.store.sqlite._conn import transaction
 
 
-def _save_checkpoint(conn: sqlite3.Connection, checkpoint: Checkpoint) -> None:
-    with _transaction(conn):
+def save_checkpoint(conn: sqlite3.Connection, checkpoint: Checkpoint) -> None:
+    with transaction(conn):
         row = conn.execute(
             "SELECT last_sequence FROM sessions WHERE session_id = ?", (checkpoint.session_id,)
         ).fetchone()
         if row is not None and row[0] != checkpoint.last_sequence:
             raise SequenceConflict(checkpoint.session_id, checkpoint.last_sequence, row[0])
-        _write_checkpoint(conn, _checkpoint_params(checkpoint))
+        write_checkpoint(conn, checkpoint_params(checkpoint))
 
 
-_CheckpointParams = tuple[str, int, str, str, int, str]
+CheckpointParams = tuple[str, int, str, str, int, str]
 """A checkpoint as the row that stores it."""
 
 
-def _checkpoint_params(checkpoint: Checkpoint) -> _CheckpointParams:
+def checkpoint_params(checkpoint: Checkpoint) -> CheckpointParams:
     """The checkpoint's row; raises (``TypeError``) when it is not JSON."""
     return (
         checkpoint.session_id,
@@ -40,13 +40,13 @@ def _checkpoint_params(checkpoint: Checkpoint) -> _CheckpointParams:
     )
 
 
-def _write_checkpoint(conn: sqlite3.Connection, params: _CheckpointParams | None) -> None:
+def write_checkpoint(conn: sqlite3.Connection, params: CheckpointParams | None) -> None:
     """Replace the session's checkpoint, inside the caller's transaction."""
     if params is not None:
         conn.execute("INSERT OR REPLACE INTO checkpoints VALUES (?, ?, ?, ?, ?, ?)", params)
 
 
-def _load_checkpoint(conn: sqlite3.Connection, session_id: str) -> Checkpoint | None:
+def load_checkpoint(conn: sqlite3.Connection, session_id: str) -> Checkpoint | None:
     sql = "SELECT * FROM checkpoints WHERE session_id = ?"
     row = conn.execute(sql, (session_id,)).fetchone()
     if row is None:

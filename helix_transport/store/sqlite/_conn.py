@@ -30,20 +30,20 @@ _TRANSIENT_CODES = frozenset(
 
 
 @contextmanager
-def _map_sqlite_errors() -> Iterator[None]:
+def map_sqlite_errors() -> Iterator[None]:
     """Translate ``sqlite3`` exceptions into the helix error tree."""
     try:
         yield
-    except _UNBINDABLE as exc:
-        raise _store_error(exc) from exc
+    except UNBINDABLE as exc:
+        raise store_error(exc) from exc
 
 
-_UNBINDABLE = (sqlite3.Error, OverflowError, UnicodeEncodeError)
+UNBINDABLE = (sqlite3.Error, OverflowError, UnicodeEncodeError)
 """What sqlite3 raises for a value it cannot bind (an integer past 64 bits, a lone
 surrogate) besides its own errors."""
 
 
-def _store_error(exc: Exception) -> StoreError:
+def store_error(exc: Exception) -> StoreError:
     if not isinstance(exc, sqlite3.Error):
         return StoreError(f"sqlite: cannot store a value: {exc}")
     # Extended result codes carry the primary code in their low byte.
@@ -54,7 +54,7 @@ def _store_error(exc: Exception) -> StoreError:
 
 
 @contextmanager
-def _transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
     """One write transaction: commit on success, roll back on any exception."""
     conn.execute("BEGIN IMMEDIATE")
     try:
@@ -67,13 +67,13 @@ def _transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
         raise
 
 
-def _write(conn: sqlite3.Connection, sql: str, params: Any) -> None:
-    with _transaction(conn):
+def write(conn: sqlite3.Connection, sql: str, params: Any) -> None:
+    with transaction(conn):
         conn.execute(sql, params)
 
 
-def _in_transaction(
+def in_transaction(
     conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection, _A], None], arg: _A
 ) -> None:
-    with _transaction(conn):
+    with transaction(conn):
         fn(conn, arg)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sqlite3
 
 from helix_transport.store._records import Interrupt
-from helix_transport.store.sqlite._conn import _transaction
+from helix_transport.store.sqlite._conn import transaction
 
 UPGRADE: tuple[str, ...] = (
     # An answer can be a client tool's result of a MiB or so: a rowid table, whose rows
@@ -36,13 +36,13 @@ _LIST_ANSWERS = "SELECT request_id, answer FROM answers WHERE session_id = ?"
 
 def set_interrupt(conn: sqlite3.Connection, session_id: str, reason: str, abort: bool) -> None:
     """Record the request (see ``InterruptStore.set_interrupt``)."""
-    with _transaction(conn):
+    with transaction(conn):
         conn.execute(_SET_INTERRUPT, (session_id, reason, int(abort)))
 
 
 def take_interrupt(conn: sqlite3.Connection, session_id: str) -> Interrupt | None:
     """Read and clear the session's request, in one transaction."""
-    with _transaction(conn):
+    with transaction(conn):
         sql = "SELECT reason, abort FROM interrupts WHERE session_id = ?"
         row = conn.execute(sql, (session_id,)).fetchone()
         if row is None:
@@ -55,7 +55,7 @@ def put_answer(
     conn: sqlite3.Connection, session_id: str, request_id: str, answer: str
 ) -> tuple[str, bool]:
     """Insert the answer unless the request has one, under the write lock: (stored, by us)."""
-    with _transaction(conn):
+    with transaction(conn):
         if conn.execute(_PUT_ANSWER, (session_id, request_id, answer)).rowcount == 1:
             return answer, True
         stored: str = conn.execute(_GET_ANSWER, (session_id, request_id)).fetchone()[0]

@@ -12,7 +12,7 @@ from helix_transport.store._listing import (
     clamp,
     page_of,
 )
-from helix_transport.store.sqlite._sessions import _session_from_row
+from helix_transport.store.sqlite._sessions import session_from_row
 
 # The principal a record is listed under: a record from before owners is anonymous's.
 # A query must spell the expression exactly so for SQLite to use the index.
@@ -54,4 +54,4 @@ def query_sessions(conn: sqlite3.Connection, query: SessionQuery, limit: int) ->
         "ORDER BY created_at DESC, session_id DESC LIMIT ?"
     )
     rows = conn.execute(sql, (*params, limit + 1)).fetchall()
-    return page_of([_session_from_row(row) for row in rows], limit)
+    return page_of([session_from_row(row) for row in rows], limit)

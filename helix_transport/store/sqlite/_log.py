@@ -18,9 +18,9 @@ from helix_transport._exceptions import (
 from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
 from helix_transport.store._base import appended_count
 from helix_transport.store._records import SessionUpdate
-from helix_transport.store.sqlite._checkpoints import _CheckpointParams, _write_checkpoint
-from helix_transport.store.sqlite._conn import _UNBINDABLE, _store_error, _transaction
-from helix_transport.store.sqlite._sessions import _WRITE_STATE, _require_session, _session_params
+from helix_transport.store.sqlite._checkpoints import CheckpointParams, write_checkpoint
+from helix_transport.store.sqlite._conn import UNBINDABLE, store_error, transaction
+from helix_transport.store.sqlite._sessions import WRITE_STATE, require_session, session_params
 
 _LAST_SEQUENCE = "SELECT last_sequence FROM sessions WHERE session_id = ?"
 # The fence and the new end in one statement: no row changed means a conflict (or
@@ -57,22 +57,22 @@ _READ_EVENTS = (
 
 
 @dataclasses.dataclass(frozen=True)
-class _Append:
+class Append:
     session_id: str
     events: Sequence[StreamEvent]
     expected_sequence: int
     update: SessionUpdate | None
     encoded: Sequence[bytes] | None
-    checkpoint: _CheckpointParams | None
+    checkpoint: CheckpointParams | None
     done: asyncio.Future[int]
 
 
-def _read_events(conn: sqlite3.Connection, params: tuple[str, int, int]) -> str:
+def read_events(conn: sqlite3.Connection, params: tuple[str, int, int]) -> str:
     (joined,) = conn.execute(_READ_EVENTS, params).fetchone()
     return joined or ""
 
 
-def _parse_events(joined: str) -> list[StreamEvent]:
+def parse_events(joined: str) -> list[StreamEvent]:
     if not joined:
         return []
     events = [StreamEvent.FromString(bytes.fromhex(data)) for data in joined.split(",")]
@@ -82,7 +82,7 @@ def _parse_events(joined: str) -> list[StreamEvent]:
     return events
 
 
-def _append_batch(conn: sqlite3.Connection, *, batch: list[_Append]) -> list[int | Exception]:
+def append_batch(conn: sqlite3.Connection, *, batch: list[Append]) -> list[int | Exception]:
     """Several appends in one transaction: the last sequence of each, or the error
     that failed that one alone (a conflict or a missing session, both found out
     before that append writes anything, so no savepoint is needed to undo it).
@@ -104,7 +104,7 @@ def _append_batch(conn: sqlite3.Connection, *, batch: list[_Append]) -> list[int
             except _FenceMissed:
                 pass  # nothing was stored, every event's sequence restored
         return _append_items(conn, batch, previous, [])
-    except _UNBINDABLE:
+    except UNBINDABLE:
         if len(batch) == 1:
             raise
     # An error found only by SQLite itself (a value it cannot bind, a full disk) rolled
@@ -113,14 +113,14 @@ def _append_batch(conn: sqlite3.Connection, *, batch: list[_Append]) -> list[int
     for item, sequences in zip(batch, previous, strict=True):
         try:
             results += _append_items(conn, [item], [sequences], [])
-        except _UNBINDABLE as exc:
-            results.append(_store_error(exc))
+        except UNBINDABLE as exc:
+            results.append(store_error(exc))
     return results
 
 
 def _append_items(
     conn: sqlite3.Connection,
-    batch: list[_Append],
+    batch: list[Append],
     previous: list[list[int]],
     together: list[int],
 ) -> list[int | Exception]:
@@ -136,7 +136,7 @@ def _append_items(
         if len(together) == len(batch) and len(chunks) == 1:
             _insert_through_view(conn, chunks)  # one statement: atomic on its own
         else:
-            with _transaction(conn):
+            with transaction(conn):
                 _insert_through_view(conn, chunks)
                 _append_rest(conn, batch, previous, results)
     except BaseException:
@@ -157,7 +157,7 @@ def _insert_through_view(conn: sqlite3.Connection, chunks: list[list[object]]) -
 
 def _append_rest(
     conn: sqlite3.Connection,
-    batch: list[_Append],
+    batch: list[Append],
     previous: list[list[int]],
     results: list[int | Exception | None],
 ) -> None:
@@ -184,7 +184,7 @@ class _FenceMissed(Exception):
     """A log was not where its writer expected it: redo the batch append by append."""
 
 
-def _plain_appends(batch: list[_Append]) -> list[int]:
+def _plain_appends(batch: list[Append]) -> list[int]:
     """Indices of the appends that can go in together: fenced, small, without a record
     update, and their session's only append in the batch."""
     per_session = collections.Counter(item.session_id for item in batch)
@@ -217,7 +217,7 @@ def _append_rows(
     expected_sequence: int,
     update: SessionUpdate | None,
     encoded: Sequence[bytes] | None = None,
-    checkpoint: _CheckpointParams | None = None,
+    checkpoint: CheckpointParams | None = None,
 ) -> int:
     """One append inside the caller's transaction; raises before writing anything."""
     if update is None:
@@ -228,19 +228,19 @@ def _append_rows(
             last = _insert_events(
                 conn, session_id, events, expected_sequence, expected_sequence, encoded
             )
-            _write_checkpoint(conn, checkpoint)
+            write_checkpoint(conn, checkpoint)
             return last
         row = conn.execute(_LAST_SEQUENCE, (session_id,)).fetchone()
         if row is None:
             raise SessionNotFound(session_id)
         raise SequenceConflict(session_id, expected_sequence, row[0])
-    record = _require_session(conn, session_id)
+    record = require_session(conn, session_id)
     last = _insert_events(
         conn, session_id, events, expected_sequence, record.last_sequence, encoded
     )
     record = update.apply(record, now=time.time())
-    conn.execute(_WRITE_STATE, _session_params(dataclasses.replace(record, last_sequence=last)))
-    _write_checkpoint(conn, checkpoint)  # check_checkpoint made sure it is at ``last``
+    conn.execute(WRITE_STATE, session_params(dataclasses.replace(record, last_sequence=last)))
+    write_checkpoint(conn, checkpoint)  # check_checkpoint made sure it is at ``last``
     return last
 
 

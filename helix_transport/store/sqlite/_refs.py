@@ -13,7 +13,7 @@ from helix_transport.store._records import SubSessionRef
 # nothing read); rows written before keep them, and reading ignores them.
 _REF_COLUMNS = [f.name for f in dataclasses.fields(SubSessionRef)]
 # A new ref goes after the parent's others; a replaced one keeps its position.
-_PUT_REF = (
+PUT_REF = (
     f"INSERT INTO subsession_refs (position, {', '.join(_REF_COLUMNS)}) VALUES ("
     "(SELECT COALESCE(MAX(position), 0) + 1 FROM subsession_refs"
     " WHERE parent_session_id = :parent_session_id), "
@@ -23,13 +23,13 @@ _PUT_REF = (
 )
 
 
-def _ref_params(ref: SubSessionRef) -> dict[str, Any]:
+def ref_params(ref: SubSessionRef) -> dict[str, Any]:
     params = {f.name: getattr(ref, f.name) for f in dataclasses.fields(ref)}
     params["status"] = ref.status.value
     return params
 
 
-def _ref_from_row(row: sqlite3.Row) -> SubSessionRef:
+def ref_from_row(row: sqlite3.Row) -> SubSessionRef:
     fields = {name: row[name] for name in _REF_COLUMNS}
     fields["status"] = SessionStatus(row["status"])
     return SubSessionRef(**fields)

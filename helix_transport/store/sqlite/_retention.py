@@ -11,8 +11,8 @@ from collections.abc import Sequence
 
 from helix_transport.store._records import SessionRecord
 from helix_transport.store._retention import Candidate, Tombstone, expirable
-from helix_transport.store.sqlite._conn import _transaction
-from helix_transport.store.sqlite._sessions import _get_session, _session_from_row
+from helix_transport.store.sqlite._conn import transaction
+from helix_transport.store.sqlite._sessions import get_session, session_from_row
 
 UPGRADE: tuple[str, ...] = (
     # Only finished sessions are indexed: running ones cost the index nothing.
@@ -52,7 +52,7 @@ def finished_sessions(
     """Finished sessions ended by ``finished_before``, by (finished_at, session_id)."""
     at, session_id = after if after is not None else (float("-inf"), "")
     params = (finished_before, at, at, session_id, max(limit, 0))
-    return [_session_from_row(row) for row in conn.execute(_FINISHED, params)]
+    return [session_from_row(row) for row in conn.execute(_FINISHED, params)]
 
 
 def expire(
@@ -64,10 +64,10 @@ def expire(
     """Remove the candidates the rule allows, in one transaction: all checked and removed
     under SQLite's write lock, so no Continue slips in between."""
     removed, now = [], time.time()
-    with _transaction(conn):
+    with transaction(conn):
         for each in candidates:
-            record = _get_session(conn, each.session_id)
-            root = _get_session(conn, each.root_session_id)
+            record = get_session(conn, each.session_id)
+            root = get_session(conn, each.root_session_id)
             if record is None or not expirable(
                 record, root, root_session_id=each.root_session_id, finished_before=finished_before
             ):
@@ -95,5 +95,5 @@ def drop_tombstones(conn: sqlite3.Connection, kept_until: float, limit: int) -> 
         "DELETE FROM tombstones WHERE session_id IN (SELECT session_id FROM tombstones "
         "WHERE kept_until <= ? LIMIT ?)"
     )
-    with _transaction(conn):
+    with transaction(conn):
         return conn.execute(sql, (kept_until, max(limit, 0))).rowcount

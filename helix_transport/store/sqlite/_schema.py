@@ -14,7 +14,7 @@ from helix_transport.store.sqlite import _listing as listing
 from helix_transport.store.sqlite import _outbox as outbox
 from helix_transport.store.sqlite import _retention as retention
 from helix_transport.store.sqlite._checkpointer import Checkpointer
-from helix_transport.store.sqlite._conn import _map_sqlite_errors, _transaction
+from helix_transport.store.sqlite._conn import map_sqlite_errors, transaction
 
 SCHEMA_VERSION = 6
 """The schema this module writes; a file with a newer version is refused."""
@@ -88,18 +88,18 @@ END""",
 )
 
 
-def _start_checkpointer(conn: sqlite3.Connection, path: str) -> Checkpointer:
-    with _map_sqlite_errors():
+def start_checkpointer(conn: sqlite3.Connection, path: str) -> Checkpointer:
+    with map_sqlite_errors():
         return Checkpointer.start(conn, path)
 
 
-def _connect(path: str, busy_timeout_s: float) -> sqlite3.Connection:
+def connect(path: str, busy_timeout_s: float) -> sqlite3.Connection:
     if path != ":memory:":
         try:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise StoreUnavailable(f"cannot create the directory for {path!r}: {exc}") from exc
-    with _map_sqlite_errors():
+    with map_sqlite_errors():
         # isolation_level=None: we issue BEGIN/COMMIT ourselves, so the module's
         # implicit transactions cannot split or widen ours.
         conn = sqlite3.connect(path, timeout=busy_timeout_s, isolation_level=None)
@@ -120,7 +120,7 @@ def _connect(path: str, busy_timeout_s: float) -> sqlite3.Connection:
 
 def _ensure_schema(conn: sqlite3.Connection) -> None:
     # In one write transaction so two processes opening a new file don't race.
-    with _transaction(conn):
+    with transaction(conn):
         # Not executescript(): it would COMMIT the transaction we are in.
         for statement in _SCHEMA.split(";"):
             if statement.strip():

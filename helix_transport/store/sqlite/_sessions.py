@@ -15,7 +15,7 @@ from helix_transport.store._records import (
     SessionUpdate,
     Usage,
 )
-from helix_transport.store.sqlite._conn import _transaction
+from helix_transport.store.sqlite._conn import transaction
 
 # Derived from the records so a new field without a schema migration fails loudly
 # ("no column named ...") instead of being dropped silently.
@@ -33,7 +33,7 @@ _INSERT_SESSION = (
     f"VALUES ({', '.join(':' + c for c in _SESSION_COLUMNS)}) "
     "ON CONFLICT (session_id) DO NOTHING"
 )
-_WRITE_STATE = (
+WRITE_STATE = (
     f"UPDATE sessions SET {', '.join(f'{c} = :{c}' for c in _STATE_COLUMNS)} "
     "WHERE session_id = :session_id"
 )
@@ -44,54 +44,54 @@ _ACQUIRE_LEASE = (
 )
 
 
-def _get_session(conn: sqlite3.Connection, session_id: str) -> SessionRecord | None:
+def get_session(conn: sqlite3.Connection, session_id: str) -> SessionRecord | None:
     row = conn.execute("SELECT * FROM sessions WHERE session_id = ?", (session_id,)).fetchone()
-    return None if row is None else _session_from_row(row)
+    return None if row is None else session_from_row(row)
 
 
-def _require_session(conn: sqlite3.Connection, session_id: str) -> SessionRecord:
-    record = _get_session(conn, session_id)
+def require_session(conn: sqlite3.Connection, session_id: str) -> SessionRecord:
+    record = get_session(conn, session_id)
     if record is None:
         raise SessionNotFound(session_id)
     return record
 
 
-def _create_session(
+def create_session(
     conn: sqlite3.Connection, record: SessionRecord, lease_ttl_s: float | None
 ) -> tuple[SessionRecord, bool]:
     if lease_ttl_s is not None:  # the clock acquire_lease judges by: this process's
         record = dataclasses.replace(record, lease_expires_at=time.time() + lease_ttl_s)
-    with _transaction(conn):
-        created = conn.execute(_INSERT_SESSION, _session_params(record)).rowcount == 1
-        return _require_session(conn, record.session_id), created
+    with transaction(conn):
+        created = conn.execute(_INSERT_SESSION, session_params(record)).rowcount == 1
+        return require_session(conn, record.session_id), created
 
 
-def _update_session(
+def update_session(
     conn: sqlite3.Connection,
     session_id: str,
     update: SessionUpdate,
     expected_status: SessionStatus | None,
 ) -> SessionRecord | None:
-    with _transaction(conn):
-        record = _require_session(conn, session_id)
+    with transaction(conn):
+        record = require_session(conn, session_id)
         if expected_status is not None and record.status != expected_status:
             return None
         record = update.apply(record, now=time.time())
-        conn.execute(_WRITE_STATE, _session_params(record))
+        conn.execute(WRITE_STATE, session_params(record))
         return record
 
 
-def _acquire_lease(conn: sqlite3.Connection, session_id: str, owner: str, ttl_s: float) -> bool:
-    with _transaction(conn):
+def acquire_lease(conn: sqlite3.Connection, session_id: str, owner: str, ttl_s: float) -> bool:
+    with transaction(conn):
         now = time.time()
         params = {"session_id": session_id, "owner": owner, "now": now, "expires": now + ttl_s}
         if conn.execute(_ACQUIRE_LEASE, params).rowcount == 1:
             return True
-        _require_session(conn, session_id)
+        require_session(conn, session_id)
         return False
 
 
-def _pending_interrupts(conn: sqlite3.Connection, ids: list[str]) -> set[str]:
+def pending_interrupts(conn: sqlite3.Connection, ids: list[str]) -> set[str]:
     room = conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
     pending: set[str] = set()
     for start in range(0, len(ids), room):
@@ -102,12 +102,12 @@ def _pending_interrupts(conn: sqlite3.Connection, ids: list[str]) -> set[str]:
     return pending
 
 
-def _renew_leases(conn: sqlite3.Connection, ids: list[str], owner: str, ttl_s: float) -> set[str]:
+def renew_leases(conn: sqlite3.Connection, ids: list[str], owner: str, ttl_s: float) -> set[str]:
     # Set-based, as appends are: a statement per session made 500 sessions' renewal
     # 500 transactions, each waiting on the busy loop for the GIL.
     room = conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) - 4
     parts = [ids[start : start + room] for start in range(0, len(ids), room)]
-    with _transaction(conn):
+    with transaction(conn):
         now = time.time()
         expires = now + ttl_s
         taken = 0
@@ -133,7 +133,7 @@ def _renew_leases(conn: sqlite3.Connection, ids: list[str], owner: str, ttl_s: f
         return held
 
 
-def _session_params(record: SessionRecord) -> dict[str, Any]:
+def session_params(record: SessionRecord) -> dict[str, Any]:
     params = {name: getattr(record, name) for name in _SESSION_COLUMNS}
     params["status"] = record.status.value
     params["metadata"] = json.dumps(record.metadata)
@@ -141,7 +141,7 @@ def _session_params(record: SessionRecord) -> dict[str, Any]:
     return params
 
 
-def _session_from_row(row: sqlite3.Row) -> SessionRecord:
+def session_from_row(row: sqlite3.Row) -> SessionRecord:
     fields = {name: row[name] for name in _SESSION_COLUMNS}
     fields["status"] = SessionStatus(row["status"])
     fields["metadata"] = json.loads(row["metadata"])

@@ -40,24 +40,24 @@ from helix_transport.store.sqlite import _outbox as outbox
 from helix_transport.store.sqlite import _retention as retention
 from helix_transport.store.sqlite._checkpointer import Checkpointer
 from helix_transport.store.sqlite._checkpoints import (
-    _checkpoint_params,
-    _load_checkpoint,
-    _save_checkpoint,
+    checkpoint_params,
+    load_checkpoint,
+    save_checkpoint,
 )
-from helix_transport.store.sqlite._conn import _in_transaction, _map_sqlite_errors, _write
-from helix_transport.store.sqlite._log import _Append, _append_batch, _parse_events, _read_events
-from helix_transport.store.sqlite._refs import _PUT_REF, _ref_from_row, _ref_params
-from helix_transport.store.sqlite._schema import _connect, _start_checkpointer
+from helix_transport.store.sqlite._conn import in_transaction, map_sqlite_errors, write
+from helix_transport.store.sqlite._log import Append, append_batch, parse_events, read_events
+from helix_transport.store.sqlite._refs import PUT_REF, ref_from_row, ref_params
+from helix_transport.store.sqlite._schema import connect, start_checkpointer
 from helix_transport.store.sqlite._sessions import (
-    _acquire_lease,
-    _create_session,
-    _get_session,
-    _pending_interrupts,
-    _renew_leases,
-    _session_from_row,
-    _update_session,
+    acquire_lease,
+    create_session,
+    get_session,
+    pending_interrupts,
+    renew_leases,
+    session_from_row,
+    update_session,
 )
-from helix_transport.store.sqlite._worker import _Worker
+from helix_transport.store.sqlite._worker import Worker
 
 _T = TypeVar("_T")
 
@@ -74,7 +74,7 @@ class SqliteStore:
     def __init__(
         self,
         conn: sqlite3.Connection,
-        worker: _Worker,
+        worker: Worker,
         checkpointer: Checkpointer | None = None,
     ) -> None:
         """Wrap ``conn``, which must have been opened on ``worker``'s thread.
@@ -85,7 +85,7 @@ class SqliteStore:
         self._worker = worker
         self._checkpointer = checkpointer
         self._closed = False
-        self._appends: list[_Append] = []
+        self._appends: list[Append] = []
         """Appends waiting for the worker's next transaction."""
         self._append_task: asyncio.Task[None] | None = None
 
@@ -107,16 +107,16 @@ class SqliteStore:
             raise StoreError(
                 f"sqlite: SQLite {sqlite3.sqlite_version} is too old; helix needs 3.25 or newer"
             )
-        worker = _Worker()
+        worker = Worker()
         try:
-            conn = await worker.run(functools.partial(_connect, path, busy_timeout_s))
+            conn = await worker.run(functools.partial(connect, path, busy_timeout_s))
         except BaseException:
             worker.stop()
             raise
         checkpointer = None
         if path != ":memory:":  # an in-memory database has no log
             try:
-                checkpointer = await worker.run(functools.partial(_start_checkpointer, conn, path))
+                checkpointer = await worker.run(functools.partial(start_checkpointer, conn, path))
             except BaseException:
                 await worker.run(conn.close)
                 worker.stop()
@@ -134,11 +134,11 @@ class SqliteStore:
     ) -> tuple[SessionRecord, bool]:
         """Create ``record`` unless its id exists (see ``Store.create_session``)."""
         check_lease(record, lease_ttl_s)
-        return await self._run(lambda conn: _create_session(conn, record, lease_ttl_s))
+        return await self._run(lambda conn: create_session(conn, record, lease_ttl_s))
 
     async def get_session(self, session_id: str) -> SessionRecord | None:
         """The session, or ``None`` when it does not exist."""
-        return await self._run(lambda conn: _get_session(conn, session_id))
+        return await self._run(lambda conn: get_session(conn, session_id))
 
     async def update_session(
         self,
@@ -153,14 +153,14 @@ class SqliteStore:
             SessionNotFound: no such session.
         """
         return await self._run(
-            lambda conn: _update_session(conn, session_id, update, expected_status)
+            lambda conn: update_session(conn, session_id, update, expected_status)
         )
 
     async def list_sessions(self, *, status: SessionStatus) -> list[SessionRecord]:
         """Sessions in ``status``, oldest first."""
         sql = "SELECT * FROM sessions WHERE status = ? ORDER BY created_at, session_id"
         return await self._run(
-            lambda conn: [_session_from_row(r) for r in conn.execute(sql, (status.value,))]
+            lambda conn: [session_from_row(r) for r in conn.execute(sql, (status.value,))]
         )
 
     async def query_sessions(self, query: SessionQuery, *, limit: int) -> SessionPage:
@@ -194,7 +194,7 @@ class SqliteStore:
         check_checkpoint(session_id, checkpoint, expected_sequence, appended_count(events, encoded))
         done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._appends.append(
-            _Append(
+            Append(
                 session_id,
                 events,
                 expected_sequence,
@@ -202,7 +202,7 @@ class SqliteStore:
                 encoded,
                 # Serialized here, not in the batch: a checkpoint that cannot be stored
                 # fails its own append, not every append sharing its transaction.
-                None if checkpoint is None else _checkpoint_params(checkpoint),
+                None if checkpoint is None else checkpoint_params(checkpoint),
                 done,
             )
         )
@@ -215,7 +215,7 @@ class SqliteStore:
             while self._appends:
                 batch, self._appends = self._appends, []
                 try:
-                    results = await self._run(functools.partial(_append_batch, batch=batch))
+                    results = await self._run(functools.partial(append_batch, batch=batch))
                 except BaseException as exc:
                     for item in batch:
                         if not item.done.done():
@@ -243,15 +243,15 @@ class SqliteStore:
         params = (session_id, from_sequence, max(min(limit, READ_LIMIT), 0))
         # Parsed here, not on the worker: parsing holds the GIL wherever it runs, and on
         # the worker it would also have to win the GIL back from a busy loop.
-        return _parse_events(await self._run(lambda conn: _read_events(conn, params)))
+        return parse_events(await self._run(lambda conn: read_events(conn, params)))
 
     async def save_checkpoint(self, checkpoint: Checkpoint) -> None:
         """Replace the session's checkpoint, fenced by the log's end (see ``Store``)."""
-        await self._run(lambda conn: _save_checkpoint(conn, checkpoint))
+        await self._run(lambda conn: save_checkpoint(conn, checkpoint))
 
     async def load_checkpoint(self, session_id: str) -> Checkpoint | None:
         """The session's latest checkpoint, or ``None``."""
-        return await self._run(lambda conn: _load_checkpoint(conn, session_id))
+        return await self._run(lambda conn: load_checkpoint(conn, session_id))
 
     async def set_interrupt(self, session_id: str, reason: str, *, abort: bool = False) -> None:
         """Record an interrupt request; a later one replaces an untaken one, but a plain
@@ -280,17 +280,17 @@ class SqliteStore:
         ids = list(dict.fromkeys(session_ids))
         if not ids:
             return set()
-        return await self._run(lambda conn: _pending_interrupts(conn, ids))
+        return await self._run(lambda conn: pending_interrupts(conn, ids))
 
     async def put_subsession_ref(self, ref: SubSessionRef) -> None:
         """Insert or replace the ref keyed by (parent, child session id)."""
-        await self._run(lambda conn: _write(conn, _PUT_REF, _ref_params(ref)))
+        await self._run(lambda conn: write(conn, PUT_REF, ref_params(ref)))
 
     async def list_subsession_refs(self, parent_session_id: str) -> list[SubSessionRef]:
         """The parent's refs, in the order they were first stored."""
         sql = "SELECT * FROM subsession_refs WHERE parent_session_id = ? ORDER BY position"
         return await self._run(
-            lambda conn: [_ref_from_row(r) for r in conn.execute(sql, (parent_session_id,))]
+            lambda conn: [ref_from_row(r) for r in conn.execute(sql, (parent_session_id,))]
         )
 
     async def get_subsession_ref(
@@ -301,7 +301,7 @@ class SqliteStore:
 
         def get(conn: sqlite3.Connection) -> SubSessionRef | None:
             row = conn.execute(sql, (parent_session_id, child_session_id)).fetchone()
-            return None if row is None else _ref_from_row(row)
+            return None if row is None else ref_from_row(row)
 
         return await self._run(get)
 
@@ -310,7 +310,7 @@ class SqliteStore:
         ``created_at``; see ``Store``)."""
         merged = merge_commands(commands)
         if merged:
-            await self._run(lambda conn: _in_transaction(conn, outbox.put, merged))
+            await self._run(lambda conn: in_transaction(conn, outbox.put, merged))
 
     async def list_commands(self, *, limit: int = 100) -> list[ChildCommand]:
         """Pending commands, oldest first (``created_at``, then the key), at most ``limit``."""
@@ -320,11 +320,11 @@ class SqliteStore:
 
     async def record_attempt(self, command: ChildCommand) -> None:
         """Count a failed delivery attempt; a no-op when the command is gone."""
-        await self._run(lambda conn: _in_transaction(conn, outbox.record_attempt, command))
+        await self._run(lambda conn: in_transaction(conn, outbox.record_attempt, command))
 
     async def delete_command(self, command: ChildCommand) -> None:
         """Drop a delivered command; a no-op when it is gone."""
-        await self._run(lambda conn: _in_transaction(conn, outbox.delete, command))
+        await self._run(lambda conn: in_transaction(conn, outbox.delete, command))
 
     async def acquire_lease(self, session_id: str, owner: str, *, ttl_s: float) -> bool:
         """Take or renew the lease if it is free, lapsed or already ``owner``'s.
@@ -332,7 +332,7 @@ class SqliteStore:
         Raises:
             SessionNotFound: no such session.
         """
-        return await self._run(lambda conn: _acquire_lease(conn, session_id, owner, ttl_s))
+        return await self._run(lambda conn: acquire_lease(conn, session_id, owner, ttl_s))
 
     async def renew_leases(
         self, session_ids: Sequence[str], owner: str, *, ttl_s: float
@@ -342,7 +342,7 @@ class SqliteStore:
         ids = list(dict.fromkeys(session_ids))
         if not ids:
             return set()
-        return await self._run(lambda conn: _renew_leases(conn, ids, owner, ttl_s))
+        return await self._run(lambda conn: renew_leases(conn, ids, owner, ttl_s))
 
     async def release_lease(self, session_id: str, owner: str) -> None:
         """Drop the lease if ``owner`` holds it; otherwise do nothing."""
@@ -350,7 +350,7 @@ class SqliteStore:
             "UPDATE sessions SET owner = '', lease_expires_at = 0 "
             "WHERE session_id = ? AND owner = ?"
         )
-        await self._run(lambda conn: _write(conn, sql, (session_id, owner)))
+        await self._run(lambda conn: write(conn, sql, (session_id, owner)))
 
     async def finished_sessions(
         self, *, finished_before: float, after: tuple[float, str] | None, limit: int
@@ -397,5 +397,5 @@ class SqliteStore:
         return await self._worker.run(functools.partial(self._call, fn))
 
     def _call(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
-        with _map_sqlite_errors():
+        with map_sqlite_errors():
             return fn(self._conn)

@@ -24,7 +24,7 @@ _HANDOFF_S = 0.00005
 a waiting thread to wake; the loop gives up at most a tenth of its time while starved)."""
 
 
-class _Worker:
+class Worker:
     """One thread running submitted calls in order, waking the event loop once per batch.
 
     ``run_in_executor`` costs a thread wake-up and a loop wake-up (a self-pipe write,

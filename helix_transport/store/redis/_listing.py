@@ -28,7 +28,7 @@ from helix_transport.store._listing import (
     time_from_sortable,
 )
 from helix_transport.store._records import SessionRecord
-from helix_transport.store._redis_codec import _decode_session
+from helix_transport.store.redis._codec import decode_session
 
 BATCH = 200
 """Members read per round trip."""
@@ -68,7 +68,7 @@ class RedisSessionIndex:
         """``record``'s set and its member there (what retention removes with it)."""
         return self.key_of(record), member(record)
 
-    async def query(self, query: SessionQuery, limit: int) -> SessionPage:
+    async def query_sessions(self, query: SessionQuery, *, limit: int) -> SessionPage:
         """Up to ``limit`` sessions ``query`` matches (see ``SessionIndex``)."""
         limit = clamp(limit)
         if limit == 0:
@@ -103,7 +103,7 @@ class RedisSessionIndex:
                 await cast("Awaitable[int]", self._client.zrem(key, *gone))
             for fields in rows:
                 examined += 1
-                if fields and query.matches(record := _decode_session(fields)):
+                if fields and query.matches(record := decode_session(fields)):
                     found.append(record)
                     if len(found) > limit:
                         return page_of(found, limit)
@@ -124,7 +124,7 @@ class RedisSessionIndex:
                     for session_id in ids:
                         pipe.hgetall(f"{self._prefix}:session:{session_id.decode()}")
                     rows = await pipe.execute()
-                records = [_decode_session(fields) for fields in rows if fields]
+                records = [decode_session(fields) for fields in rows if fields]
                 async with self._client.pipeline(transaction=False) as pipe:
                     for record in records:
                         pipe.zadd(self.key_of(record), {member(record): 0})

@@ -1,4 +1,4 @@
-"""People's input in a Redis store: interrupt requests (with abort) and answers.
+"""Interrupt requests (with abort) in a Redis store.
 
 Keys, under the store's prefix:
 
@@ -6,20 +6,16 @@ Keys, under the store's prefix:
 - ``interrupt-abort:{id}``: ``1`` while the pending interrupt is an abort. A key of its
   own, so the reason key stays what it was and a process that predates aborts still
   reads and takes interrupts; an abort is pending only while both keys are.
-- ``answers:{id}``: a hash of the session's answers by request id.
 
-Writes that read first are one script each. Callers translate the driver's errors
-(``_map_redis_errors``).
+Writes that read first are one script each. The store translates the driver's errors.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Sequence
-from typing import cast
+from collections.abc import Sequence
 
 import redis.asyncio as aioredis
 
-from helix_transport.store._base import storable_answer
 from helix_transport.store._records import Interrupt, storable_text
 
 # KEYS: reason, abort flag. ARGV: reason, '1' for an abort. A plain interrupt leaves a
@@ -43,32 +39,24 @@ if not reason then return false end
 return {reason, abort}
 """
 
-# KEYS: the answers hash. ARGV: request id, answer. Answers {1} when it stored, else
-# {0, the stored answer} (the caller has its own answer: a MiB is not sent back).
-_PUT_ANSWER = """
-if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 1 then return {1} end
-return {0, redis.call('HGET', KEYS[1], ARGV[1])}
-"""
 
-
-class RedisInputs:
-    """Interrupt requests and answers on ``client``, keys under ``prefix``."""
+class RedisInterrupts:
+    """``InterruptStore`` and ``InterruptLookup`` on ``client``, keys under ``prefix``."""
 
     def __init__(self, client: aioredis.Redis, prefix: str) -> None:
         self._client = client
         self._prefix = prefix
         self._set_interrupt = client.register_script(_SET_INTERRUPT)
         self._take_interrupt = client.register_script(_TAKE_INTERRUPT)
-        self._put_answer = client.register_script(_PUT_ANSWER)
 
-    async def set_interrupt(self, session_id: str, reason: str, abort: bool) -> None:
+    async def set_interrupt(self, session_id: str, reason: str, *, abort: bool = False) -> None:
         """Record the request (see ``InterruptStore.set_interrupt``)."""
         args: list[str | int] = [storable_text(reason), int(abort)]
-        await self._set_interrupt(keys=self._interrupt(session_id), args=args)
+        await self._set_interrupt(keys=self._keys(session_id), args=args)
 
     async def take_interrupt(self, session_id: str) -> Interrupt | None:
         """Read and clear the session's request, in one script."""
-        found = await self._take_interrupt(keys=self._interrupt(session_id))
+        found = await self._take_interrupt(keys=self._keys(session_id))
         if found is None:
             return None
         reason, abort = found
@@ -79,31 +67,11 @@ class RedisInputs:
         ids = list(dict.fromkeys(session_ids))
         if not ids:
             return set()
-        values = await self._client.mget([self._interrupt(i)[0] for i in ids])
+        values = await self._client.mget([self._keys(i)[0] for i in ids])
         return {i for i, value in zip(ids, values, strict=True) if value is not None}
 
-    async def put_answer(
-        self, session_id: str, request_id: str, answer_json: str
-    ) -> tuple[str, bool]:
-        """Store the answer unless the request has one: (stored, by this call)."""
-        answer = storable_answer(request_id, answer_json)
-        found = await self._put_answer(keys=[self._answers(session_id)], args=[request_id, answer])
-        if int(found[0]) == 1:
-            return answer, True
-        return bytes(found[1]).decode(), False
-
-    async def list_answers(self, session_id: str) -> dict[str, str]:
-        """The session's answers by request id."""
-        raw = await cast(
-            "Awaitable[dict[bytes, bytes]]", self._client.hgetall(self._answers(session_id))
-        )
-        return {bytes(k).decode(): bytes(v).decode() for k, v in raw.items()}
-
-    def _interrupt(self, session_id: str) -> list[str]:
+    def _keys(self, session_id: str) -> list[str]:
         return [
             f"{self._prefix}:interrupt:{session_id}",
             f"{self._prefix}:interrupt-abort:{session_id}",
         ]
-
-    def _answers(self, session_id: str) -> str:
-        return f"{self._prefix}:answers:{session_id}"

@@ -32,7 +32,7 @@ _UNAVAILABLE = (
 )
 
 
-def _check_schema(schema: str) -> None:
+def check_schema(schema: str) -> None:
     if not _SCHEMA_NAME.fullmatch(schema):
         raise UsageError(
             f"schema {schema!r}: use a lowercase identifier of at most 56 characters "
@@ -40,7 +40,7 @@ def _check_schema(schema: str) -> None:
         )
 
 
-def _describe_dsn(dsn: str) -> str:
+def describe_dsn(dsn: str) -> str:
     """``host:port/database`` of ``dsn`` for error messages (never the password)."""
     try:
         parts = urlsplit(dsn)
@@ -57,7 +57,7 @@ def _detail(exc: BaseException) -> str:
 
 
 @contextlib.contextmanager
-def _map_pg_errors(where: str, *, connecting: bool = False) -> Iterator[None]:
+def map_pg_errors(where: str, *, connecting: bool = False) -> Iterator[None]:
     """Translate ``asyncpg`` and socket exceptions into the helix error tree.
 
     While ``connecting``, every driver failure (refused, timed out, unknown
@@ -81,7 +81,7 @@ def _map_pg_errors(where: str, *, connecting: bool = False) -> Iterator[None]:
         raise UsageError(f"invalid PostgreSQL DSN or pool settings for {where}: {exc}") from exc
 
 
-def _is_lost(conn: Any) -> bool:
+def is_lost(conn: Any) -> bool:
     try:
         return bool(conn.is_closed())
     except asyncpg.InterfaceError:  # already detached from the pool's proxy

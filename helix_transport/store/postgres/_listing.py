@@ -4,9 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from helix_transport.store._listing import UNOWNED_PRINCIPAL, SessionQuery, clamp
-from helix_transport.store._postgres_sql import _session_from_row
+from helix_transport.store._listing import (
+    UNOWNED_PRINCIPAL,
+    SessionPage,
+    SessionQuery,
+    clamp,
+    page_of,
+)
 from helix_transport.store._records import SessionRecord
+from helix_transport.store.postgres._codec import session_from_row
+from helix_transport.store.postgres._conn import Database
 
 # The principal a record is listed under (a record from before owners is anonymous's);
 # queries spell it exactly as the index does, so the planner uses the index. Ids
@@ -51,6 +58,19 @@ def query_sql(query: SessionQuery, limit: int) -> tuple[str, list[Any]]:
     return sql, args
 
 
-def records(rows: list[Any]) -> list[SessionRecord]:
+def _records(rows: list[Any]) -> list[SessionRecord]:
     """The rows ``query_sql`` selected, as records."""
-    return [_session_from_row(row) for row in rows]
+    return [session_from_row(row) for row in rows]
+
+
+class PostgresSessionIndex:
+    """``SessionIndex`` on ``db``."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def query_sessions(self, query: SessionQuery, *, limit: int) -> SessionPage:
+        """The sessions ``query`` matches, newest first, from the owner index."""
+        sql, args = query_sql(query, limit)
+        rows = await self._db.call("fetch", sql, *args) if clamp(limit) else []
+        return page_of(_records(rows), clamp(limit))

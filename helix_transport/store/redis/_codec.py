@@ -1,4 +1,4 @@
-"""How the Redis store encodes records into hash fields and JSON, and decodes them."""
+"""How the Redis store encodes a session record into its hash's fields, and decodes it."""
 
 from __future__ import annotations
 
@@ -8,12 +8,9 @@ from collections.abc import Callable
 from typing import Any
 
 from helix_transport._events import SessionStatus
-from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
 from helix_transport.store._records import (
-    Checkpoint,
     SessionRecord,
     SessionUpdate,
-    SubSessionRef,
     Usage,
 )
 
@@ -49,7 +46,7 @@ def _encode(value: object) -> str:
     return json.dumps(value)
 
 
-def _field_pairs(obj: SessionRecord | SessionUpdate) -> list[str]:
+def field_pairs(obj: SessionRecord | SessionUpdate) -> list[str]:
     """Field/value pairs of a record; of an update, only of the fields it changes."""
     return [
         item
@@ -59,7 +56,7 @@ def _field_pairs(obj: SessionRecord | SessionUpdate) -> list[str]:
     ]
 
 
-def _decode_session(raw: Any) -> SessionRecord:
+def decode_session(raw: Any) -> SessionRecord:
     """A record from HGETALL: a dict from redis-py, a flat list from a script."""
     if isinstance(raw, list):
         raw = dict(zip(raw[::2], raw[1::2], strict=True))
@@ -71,28 +68,3 @@ def _decode_session(raw: Any) -> SessionRecord:
             if name not in _ADDED_LATER or name in fields
         }
     )
-
-
-def _serialize_unsequenced(event: StreamEvent) -> bytes:
-    previous = event.sequence
-    event.sequence = 0  # proto3 omits a zero field, so no stale sequence is stored
-    try:
-        return event.SerializeToString()
-    finally:
-        event.sequence = previous
-
-
-def _ref_to_json(ref: SubSessionRef) -> str:
-    return json.dumps(dataclasses.asdict(ref))
-
-
-def _ref_from_json(raw: bytes) -> SubSessionRef:
-    data = json.loads(raw)
-    data["status"] = SessionStatus(data["status"])
-    data.pop("remote", None)  # a cursor refs written before carried; nothing read it
-    return SubSessionRef(**data)
-
-
-def _checkpoint_json(checkpoint: Checkpoint) -> str:
-    """The checkpoint as stored; raises (``TypeError``) when it is not JSON."""
-    return json.dumps(dataclasses.asdict(checkpoint))

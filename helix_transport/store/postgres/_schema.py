@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from helix_transport._exceptions import StoreError
-from helix_transport.store import _postgres_inputs as inputs
-from helix_transport.store import _postgres_listing as listing
-from helix_transport.store import _postgres_outbox as outbox
-from helix_transport.store import _postgres_retention as retention
+from helix_transport.store.postgres import _inputs as inputs
+from helix_transport.store.postgres import _listing as listing
+from helix_transport.store.postgres import _outbox as outbox
+from helix_transport.store.postgres import _retention as retention
 
 # Migration N is _MIGRATIONS[N - 1]; "{s}" stands for the quoted schema. Never edit
 # a released migration: append a new one, so every database walks the same path.

@@ -9,7 +9,7 @@ A member is ``parent_session_id``, ``child_session_id`` and ``kind`` joined by N
 which no id may contain: members are unambiguous, and as Redis orders equal scores
 by their bytes (UTF-8: code point order, NUL below everything), ``ZRANGE`` lists in
 the order every backend promises. Writes touching both keys are one script or one
-``MULTI``. Callers translate the driver's errors (``_map_redis_errors``).
+``MULTI``. The store translates the driver's errors.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from helix_transport.store._records import ChildCommand
+from helix_transport.store._records import ChildCommand, merge_commands
 
 # KEYS: the sorted set, then each command's hash. ARGV: per command, its member, then
 # its fields in _FIELDS order. A command is pending while its member is in the set: a
@@ -77,7 +77,7 @@ assert _FIELDS == [  # the order _PUT's ARGV offsets assume
 
 
 class RedisOutbox:
-    """The outbox's reads and writes on ``client``, keys under ``prefix``."""
+    """``OutboxStore`` on ``client``, keys under ``prefix``."""
 
     def __init__(self, client: aioredis.Redis, prefix: str) -> None:
         self._client = client
@@ -87,16 +87,21 @@ class RedisOutbox:
         self._list = client.register_script(_LIST)
         self._record_attempt = client.register_script(_RECORD_ATTEMPT)
 
-    async def put(self, commands: Sequence[ChildCommand]) -> None:
-        """Upsert ``commands`` (each key once) in one script."""
+    async def put_commands(self, commands: Sequence[ChildCommand]) -> None:
+        """Upsert ``commands`` in one script (see ``OutboxStore.put_commands``)."""
+        commands = merge_commands(commands)
+        if not commands:
+            return
         keys = [self._set, *(self._hash(command) for command in commands)]
         args: list[str] = []
         for command in commands:
             args += (_member(command), *(_encode(getattr(command, f)) for f in _FIELDS))
         await self._put(keys=keys, args=args)
 
-    async def list_commands(self, limit: int) -> list[ChildCommand]:
-        """At most ``limit`` (at least 1) commands, oldest first."""
+    async def list_commands(self, *, limit: int = 100) -> list[ChildCommand]:
+        """At most ``limit`` commands, oldest first (``created_at``, then the member)."""
+        if limit < 1:
+            return []
         rows = await self._list(keys=[self._set], args=[limit, self._hash_prefix])
         return [_decode(row) for row in rows]
 
@@ -104,7 +109,7 @@ class RedisOutbox:
         """``attempts += 1`` on the stored command with ``command``'s key, if any."""
         await self._record_attempt(keys=[self._hash(command)])
 
-    async def delete(self, command: ChildCommand) -> None:
+    async def delete_command(self, command: ChildCommand) -> None:
         """Drop the stored command with ``command``'s key, if any."""
         async with self._client.pipeline(transaction=True) as pipe:
             pipe.delete(self._hash(command))

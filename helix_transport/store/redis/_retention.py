@@ -20,6 +20,7 @@ frees a long log's memory off Redis's main thread.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, cast
 
@@ -27,10 +28,10 @@ import redis.asyncio as aioredis
 
 from helix_transport._events import SessionStatus
 from helix_transport.store._records import SessionRecord
-from helix_transport.store._redis_codec import _decode_session
 from helix_transport.store._retention import Candidate, Tombstone, finished_by
+from helix_transport.store.redis._codec import decode_session
 
-# KEYS: the session's owner set in the listing index (``_redis_listing``), whose key
+# KEYS: the session's owner set in the listing index (``_listing``), whose key
 # is a digest Lua cannot make; the other keys (two sessions, the outbox, the retention
 # index) are built here from the prefix (a single Redis). ARGV: prefix, session id, root id, finished_before, tombstone ms, now, then the
 # outbox members the session owes its children. expirable(), in Lua: answers 1 when
@@ -86,7 +87,7 @@ end
 
 
 class RedisRetention:
-    """The retention reads and writes on ``client``, keys under ``prefix``."""
+    """``RetentionStore`` on ``client``, keys under ``prefix``."""
 
     def __init__(
         self,
@@ -126,7 +127,7 @@ class RedisRetention:
         self._indexed = True
 
     async def finished_sessions(
-        self, finished_before: float, after: tuple[float, str] | None, limit: int
+        self, *, finished_before: float, after: tuple[float, str] | None, limit: int
     ) -> list[SessionRecord]:
         """Finished sessions ended by ``finished_before``, by (finished_at, session_id)."""
         if limit < 1:
@@ -154,7 +155,7 @@ class RedisRetention:
             rows = await pipe.execute()
         records, stale = [], []
         for session_id, fields in zip(ids, rows, strict=True):
-            record = _decode_session(fields) if fields else None
+            record = decode_session(fields) if fields else None
             if record is not None and finished_by(record, finished_before):
                 records.append(record)
             elif record is None or not record.status.is_terminal:
@@ -163,14 +164,11 @@ class RedisRetention:
             await self._forget(keys=[self._index, self._session(session_id)], args=[session_id])
         return records
 
-    async def expire(
-        self,
-        candidates: Sequence[Candidate],
-        finished_before: float,
-        keep_tombstone_s: float,
-        now: float,
+    async def expire_sessions(
+        self, candidates: Sequence[Candidate], *, finished_before: float, keep_tombstone_s: float
     ) -> list[str]:
         """Remove each candidate the rule allows, one atomic script each."""
+        now = time.time()
         owed = await self._commands_of({c.session_id for c in candidates})
         listed = await self._listed_entries([c.session_id for c in candidates])
         ms = max(1, int(keep_tombstone_s * 1000))
@@ -190,7 +188,7 @@ class RedisRetention:
             for session_id in ids:
                 pipe.hgetall(self._session(session_id))
             rows = await pipe.execute()
-        return [self._listed(_decode_session(fields)) if fields else ("", "") for fields in rows]
+        return [self._listed(decode_session(fields)) if fields else ("", "") for fields in rows]
 
     async def _commands_of(self, parents: set[str]) -> dict[str, list[bytes]]:
         """The outbox members each of ``parents`` holds (the outbox is small: pending
@@ -209,6 +207,10 @@ class RedisRetention:
             return None
         data: dict[str, Any] = json.loads(raw)
         return Tombstone(session_id=session_id, **data)
+
+    async def drop_tombstones(self, *, kept_until: float, limit: int) -> int:
+        """Nothing to do: tombstones are keys Redis expires itself."""
+        return 0
 
     def _session(self, session_id: str) -> str:
         return f"{self._prefix}:session:{session_id}"
