@@ -216,7 +216,7 @@ def _listen_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _auth_options(parser: argparse.ArgumentParser) -> None:
-    auth = parser.add_argument_group("authentication (see README, Security)")
+    auth = parser.add_argument_group("authentication (see docs/security.md)")
     auth.add_argument("--auth-tokens", default="", help="token file (HELIX_AUTH_TOKENS_FILE)")
     auth.add_argument(
         "--jwt-key", default="", help="JWT verification key file (HELIX_JWT_KEY_FILE)"
