@@ -13,6 +13,7 @@ import dataclasses
 import os
 import sys
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from helix_transport._exceptions import HelixError
@@ -23,7 +24,7 @@ from helix_transport.store import STORE_URL_ENV
 from helix_transport.transport import SUBSTITUTE, ClientAuth
 
 if TYPE_CHECKING:
-    from helix_transport._config import ServerConfig
+    from helix_transport._config import ClientConfig, ServerConfig
     from helix_transport.metrics import MetricsEndpoint
     from helix_transport.server.auth import AuthConfig
 
@@ -104,6 +105,7 @@ def _server_config(args: argparse.Namespace) -> ServerConfig:
         # Unset (None) leaves it to HELIX_ALLOW_VOLATILE_STORE.
         allow_volatile_store=True if args.allow_volatile_store else None,
         connection_age=connection_age(args),
+        client=_client_config(args.reconnect_deadline),
         limits=Limits.from_env(
             max_message_bytes=args.max_message_bytes,
             max_input_bytes=args.max_input_bytes,
@@ -114,6 +116,17 @@ def _server_config(args: argparse.Namespace) -> ServerConfig:
             rate_burst=args.rate_burst,
         ),
     )
+
+
+def _client_config(reconnect_deadline_s: float | None) -> ClientConfig:
+    """The service's calls to other services: the default, or a shorter or longer
+    reconnect deadline (tests of outages past it set it short)."""
+    from helix_transport._config import ClientConfig, RetryConfig
+
+    if reconnect_deadline_s is None:
+        return ClientConfig.default
+    deadline = timedelta(seconds=reconnect_deadline_s)
+    return ClientConfig(reconnect=dataclasses.replace(RetryConfig.default, deadline=deadline))
 
 
 def _retention_s(args: argparse.Namespace) -> float | None:
@@ -180,6 +193,14 @@ def _listen_options(parser: argparse.ArgumentParser) -> None:
         type=positive_seconds,
         default=5.0,
         help="seconds before a quiet stream beats (default %(default)s)",
+    )
+    parser.add_argument(
+        "--reconnect-deadline",
+        type=positive_seconds,
+        default=None,
+        metavar="DURATION",
+        help="how long a call to another service retries while it is unreachable before "
+        "it gives up (delegation itself waits on; default 30s)",
     )
     parser.add_argument(
         "--no-reflection",
