@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import difflib
 import logging
-import math
 import os
 import re
 from collections.abc import Mapping
@@ -27,6 +26,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Final
 
+from helix_transport import _durations
 from helix_transport._config import ConnectionAge, Limits
 from helix_transport._exceptions import UsageError
 
@@ -150,8 +150,6 @@ _BY_NAME: Final = {v.name: v for v in VARIABLES}
 _FAMILIES: Final = tuple(f for v in VARIABLES if (f := v.family) is not None)
 _TRUE: Final = ("1", "true", "yes", "on")
 _OFF: Final = ("0", "off", "false", "no")
-_DURATION = re.compile(r"(?P<number>\d+(?:\.\d+)?)(?P<unit>[smhdw]?)")
-_UNIT_S: Final = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _declared: set[str] = set()
 
 
@@ -173,19 +171,15 @@ def address_variable(agent_type: str) -> str:
 
 
 def parse_duration(text: str) -> timedelta:
-    """A positive number with an optional unit, ``90s``, ``30m``, ``12h``, ``7d`` or
-    ``2w`` (no unit: seconds).
+    """A duration above 0 in the one grammar (``_durations``): ``90s``, ``1h30m``, ``7d``.
 
     Raises:
         ValueError: a message saying what is wrong.
     """
-    match = _DURATION.fullmatch(text.strip().lower())
-    if match is None:
-        raise ValueError(f"{text!r} is not a duration: use e.g. 90s, 12h or 7d")
-    seconds = float(match["number"]) * _UNIT_S[match["unit"]]
-    if not math.isfinite(seconds) or seconds <= 0:
+    value = _durations.parse_duration(text)
+    if value <= timedelta(0):
         raise ValueError(f"{text!r}: give a duration above 0")
-    return timedelta(seconds=seconds)
+    return value
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -41,6 +41,7 @@ def _log() -> list[pb.StreamEvent]:
             "gc",
             3,
             "leaf",
+            step=1,  # the run loop stamps each event with its step
             completed=pb.Completed(
                 output_json='{"x": 1}', usage=_usage(3, 4), total_usage=_usage(3, 4)
             ),
@@ -120,7 +121,7 @@ def test_a_log_folds_into_its_tree_with_every_depth_nested() -> None:
     (child,) = root.children
     (grandchild,) = child.children
     assert (child.session_id, child.tool_call_id, child.address) == ("child", "c1", "127.0.0.1:1")
-    assert (grandchild.agent_type, grandchild.parent_session_id, grandchild.steps) == (
+    assert (grandchild.agent_type, grandchild.parent_session_id, grandchild.step_count) == (
         "leaf",
         "child",
         1,
@@ -144,7 +145,7 @@ def test_a_log_folds_into_its_tree_with_every_depth_nested() -> None:
         "own": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120},
         "total": {"prompt_tokens": 113, "completion_tokens": 25, "total_tokens": 138},
     }
-    assert shown["started_at"] == "2023-11-14T22:13:21Z"
+    assert shown["started_at"] == "2023-11-14T22:13:21.000000Z"  # one precision
     json.dumps(shown)
 
 

@@ -144,7 +144,7 @@ def test_the_path_comes_from_the_tree_when_the_event_has_none_and_a_deadline_is_
     (request,) = tree.pending_requests()
     assert request.path == ("root", "mid") and request.kind == "client_result"
     assert request.deadline == datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC)
-    assert request.to_json()["deadline"] == "2030-01-02T03:04:05Z"
+    assert request.to_json()["deadline"] == "2030-01-02T03:04:05.000000Z"
     assert request.to_json()["arguments"] == {"to": "ana@example.com"}
     node = tree.node("mid")
     assert node is not None and node.to_json()["pending_requests"] == [request.to_json()]

@@ -148,6 +148,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except (OSError, ValueError) as exc:
             print(f"helix-mesh bench: --compare {args.compare}: {exc}", file=sys.stderr)
             return 2
+    progress(f"scenarios {','.join(sorted(scenarios))}; results when all have run")
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("LiteLLM").setLevel(logging.WARNING)
     started = time.perf_counter()
@@ -313,11 +314,24 @@ def _metrics(on: bool) -> Iterator[None]:
         endpoint.shutdown()
 
 
+def progress(text: str) -> None:
+    """One line of progress on standard error: standard output keeps only the results
+    (a table, or the JSON document), which come at the end."""
+    print(f"helix-mesh bench: {text}", file=sys.stderr, flush=True)
+
+
 async def _attempt(report: Report, name: str, scenario: Awaitable[object]) -> bool:
-    """Await one scenario; a crash is noted (and True returned), not raised."""
+    """Await one scenario, saying on stderr when it starts and ends; a crash is noted
+    (and True returned), not raised."""
+    started = time.perf_counter()
+    rows = len(report.rows)
+    progress(f"scenario {name}: running")
     try:
         await scenario
+        took = time.perf_counter() - started
+        progress(f"scenario {name}: done in {took:.1f} s ({len(report.rows) - rows} rows)")
     except Exception as exc:
+        progress(f"scenario {name}: failed after {time.perf_counter() - started:.1f} s")
         problem = f"{type(exc).__name__}: {exc}"
         report.notes.append(f"scenario {name} failed: {problem}")
         # A row too, so the table cannot read as if the scenario was never asked for.

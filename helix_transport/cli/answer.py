@@ -27,9 +27,14 @@ from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.agent.inputs import Answer
 from helix_transport.cli.printer import status_name
 from helix_transport.transport import AgentClient
-from helix_transport.tree import PendingRequest, SessionTree
+from helix_transport.tree import PendingRequest, SessionTree, rfc3339
 
 AUTO_LABEL = "--auto-approve"
+WAITING_TEXT = (
+    "waiting for input: no terminal to ask on, so this call waits until the request is "
+    "answered (the session stays suspended; Ctrl-C stops this call, not the session)"
+)
+"""What ``call`` says when it cannot ask: it waits, and the next line says how to answer."""
 
 
 def answer_text(answer: Answer) -> str:
@@ -52,7 +57,7 @@ def request_text(request: PendingRequest) -> str:
         f"  path {' > '.join(request.path) or request.session_id}",
     ]
     if request.deadline is not None:
-        lines.append(f"  expires {request.deadline.isoformat().replace('+00:00', 'Z')}")
+        lines.append(f"  expires {rfc3339(request.deadline)}")
     return "\n".join(lines)
 
 
@@ -218,6 +223,7 @@ class RequestWatch:
             print(f"{self.auto_label}: approving {request.tool_name} by itself", file=self.out)
         if answer is None:
             how = respond_command(self.client.address, self.session_id, request)
+            print(f"  {WAITING_TEXT}", file=self.out)
             print(f"  answer it with: {how}", file=self.out, flush=True)
             return
         path = path_from(request.path, self.session_id)

@@ -80,6 +80,7 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         action="store_true",
         help="end it and its whole subtree as terminated, never to be resumed",
     )
+    interrupt_.add_argument("--json", action="store_true", help="print the outcome as JSON")
     client_options(interrupt_)
 
     describe_ = sub.add_parser("describe", help="show an agent's type and schemas")
@@ -200,6 +201,9 @@ async def interrupt(args: argparse.Namespace) -> int:
     """Interrupt a session and say whether that changed anything."""
     async with await connect(args) as client:
         result = await client.interrupt(args.session_id, reason=args.reason, abort=args.abort)
+    if args.json:
+        print(dumps({"session_id": args.session_id, "abort": args.abort, **message_json(result)}))
+        return ExitCode.COMPLETED
     asked = "abort" if args.abort else "interrupt"
     state = f"{asked} recorded" if result.accepted else "already finished; nothing changed"
     print(f"{args.session_id}: {status_name(result.status)} ({state})")

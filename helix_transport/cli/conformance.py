@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 
+from helix_transport.cli.exits import ExitCode
 from helix_transport.cli.flags import client_auth, client_options, positive_seconds
 
 
@@ -29,12 +31,16 @@ def add_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     conformance.add_argument(
         "--timeout", type=positive_seconds, default=60.0, help="seconds for the run"
     )
+    conformance.add_argument(
+        "--json", action="store_true", help="print the checks as JSON (name, passed, ...)"
+    )
     client_options(conformance)
 
 
 async def conformance(args: argparse.Namespace) -> int:
     """Run the kit against ``args.address``: 0 if every check passed, 1 if not, 2 on bad input."""
     from helix_transport.cli.client import read_input
+    from helix_transport.cli.jsonout import dumps
     from helix_transport.testing.conformance import format_results, run_conformance
 
     input_json = await read_input(args.input)
@@ -50,7 +56,12 @@ async def conformance(args: argparse.Namespace) -> int:
     except ValueError as exc:
         flag = "--input-required" if str(exc).startswith("input_required") else "--input"
         print(f"helix-mesh: {flag}: {exc}", file=sys.stderr)
-        return 2
-    print(f"conformance of the agent service at {args.address}")
-    print(format_results(results))
-    return 0 if all(r.passed for r in results) else 1
+        return ExitCode.USAGE
+    passed = all(r.passed for r in results)
+    if args.json:
+        checks = [dataclasses.asdict(result) for result in results]
+        print(dumps({"address": args.address, "passed": passed, "checks": checks}))
+    else:
+        print(f"conformance of the agent service at {args.address}")
+        print(format_results(results))
+    return ExitCode.COMPLETED if passed else ExitCode.FAILED

@@ -16,6 +16,7 @@ from helix_transport._exceptions import (
     DeadlineExceeded,
     HelixError,
     InvalidArgument,
+    PermissionDenied,
     RemoteError,
     ResourceExhausted,
     ServerUnavailable,
@@ -105,7 +106,8 @@ def for_error(exc: HelixError) -> ExitCode:
         | SessionNotFound
         | SessionExists
         | SessionStateConflict
-        | Unauthenticated,
+        | Unauthenticated
+        | PermissionDenied,  # refused credentials: `gc ADDRESS` by a non-admin
     ):
         return ExitCode.USAGE
     if isinstance(exc, RemoteError) and exc.code in _CALLER_MUST_FIX:

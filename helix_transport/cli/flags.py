@@ -3,34 +3,26 @@
 from __future__ import annotations
 
 import argparse
-import math
 
+from helix_transport.cli.durations import duration_arg, positive_duration_arg
 from helix_transport.config import Environment
 from helix_transport.transport import ClientAuth
 
 
 def seconds(text: str) -> float:
-    """A duration flag: a finite number of seconds, zero or more."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: give a number of seconds, 0 or more")
-    return value
+    """A duration flag in seconds, zero or more: ``90``, ``90s``, ``1m30s``
+    (``durations.parse_duration``, the one grammar)."""
+    return duration_arg(text).total_seconds()
 
 
 def positive_seconds(text: str) -> float:
-    """A duration flag that cannot be zero (a timeout, a lease, an interval)."""
-    value = seconds(text)
-    if value == 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: give a number of seconds above 0")
-    return value
+    """A duration flag in seconds that cannot be zero (a timeout, a lease, an interval)."""
+    return positive_duration_arg(text).total_seconds()
 
 
 def client_options(parser: argparse.ArgumentParser) -> None:
     """The credentials a client command presents (``client_auth`` reads them)."""
-    group = parser.add_argument_group("credentials (see README, Security)")
+    group = parser.add_argument_group("credentials (see docs/security.md)")
     group.add_argument(
         "--token", default="", help="bearer token (prefer $HELIX_TOKEN: flags show in ps)"
     )

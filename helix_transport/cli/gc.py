@@ -5,11 +5,16 @@ now (directly, or through a service's admin RPC), and the ``--retention`` durati
 from __future__ import annotations
 
 import argparse
+import asyncio
+import os
+import urllib.parse
 from datetime import timedelta
 
 from helix_transport._exceptions import UsageError
+from helix_transport.cli.durations import EXAMPLES, positive_duration_arg
 from helix_transport.cli.flags import client_auth, client_options
-from helix_transport.config import Environment, parse_duration
+from helix_transport.cli.jsonout import dumps
+from helix_transport.config import Environment
 
 ADMINS_ENV = "HELIX_ADMIN_PRINCIPALS"
 """Comma-separated principals (of no tenant) that may call a service's admin RPC."""
@@ -20,12 +25,9 @@ _SCHEMES = ("memory://", "sqlite:", "redis://", "rediss://", "postgres://", "pos
 
 
 def duration(text: str) -> timedelta:
-    """A retention: a positive number with an optional unit, ``90s``, ``30m``, ``12h``,
-    ``7d`` or ``2w`` (no unit: seconds)."""
-    try:
-        return parse_duration(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+    """A retention: a duration above 0 in the one grammar (``durations``): ``90s``,
+    ``12h``, ``1h30m``, ``7d``, ``2w`` (no unit: seconds)."""
+    return positive_duration_arg(text)
 
 
 def retention_option(parser: argparse.ArgumentParser, *, what: str) -> None:
@@ -35,7 +37,7 @@ def retention_option(parser: argparse.ArgumentParser, *, what: str) -> None:
         type=duration,
         default=None,
         metavar="DURATION",
-        help=f"{what} (90s, 12h, 7d...; default ${RETENTION_ENV})",
+        help=f"{what} ({EXAMPLES}...; default ${RETENTION_ENV})",
     )
 
 
@@ -63,6 +65,7 @@ def add_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     )
     gc.add_argument("--dry-run", action="store_true", help="say what would go, remove nothing")
     retention_option(gc, what="remove sessions finished longer ago than this")
+    gc.add_argument("--json", action="store_true", help="print what was removed as JSON")
     client_options(gc)
 
 
@@ -80,6 +83,15 @@ async def gc(args: argparse.Namespace) -> int:
         )
     else:
         expired = await _sweep_service(args, retention)
+    if args.json:
+        shown = {
+            "target": args.target,
+            "dry_run": args.dry_run,
+            "retention": retention.total_seconds(),  # a duration is seconds, as in jsonout
+            "expired_session_ids": expired,
+        }
+        print(dumps(shown))
+        return 0
     verb = "would remove" if args.dry_run else "removed"
     for session_id in expired:
         print(f"{verb} {session_id}")
@@ -90,11 +102,54 @@ async def gc(args: argparse.Namespace) -> int:
 async def _sweep_store(url: str, retention: timedelta, *, dry_run: bool) -> list[str]:
     from helix_transport.store import open_store, sweep
 
+    await require_existing_store(url)
     store = await open_store(url)
     try:
         return (await sweep(store, retention=retention, dry_run=dry_run)).expired
     finally:
         await store.aclose()
+
+
+async def require_existing_store(url: str) -> None:
+    """Refuse a store that is not there: opening a SQLite file or a PostgreSQL schema
+    creates it, and a command asked to read or sweep a store must not make one.
+
+    Raises:
+        UsageError: the SQLite file, or the PostgreSQL schema, does not exist.
+    """
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme == "sqlite":
+        path = url.removeprefix("sqlite:///")
+        if path != ":memory:" and not await asyncio.to_thread(os.path.exists, path):
+            raise UsageError(f"no store at {url}: {path} does not exist (gc creates none)")
+    elif parts.scheme in ("postgres", "postgresql"):
+        query = urllib.parse.parse_qsl(parts.query)
+        schema = next((v for k, v in query if k == "schema"), "") or "helix"
+        rest = urllib.parse.urlencode([(k, v) for k, v in query if k != "schema"])
+        if not await _postgres_schema_exists(
+            urllib.parse.urlunsplit(parts._replace(query=rest)), schema
+        ):
+            raise UsageError(
+                f"no store at {url}: schema {schema!r} does not exist (gc creates none)"
+            )
+
+
+async def _postgres_schema_exists(dsn: str, schema: str) -> bool:
+    import asyncpg  # type: ignore[import-untyped]
+
+    from helix_transport._exceptions import StoreUnavailable
+
+    try:
+        connection = await asyncpg.connect(dsn, timeout=10)
+    except (OSError, asyncpg.PostgresError) as exc:
+        raise StoreUnavailable(f"cannot reach the PostgreSQL store: {exc}") from exc
+    try:
+        found = await connection.fetchval(
+            "SELECT 1 FROM information_schema.schemata WHERE schema_name = $1", schema
+        )
+    finally:
+        await connection.close()
+    return found is not None
 
 
 async def _sweep_service(args: argparse.Namespace, retention: timedelta) -> list[str]:

@@ -4,17 +4,21 @@ Protobuf's own JSON mapping writes int64 as strings (``"last_sequence": "39"``) 
 leaves our JSON-in-a-string fields escaped (``"output_json": "{\\"a\\": 1}"``), which
 every reader must then undo. Here numbers are numbers, a ``*_json`` field is the JSON
 it holds under its name less ``_json`` (``output``), a session status is its
-lower-case name (``completed``), a timestamp is RFC 3339 (``null`` when unset), a
+lower-case name (``completed``), a timestamp is RFC 3339 in UTC with six fractional
+digits, as ``tree.rfc3339`` writes every time (``null`` when unset), a
 oneof shows only its set member, and every other field is present, defaults too.
 """
 
 from __future__ import annotations
 
 import json
+from datetime import UTC
 from typing import Any, cast
 
 from google.protobuf.descriptor import EnumDescriptor, FieldDescriptor
 from google.protobuf.message import Message
+
+from helix_transport.tree import rfc3339
 
 _TIMESTAMP = "google.protobuf.Timestamp"
 _DURATION = "google.protobuf.Duration"
@@ -60,7 +64,7 @@ def _single(field: FieldDescriptor, value: Any) -> Any:
     if kind == _DURATION:
         return value.ToTimedelta().total_seconds()
     if kind == _TIMESTAMP:
-        return value.ToJsonString()
+        return rfc3339(value.ToDatetime(tzinfo=UTC))
     if kind:
         return message_json(value)
     if field.type == FieldDescriptor.TYPE_ENUM and field.enum_type is not None:

@@ -19,6 +19,7 @@ from helix_transport.cli.client import connect
 from helix_transport.cli.exits import ExitCode
 from helix_transport.cli.flags import client_options
 from helix_transport.cli.follow import session_events
+from helix_transport.cli.jsonout import dumps, message_json
 from helix_transport.transport import AgentClient
 from helix_transport.tree import SessionTree
 
@@ -48,6 +49,7 @@ def add_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         help="session ids from SESSION down to the one that asked "
         "(default: found in SESSION's log)",
     )
+    respond_.add_argument("--json", action="store_true", help="print the outcome as JSON")
     client_options(respond_)
 
 
@@ -90,5 +92,24 @@ async def respond(args: argparse.Namespace) -> int:
     async with await connect(args) as client:
         path = tuple(args.path or ()) or await find_path(client, args.session_id, args.request_id)
         reply = await submit(client, args.session_id, args.request_id, answer, path=path)
-    print(outcome_text(args.request_id, answer, reply))
+    if args.json:
+        shown = {
+            "session_id": args.session_id,
+            "request_id": args.request_id,
+            "path": list(path),
+            "answer": answer_json(answer),
+            **message_json(reply),
+        }
+        print(dumps(shown))
+    else:
+        print(outcome_text(args.request_id, answer, reply))
     return ExitCode.COMPLETED
+
+
+def answer_json(answer: Answer) -> dict[str, object]:
+    """The answer as ``--json`` shows it: the fields the flags set, a result parsed."""
+    if answer.approved is not None:
+        return {"approved": answer.approved, "reason": answer.reason}
+    if answer.error is not None:
+        return {"error": answer.error}
+    return {"result": json.loads(answer.result_json or "null")}

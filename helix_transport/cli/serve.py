@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import sys
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from helix_transport._exceptions import HelixError
@@ -21,7 +23,7 @@ from helix_transport.config import Environment
 from helix_transport.transport import SUBSTITUTE, ClientAuth
 
 if TYPE_CHECKING:
-    from helix_transport._config import ServerConfig
+    from helix_transport._config import ClientConfig, ServerConfig
     from helix_transport.metrics import MetricsEndpoint
     from helix_transport.server.auth import AuthConfig
 
@@ -104,6 +106,7 @@ def _server_config(args: argparse.Namespace, env: Environment) -> ServerConfig:
         connection_age=env.connection_age(
             max_age_s=args.max_connection_age, grace_s=args.max_connection_age_grace
         ),
+        client=_client_config(args.reconnect_deadline),
         limits=env.limits(
             max_message_bytes=args.max_message_bytes,
             max_input_bytes=args.max_input_bytes,
@@ -114,6 +117,17 @@ def _server_config(args: argparse.Namespace, env: Environment) -> ServerConfig:
             rate_burst=args.rate_burst,
         ),
     )
+
+
+def _client_config(reconnect_deadline_s: float | None) -> ClientConfig:
+    """The service's calls to other services: the default, or a shorter or longer
+    reconnect deadline (tests of outages past it set it short)."""
+    from helix_transport._config import ClientConfig, RetryConfig
+
+    if reconnect_deadline_s is None:
+        return ClientConfig.default
+    deadline = timedelta(seconds=reconnect_deadline_s)
+    return ClientConfig(reconnect=dataclasses.replace(RetryConfig.default, deadline=deadline))
 
 
 def _auth_config(args: argparse.Namespace, env: Environment) -> AuthConfig:
@@ -177,6 +191,14 @@ def _listen_options(parser: argparse.ArgumentParser) -> None:
         help="seconds before a quiet stream beats (default %(default)s)",
     )
     parser.add_argument(
+        "--reconnect-deadline",
+        type=positive_seconds,
+        default=None,
+        metavar="DURATION",
+        help="how long a call to another service retries while it is unreachable before "
+        "it gives up (delegation itself waits on; default 30s)",
+    )
+    parser.add_argument(
         "--no-reflection",
         action="store_true",
         help="disable server reflection (HELIX_REFLECTION=off)",
@@ -223,7 +245,7 @@ def _listen_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _auth_options(parser: argparse.ArgumentParser) -> None:
-    auth = parser.add_argument_group("authentication (see README, Security)")
+    auth = parser.add_argument_group("authentication (see docs/security.md)")
     auth.add_argument("--auth-tokens", default="", help="token file (HELIX_AUTH_TOKENS_FILE)")
     auth.add_argument(
         "--jwt-key", default="", help="JWT verification key file (HELIX_JWT_KEY_FILE)"

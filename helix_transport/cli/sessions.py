@@ -7,24 +7,23 @@ with ``--json`` one object per line, with numbers as numbers and times as RFC 33
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
-import re
 import sys
 import time
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from helix_transport._events import SessionStatus
 from helix_transport._exceptions import RemoteError
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
+from helix_transport.cli.durations import EXAMPLES, parse_duration
 from helix_transport.cli.flags import client_auth, client_options
 from helix_transport.cli.jsonout import message_json
 from helix_transport.cli.printer import status_name
 from helix_transport.transport import AgentClient
 
 DEFAULT_LIMIT = 50
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)")
-_UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _COLUMNS = ("SESSION ID", "AGENT TYPE", "STATUS", "CREATED", "DURATION", "LAST SEQ")
 
 
@@ -45,7 +44,8 @@ def add_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "--since",
         type=since,
         metavar="DURATION|TIME",
-        help="only sessions created since: 90s, 15m, 2h, 7d, or a time (2026-11-26T09:00Z)",
+        help=f"only sessions created since: a duration ago ({EXAMPLES}) or a time "
+        "(2026-11-26T09:00Z)",
     )
     parser.add_argument("--roots", action="store_true", help="only sessions without a parent")
     parser.add_argument(
@@ -63,15 +63,13 @@ def since(text: str, *, now: datetime | None = None) -> datetime:
     """``--since``: a duration ago (``90s``, ``1h30m``, ``7d``) or an ISO 8601 time
     (a time without a zone is local)."""
     now = now or datetime.now(UTC)
-    compact = text.strip().lower()
-    parts = _DURATION.findall(compact)
-    if parts and _DURATION.sub("", compact).strip() == "":
-        return now - timedelta(seconds=sum(float(n) * _UNIT_S[unit] for n, unit in parts))
+    with contextlib.suppress(ValueError, OverflowError):  # else: a time
+        return now - parse_duration(text)
     try:
         moment = datetime.fromisoformat(text.strip())
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"{text!r} is neither a duration (90s, 15m, 2h, 7d) nor a time (2026-11-26T09:00:00Z)"
+            f"{text!r} is neither a duration ({EXAMPLES}) nor a time (2026-11-26T09:00:00Z)"
         ) from None
     return moment if moment.tzinfo is not None else moment.astimezone()
 

@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 from helix_transport._events import SessionStatus
 from helix_transport.cli.printer import child_label
-from helix_transport.cli.views import format_duration
+from helix_transport.cli.views import format_duration, format_steps
 from helix_transport.tree import PendingRequest, SessionTree, TreeNode
 
 _STATUS_COLORS = {
@@ -66,7 +66,7 @@ def node_segments(node: TreeNode, *, now: datetime) -> list[Segment]:
     """One node's line, without its branch: name, status, duration, steps, usage, id."""
     running = not node.status.is_terminal  # running, or suspended: not over
     took = format_duration(node.duration(now=now))
-    steps = f"{node.steps} step" + ("" if node.steps == 1 else "s")
+    steps = format_steps(node.step_count)
     usage = f"{node.usage.total_tokens:,} tokens"
     if node.total_usage.total_tokens != node.usage.total_tokens or node.children:
         usage += f", {node.total_usage.total_tokens:,} with children"
@@ -129,7 +129,7 @@ def tree_shape(
         (
             n.session_id,
             n.status.value,
-            n.steps,
+            n.step_count,
             n.usage.total_tokens,
             n.total_usage.total_tokens,
             tuple(n.pending),

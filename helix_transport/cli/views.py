@@ -9,6 +9,7 @@ from typing import Protocol
 
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.cli.printer import status_name
+from helix_transport.tree import rfc3339
 
 _STATUS_COLORS = {
     "completed": "32",
@@ -58,6 +59,12 @@ def format_duration(duration: timedelta | None) -> str:
     return f"{minutes // 60} h {minutes % 60:02d} min"
 
 
+def format_steps(step_count: int) -> str:
+    """``1 step completed``, ``0 steps completed``: ``step_count`` as ``status`` and
+    ``tree`` both show it (steps completed, as ``GetStatusResponse.step_count``)."""
+    return f"{step_count} step{'' if step_count == 1 else 's'} completed"
+
+
 def format_usage(usage: Usage) -> str:
     """``1,234 tokens (900 prompt + 334 completion)``."""
     return (
@@ -85,13 +92,14 @@ def status_text(status: pb.GetStatusResponse, *, include_children: bool, color: 
     ]
     if status.parent_session_id:
         rows.append(("parent", status.parent_session_id))
-    rows.append(("steps", str(status.step_count)))
+    rows.append(("progress", format_steps(status.step_count)))
     rows.append(("last sequence", str(status.last_sequence)))
     if status.HasField("created_at"):
-        rows.append(("created", status.created_at.ToJsonString()))
+        rows.append(("created", str(rfc3339(status.created_at.ToDatetime(tzinfo=UTC)))))
     if status.HasField("finished_at"):
         took = status.finished_at.ToDatetime() - status.created_at.ToDatetime()
-        rows.append(("finished", f"{status.finished_at.ToJsonString()} ({format_duration(took)})"))
+        finished = rfc3339(status.finished_at.ToDatetime(tzinfo=UTC))
+        rows.append(("finished", f"{finished} ({format_duration(took)})"))
     elif status.status in _NOT_ENDED and status.HasField("created_at"):
         so_far = datetime.now(UTC) - status.created_at.ToDatetime(tzinfo=UTC)
         rows.append(("running for", format_duration(so_far)))

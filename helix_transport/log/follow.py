@@ -57,7 +57,14 @@ async def _follow(
     quiet_since = time.monotonic()
     # A heartbeat interval shorter than the poll interval shortens the waits too.
     poll_interval_s = poll_interval_s if idle_s is None else min(poll_interval_s, idle_s)
+    task = asyncio.current_task()
     while True:
+        if task is not None and task.cancelling():
+            # A cancellation a store call swallowed: redis-py writes each command
+            # through asyncio.wait_for, which on Python 3.11 returns the write's result
+            # and drops a cancel that lands as the write completes (CPython gh-86296).
+            # Nothing else ends this loop, so a follower would poll forever.
+            raise asyncio.CancelledError
         if idle_s is not None and time.monotonic() - quiet_since >= idle_s:
             yield Batch([])  # quiet for idle_s: a heartbeat is due
             quiet_since = time.monotonic()

@@ -36,6 +36,7 @@ from helix_transport.tree._fold import (
     TreeNode,
     TreeUsage,
     fold_events,
+    rfc3339,
 )
 from helix_transport.tree._totals import ChildTotals, child_totals, reported_usage, token_usage
 
@@ -48,5 +49,6 @@ __all__ = [
     "child_totals",
     "fold_events",
     "reported_usage",
+    "rfc3339",
     "token_usage",
 ]

@@ -77,7 +77,7 @@ class PendingRequest:
             "arguments": arguments,
             "kind": self.kind,
             "path": list(self.path),
-            "deadline": _rfc3339(self.deadline),
+            "deadline": rfc3339(self.deadline),
         }
 
     @classmethod
@@ -125,8 +125,12 @@ class TreeNode:
     then takes)."""
     started_at: datetime | None = None
     ended_at: datetime | None = None
-    steps: int = 0
-    """The highest step it started (steps go on numbering across turns)."""
+    step_count: int = 0
+    """Steps it has completed, as ``GetStatusResponse.step_count`` counts them (steps
+    go on numbering across turns): a step counts once the next one starts or the
+    session completes in it. A session suspended, failed or stopped inside step N has
+    completed N - 1 (an interrupt that lands between steps reads, from the log, as
+    inside the last one)."""
     usage: TreeUsage = field(default_factory=TreeUsage)
     """Its own usage, as its latest terminal event reports it (zero before one)."""
     total_usage: TreeUsage = field(default_factory=TreeUsage)
@@ -168,9 +172,9 @@ class TreeNode:
             "status": self.status.value,
             "tool_call_id": self.tool_call_id,
             "address": self.address,
-            "started_at": _rfc3339(self.started_at),
-            "ended_at": _rfc3339(self.ended_at),
-            "steps": self.steps,
+            "started_at": rfc3339(self.started_at),
+            "ended_at": rfc3339(self.ended_at),
+            "step_count": self.step_count,
             "usage": {"own": self.usage.to_json(), "total": self.total_usage.to_json()},
             "output": output,
             "error": self.error,
@@ -256,11 +260,14 @@ class SessionTree:
             if parent and node.parent_session_id is None and node is not self.root:
                 node.parent_session_id = parent
         elif kind == "step_started":
-            node.steps = max(node.steps, event.step)
+            node.step_count = max(node.step_count, event.step - 1)
         elif kind == "turn_started":
             node.turn = event.turn_started.turn
             _reopen(node)
         elif row.terminal:
+            if kind == "completed" or event.failed.failure_reason == "max_steps":
+                # It completed in its last step, or failed between steps (out of them).
+                node.step_count = max(node.step_count, event.step)
             _end_by_own_event(node, event, row, at)
             _stop_below(node)
         elif kind == "input_required":
@@ -403,5 +410,12 @@ def _time(event: pb.StreamEvent) -> datetime | None:
     return datetime.fromtimestamp(event.time.seconds + event.time.nanos / 1e9, tz=UTC)
 
 
-def _rfc3339(value: datetime | None) -> str | None:
-    return None if value is None else value.isoformat().replace("+00:00", "Z")
+def rfc3339(moment: datetime | None) -> str | None:
+    """``moment`` as every ``--json`` and the inspector print a time: RFC 3339 in UTC
+    with microseconds, always six digits (``2026-11-26T09:00:00.120000Z``); ``None``
+    stays ``None``. A naive ``moment`` is taken as UTC."""
+    if moment is None:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")

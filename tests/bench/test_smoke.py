@@ -44,8 +44,17 @@ async def test_quick_bench_json(tmp_path: Path) -> None:
         "--stores", "memory", "--scenarios", "1,2,3,4,5,7", "--compare", str(saved),
         cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
-    out, err = await proc.communicate()
+    assert proc.stderr is not None
+    # Progress on stderr while it runs (the first line before any scenario ends),
+    # results on stdout at the end: stdout stays one JSON document.
+    first = (await proc.stderr.readline()).decode()
+    assert first.startswith("helix-mesh bench: scenarios 1,2,3,4,5,7;"), first
+    out, rest = await proc.communicate()
+    err = first.encode() + rest
     assert proc.returncode == 0, err.decode()[-3000:]
+    progress = err.decode()
+    for name in ("1-3 (memory)", "5", "4", "7"):
+        assert f"scenario {name}: running" in progress and f"scenario {name}: done in" in progress
     document = json.loads(out, parse_constant=_not_json)  # NaN was written as is
     compared = document.pop("compared_with")
     live = next(r for r in document["rows"] if r["scenario"] == "1 live stream, 300 events")

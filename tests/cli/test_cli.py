@@ -125,11 +125,11 @@ async def test_follow_waits_quietly_for_a_quiet_session(monkeypatch: pytest.Monk
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (("call", "127.0.0.1:1", "--timeout", "0"), "argument --timeout: '0': give a number of seconds above 0"),
-        (("call", "127.0.0.1:1", "--timeout", "-1"), "argument --timeout: '-1': give a number of seconds, 0 or more"),
-        (("status", "127.0.0.1:1", "s", "--wait", "nan"), "argument --wait: 'nan': give a number"),
+        (("call", "127.0.0.1:1", "--timeout", "0"), "argument --timeout: '0': give a duration above 0"),
+        (("call", "127.0.0.1:1", "--timeout", "-1"), "argument --timeout: '-1' is not a duration"),
+        (("status", "127.0.0.1:1", "s", "--wait", "nan"), "argument --wait: 'nan' is not a duration"),
         (("serve", "tests.agents:counter", "--heartbeat-interval", "0"), "argument --heartbeat-interval"),
-        (("serve", "tests.agents:counter", "--lease-ttl", "x"), "argument --lease-ttl: 'x' is not a number"),
+        (("serve", "tests.agents:counter", "--lease-ttl", "x"), "argument --lease-ttl: 'x' is not a duration"),
         (("serve", "tests.agents:counter", "--auth-reload-interval", "-5"), "argument --auth-reload-interval: '-5'"),
     ],
 )  # fmt: skip

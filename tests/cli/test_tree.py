@@ -80,7 +80,7 @@ async def test_the_tree_from_the_roots_log_alone(mesh: Mesh) -> None:
     assert code == ExitCode.COMPLETED and shape(tree) == EXPECTED
     assert tree["session_id"] == "r" and tree["output"]["results"][0] == {"total": 2, "steps": 2}
     counted = tree["children"][0]
-    assert counted["tool_call_id"] == "call_1_0" and counted["steps"] == 3
+    assert counted["tool_call_id"] == "call_1_0" and counted["step_count"] == 3
     assert counted["address"] == mesh.servers["counter"].address
     assert set(counted["usage"]) == {"own", "total"} and counted["started_at"].endswith("Z")
     assert tree["children"][2]["error"] == "no output after 3 steps"
@@ -89,7 +89,7 @@ async def test_the_tree_from_the_roots_log_alone(mesh: Mesh) -> None:
     lines = text.splitlines()
     assert code == ExitCode.COMPLETED and len(lines) == 5
     assert re.match(
-        r"delegator  completed  [\d.]+ m?s  2 steps  [\d,]+ tokens, [\d,]+ with children  r$",
+        r"delegator  completed  [\d.]+ m?s  2 steps completed  [\d,]+ tokens, [\d,]+ with children  r$",
         lines[0],
     )
     assert lines[1].startswith("├─ counter call_1_0  completed  ")
@@ -144,7 +144,7 @@ async def test_follow_appends_on_a_pipe_and_redraws_on_a_terminal(
     assert copies[0]["status"] == "running" and shape(copies[-1]) == done
     assert len({json.dumps(copy) for copy in copies}) == len(copies)  # each one a change
     # The first copy is the tree as far as it went, not its first event's.
-    assert copies[0]["children"] and copies[0]["steps"] == 1
+    assert copies[0]["children"] and copies[0]["step_count"] == 0
 
     frames = piped.split("\n\n")
     assert pipe_code == ExitCode.COMPLETED and len(frames) > 3 and "\x1b[" not in piped

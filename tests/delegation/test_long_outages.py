@@ -6,8 +6,9 @@ having run once. An interrupt sent while a child's service is down reaches the c
 when it is back (the parent's outbox asks until it is taken).
 
 Real processes on SQLite, SIGKILL and a TCP proxy that refuses connections. The
-default run holds one outage of 35 s against the 30 s deadline per test; the long ones
-(40 s, 90 s, a store outage under replicas) are opt-in with ``-m slow``.
+default run gives the parent a 3 s reconnect deadline (``serve --reconnect-deadline``)
+and holds an outage of 6 s against it per test; the long ones (40 s and 90 s against
+the 30 s default, a store outage under replicas) are opt-in with ``-m slow``.
 """
 
 from __future__ import annotations
@@ -31,7 +32,11 @@ from tests.delegation.test_remote_crash import (
 from tests.helpers import ROOT, ServiceProcess, TcpProxy, free_port
 from tests.store.test_store_outage import RedisServer
 
-SHORT_OUTAGE_S = 35.0
+RECONNECT_DEADLINE_S = 3.0
+"""The parent's reconnect deadline in the default run (the default is 30 s)."""
+SHORT_OUTAGE_S = 6.0
+"""Past ``RECONNECT_DEADLINE_S``, with room for a loaded machine's slow restarts."""
+DEFAULT_DEADLINE_OUTAGE_S = 35.0
 """Past the 30 s default reconnect deadline (``RetryConfig.deadline``)."""
 
 LONG_INPUT = json.dumps({"calls": [{"tool": "count", "args": {"steps": STEPS, "words": 2}}]})
@@ -61,10 +66,20 @@ def _calls(workdir: Path, agent: str, session_id: str) -> int:
     return sum(1 for line in lines if line.split() == [agent, session_id])
 
 
-async def _child_down_for(tmp_path: Path, outage_s: float, *, restart_parent: bool = False) -> None:
+async def _child_down_for(
+    tmp_path: Path,
+    outage_s: float,
+    *,
+    restart_parent: bool = False,
+    reconnect_deadline_s: float | None = RECONNECT_DEADLINE_S,
+) -> None:
     child = _service("counter", tmp_path, port=free_port(), env={"HELIX_SCRIPTED_DELAY_MS": "50"})
     parent = _service(
-        "delegator", tmp_path, port=free_port(), env={"HELIX_AGENT_ADDRESS_COUNTER": child.address}
+        "delegator",
+        tmp_path,
+        port=free_port(),
+        env={"HELIX_AGENT_ADDRESS_COUNTER": child.address},
+        reconnect_deadline_s=reconnect_deadline_s,
     )
     await asyncio.gather(child.start(), parent.start())
     try:
@@ -100,7 +115,7 @@ async def test_a_child_service_down_past_the_reconnect_deadline_is_waited_for(
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("outage_s", [40.0, 90.0])
 async def test_a_child_service_down_for_long_is_waited_for(tmp_path: Path, outage_s: float) -> None:
-    await _child_down_for(tmp_path, outage_s)
+    await _child_down_for(tmp_path, outage_s, reconnect_deadline_s=None)  # the 30 s default
 
 
 @pytest.mark.slow
@@ -110,7 +125,9 @@ async def test_a_parent_restarted_while_its_child_is_down_for_long_waits_for_it(
 ) -> None:
     # Its rejoin asks the child's status first (is it suspended?): unanswered past the
     # client's deadline, that must not end the call.
-    await _child_down_for(tmp_path, SHORT_OUTAGE_S, restart_parent=True)
+    await _child_down_for(
+        tmp_path, DEFAULT_DEADLINE_OUTAGE_S, restart_parent=True, reconnect_deadline_s=None
+    )
 
 
 @pytest.fixture
@@ -150,7 +167,11 @@ async def test_an_interrupt_sent_while_a_child_is_down_past_the_deadline_reaches
     tmp_path: Path,
 ) -> None:
     calls = await interrupt_while_the_child_is_down(
-        tmp_path, steps=50, outage_s=SHORT_OUTAGE_S, restart_parent=True
+        tmp_path,
+        steps=50,
+        outage_s=SHORT_OUTAGE_S,
+        restart_parent=True,
+        reconnect_deadline_s=RECONNECT_DEADLINE_S,
     )
     assert calls < 40, "the child ran on after its parent's interrupt"
 

@@ -37,7 +37,19 @@ class Pair:
         return sum(1 for line in lines if line.split() == [agent, session_id])
 
 
-def _service(agent: str, workdir: Path, *, port: int, env: dict[str, str]) -> ServiceProcess:
+def _service(
+    agent: str,
+    workdir: Path,
+    *,
+    port: int,
+    env: dict[str, str],
+    reconnect_deadline_s: float | None = None,
+) -> ServiceProcess:
+    deadline = (
+        []
+        if reconnect_deadline_s is None
+        else ["--reconnect-deadline", f"{reconnect_deadline_s:g}"]
+    )
     return ServiceProcess(
         f"tests.agents:{agent}",
         port=port,
@@ -48,7 +60,7 @@ def _service(agent: str, workdir: Path, *, port: int, env: dict[str, str]) -> Se
             "HELIX_SCRIPTED_CALL_LOG": str(workdir / "calls.log"),
             **env,
         },
-        extra_args=["--lease-ttl", "1", "--drain-timeout", "0.5"],
+        extra_args=["--lease-ttl", "1", "--drain-timeout", "0.5", *deadline],
         cwd=ROOT,
     )
 
@@ -188,14 +200,23 @@ async def test_network_drop_between_parent_and_child(tmp_path: Path) -> None:
 
 
 async def interrupt_while_the_child_is_down(
-    tmp_path: Path, *, steps: int, outage_s: float, restart_parent: bool
+    tmp_path: Path,
+    *,
+    steps: int,
+    outage_s: float,
+    restart_parent: bool,
+    reconnect_deadline_s: float | None = None,
 ) -> int:
     """Interrupt the root while its child's service is down for ``outage_s`` (the parent's
     process restarted meanwhile, with ``restart_parent``); once the child's service is
     back, the child must end interrupted. Returns the child's model calls."""
     child = _service("counter", tmp_path, port=free_port(), env={"HELIX_SCRIPTED_DELAY_MS": "50"})
     parent = _service(
-        "delegator", tmp_path, port=free_port(), env={"HELIX_AGENT_ADDRESS_COUNTER": child.address}
+        "delegator",
+        tmp_path,
+        port=free_port(),
+        env={"HELIX_AGENT_ADDRESS_COUNTER": child.address},
+        reconnect_deadline_s=reconnect_deadline_s,
     )
     long_input = json.dumps({"calls": [{"tool": "count", "args": {"steps": steps, "words": 2}}]})
     await asyncio.gather(child.start(), parent.start())

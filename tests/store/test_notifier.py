@@ -4,14 +4,18 @@ instance on the same data) promptly, and time out quietly when nothing happens."
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
+from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
 from helix_transport.store import Store, open_store
 from helix_transport.store._base import EventNotifier
+from helix_transport.store.memory import MemoryStore
 from helix_transport.testing.store_suite import make_event, make_record
 
 
@@ -98,3 +102,46 @@ async def test_an_idle_follower_on_redis_keeps_its_connection(redis_url: str) ->
         await admin.aclose()
         await store.aclose()
     assert made <= 8, made  # each reader's first, and some slack; it was 4 x 20
+
+
+class _SwallowingStore(MemoryStore):
+    """A store whose read drops a cancellation that lands while it runs, as redis-py's
+    writes through ``asyncio.wait_for`` do on Python 3.11 when the write completes."""
+
+    cancel_in_read = False
+
+    async def read(self, session_id: str, **kwargs: Any) -> list[StreamEvent]:
+        inner = asyncio.ensure_future(super().read(session_id, **kwargs))
+        if self.cancel_in_read:  # the caller's cancel arrives now
+            self.cancel_in_read = False
+            task = asyncio.current_task()
+            assert task is not None
+            task.cancel()
+        # What wait_for does when its inner call is done: the result wins.
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.shield(inner)
+        return await inner
+
+
+async def test_a_follower_ends_on_a_cancellation_a_store_call_swallowed() -> None:
+    # The cause of the idle-follower test's hangs: the cancelled follower went on
+    # polling, as nothing but a cancellation ends an idle follow loop.
+    from helix_transport.log import EventHub, follow
+
+    store = _SwallowingStore()
+    await store.create_session(make_record("s1"))
+
+    async def read_all() -> None:
+        async for _ in follow(store, EventHub(), "s1", from_sequence=0, poll_interval_s=0.01):
+            pass
+
+    reader = asyncio.create_task(read_all())
+    await asyncio.sleep(0.1)  # idle polls
+    store.cancel_in_read = True
+    await asyncio.wait({reader}, timeout=5)  # (not asyncio.timeout: it would cancel it again)
+    assert not store.cancel_in_read  # the cancel did land inside a read
+    try:
+        assert reader.done(), "the cancelled follower is still polling"
+        assert reader.cancelled()
+    finally:
+        reader.cancel()

@@ -215,7 +215,7 @@ function nodeItem(node) {
       el("span", { className: `status ${statusClass(node.status)}`, text: node.status }),
       el("span", {
         className: "figures",
-        text: `${took} · ${node.steps} steps · ${own} tokens own, ${total} total`,
+        text: `${took} · ${node.step_count} steps completed · ${own} tokens own, ${total} total`,
       }),
     ],
   );
@@ -255,7 +255,7 @@ function renderNode() {
     ["started", node.started_at || "-"],
     ["ended", node.ended_at || "-"],
     ["duration", formatDuration(seconds(node.started_at, node.ended_at))],
-    ["steps", node.steps],
+    ["steps completed", node.step_count],
     ["usage (own)", `${tokens(node.usage.own)} tokens`],
     ["usage (total)", `${tokens(node.usage.total)} tokens`],
     ["events", events.length],
