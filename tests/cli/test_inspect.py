@@ -94,11 +94,13 @@ async def services(tmp_path: Path) -> AsyncIterator[dict[str, ServiceProcess]]:
 
 
 @contextlib.asynccontextmanager
-async def inspecting(address: str) -> AsyncIterator[str]:
-    """``helix-mesh inspect ADDRESS --port 0`` as a process; the URL it prints."""
+async def inspecting(address: str, env: dict[str, str] | None = None) -> AsyncIterator[str]:
+    """``helix-mesh inspect ADDRESS --port 0`` as a process (``env`` added to its
+    environment: the mesh registry); the URL it prints."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "helix_transport.cli", "inspect", address, "--port", "0",
         cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
+        env={**os.environ, **(env or {})},
     )  # fmt: skip
     try:
         assert proc.stdout is not None
@@ -322,7 +324,7 @@ async def test_the_page_shows_every_kind_of_event_with_its_summary(browser: Brow
     async with inspecting(f"127.0.0.1:{free_port()}") as url:  # no service: the stream is ours
         page = await browser.new_page(viewport={"width": 1500, "height": 900})
         page.set_default_timeout(WAIT_MS)
-        await page.route("**/api/sessions/root/stream", stream)
+        await page.route(lambda url: "/api/sessions/root/stream" in url, stream)
         await page.goto(url + "#session=root")
         await page.wait_for_selector("#tree-state[data-state='ended']")
         await page.wait_for_selector(node(page, "root"))

@@ -7,7 +7,9 @@ The fold (``helix_transport.tree``) runs here, in the CLI process, as it does fo
 - ``events``: the events new since the last message, each unwrapped from its
   ``ChildEvent`` and tagged with the session (node) it belongs to, its kind and its
   one-line summary (``event_json``), so the page has no text of its own for any kind;
-- ``tree``: the whole tree (``TreeNode.to_json``), when anything in it changed.
+- ``tree``: the whole tree (``TreeNode.to_json``), when anything in it changed, with
+  the usage the sessions' records report so far laid over it (``usage.py``): tokens
+  grow while a session runs, not only when it ends.
 
 Messages are batched (one per ``FRAME_S`` at most), so a stream of words is not a
 message per word. A break in the stream (the service restarting) is resumed from
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -29,9 +31,10 @@ from helix_transport._events import event_kind
 from helix_transport._exceptions import HelixError
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.cli.follow import session_events
+from helix_transport.cli.inspector.usage import LiveUsage, with_live_usage
 from helix_transport.cli.jsonout import message_json
 from helix_transport.transport import AgentClient
-from helix_transport.tree import SessionTree
+from helix_transport.tree import SessionTree, TreeNode
 
 FRAME_S = 0.15
 """The least time between two messages to the page."""
@@ -81,10 +84,12 @@ class TreeFeed:
         session_id: str,
         *,
         on_address: Callable[[str], None] = lambda _: None,
+        client_for: Callable[[str], Awaitable[AgentClient]] | None = None,
     ) -> None:
         self.client = client
         self.session_id = session_id
         self.tree = SessionTree()
+        self.usage = LiveUsage(client_for or self._same_client, client.address)
         self.last_sequence = 0
         """The root's last sequence folded: where a resumed stream starts."""
         self._on_address = on_address  # told each child service address the tree names
@@ -96,6 +101,7 @@ class TreeFeed:
     async def messages(self) -> AsyncIterator[Message]:
         """The page's messages until the session has ended (or cannot be read)."""
         reader = asyncio.create_task(self._read())
+        usage = asyncio.create_task(self.usage.run(self._usage_grew))
         try:
             while True:
                 with contextlib.suppress(TimeoutError):
@@ -106,7 +112,9 @@ class TreeFeed:
                 if pending.events:
                     yield Message("events", {"events": pending.events})
                 if pending.tree_changed and self.tree.root is not None:
-                    yield Message("tree", {"tree": self.tree.root.to_json()})
+                    tree = self.tree.root.to_json()
+                    with_live_usage(tree, self.usage.own)
+                    yield Message("tree", {"tree": tree})
                 if pending.state is not None:
                     yield Message("state", pending.state)
                 elif not pending.events and not pending.tree_changed:
@@ -116,7 +124,8 @@ class TreeFeed:
                 await asyncio.sleep(FRAME_S)
         finally:
             reader.cancel()
-            await asyncio.wait({reader})  # its end, without taking on its cancellation
+            usage.cancel()
+            await asyncio.wait({reader, usage})  # their end, without their cancellation
 
     async def _read(self) -> None:
         try:
@@ -151,8 +160,29 @@ class TreeFeed:
             self._sent[node.session_id] = len(node.events)
             if node.address:
                 self._on_address(node.address)
+            if not node.status.is_terminal:
+                self.usage.touched(node.session_id, self._service_of(node))
             self._pending.tree_changed = True
             self._wake.set()
+
+    def _service_of(self, node: TreeNode) -> str | None:
+        """The address of ``node``'s service: its own, when its parent logged one, else
+        its nearest ancestor's (a child run in its parent's process); ``None`` for the
+        root's service."""
+        at: TreeNode | None = node
+        while at is not None and at is not self.tree.root:
+            if at.address:
+                return at.address
+            parent = at.parent_session_id
+            at = self.tree.node(parent) if parent is not None else None
+        return None
+
+    def _usage_grew(self) -> None:
+        self._pending.tree_changed = True
+        self._wake.set()
+
+    async def _same_client(self, address: str) -> AgentClient:
+        return self.client
 
     def _say(self, state: str, detail: str) -> None:
         self._pending.state = {"state": state, "detail": detail}

@@ -3,142 +3,60 @@
 // one-line summary, and the table of kinds from /api/event-kinds, so no kind's text
 // is written here) and never parses data as HTML: every piece of text goes in
 // through textContent, since event text is untrusted.
-"use strict";
+//
+// Modules: dom.js (helpers, the guarded POST), sessions.js (the services and the
+// session list, as a stream of changes), answers.js (requests for input and their
+// answers); this one opens a session's tree and shows its nodes.
 
-const GUARD_HEADER = "X-Helix-Inspect";
-const table = {
-  kinds: new Map(), // kind name -> { name, terminal, status } (helix_transport._events)
-  statuses: [],
-};
+import { clearRequests, renderRequests } from "./answers.js";
+import { el, formatDuration, loadKinds, post, pretty, replyJson, seconds, statusClass, table, tokens } from "./dom.js";
+import { currentListAddress, markSelected, startSessions, watch } from "./sessions.js";
 
 const state = {
   sessionId: null,
+  address: null, // the service of the open session: where its stream, answers go
   source: null,
   tree: null,
   nodes: new Map(), // session id -> node (from the last tree)
   events: new Map(), // session id -> its events, in order: { event, kind, summary }
   selected: null,
+  trail: [], // the sessions opened before this one on other services: { sessionId, address }
+  inspected: null,
 };
-
-// --- small helpers ---------------------------------------------------------------
-
-function el(tag, options = {}, children = []) {
-  const node = document.createElement(tag);
-  if (options.className) node.className = options.className;
-  if (options.text !== undefined) node.textContent = String(options.text);
-  for (const [key, value] of Object.entries(options.data || {})) node.dataset[key] = value;
-  for (const [key, value] of Object.entries(options.attrs || {})) node.setAttribute(key, value);
-  node.append(...children);
-  return node;
-}
-
-function statusClass(status) {
-  return table.statuses.includes(status) ? `status-${status}` : "status-unknown";
-}
-
-function pretty(value) {
-  if (value === null || value === undefined) return "-";
-  return typeof value === "string" ? value : JSON.stringify(value, null, 2);
-}
-
-function seconds(start, end) {
-  if (!start) return null;
-  const from = Date.parse(start);
-  const to = end ? Date.parse(end) : Date.now();
-  return Math.max(to - from, 0) / 1000;
-}
-
-function formatDuration(value) {
-  if (value === null) return "-";
-  if (value < 1) return `${Math.round(value * 1000)} ms`;
-  if (value < 60) return `${value.toFixed(1)} s`;
-  const minutes = Math.floor(value / 60);
-  return `${minutes} min ${String(Math.floor(value % 60)).padStart(2, "0")} s`;
-}
-
-function tokens(usage) {
-  return (usage && usage.total_tokens ? usage.total_tokens : 0).toLocaleString("en");
-}
 
 function hashParams() {
   return new URLSearchParams(location.hash.slice(1));
 }
 
-function setHash(sessionId, nodeId) {
+function setHash() {
   const params = new URLSearchParams();
-  if (sessionId) params.set("session", sessionId);
-  if (nodeId && nodeId !== sessionId) params.set("node", nodeId);
+  if (state.sessionId) params.set("session", state.sessionId);
+  if (state.selected && state.selected !== state.sessionId) params.set("node", state.selected);
+  if (state.address && state.address !== state.inspected) params.set("address", state.address);
   history.replaceState(null, "", "#" + params.toString());
-}
-
-// --- the service and its sessions ------------------------------------------------
-
-async function loadKinds() {
-  try {
-    const body = await (await fetch("/api/event-kinds")).json();
-    table.kinds = new Map(body.kinds.map((kind) => [kind.name, kind]));
-    table.statuses = body.statuses;
-  } catch (error) {
-    document.getElementById("service").textContent = `cannot read the event kinds (${error})`;
-  }
-}
-
-async function loadInfo() {
-  const target = document.getElementById("service");
-  try {
-    const reply = await fetch("/api/info");
-    const body = await reply.json();
-    target.textContent = reply.ok
-      ? `${body.address} · ${body.agent.agent_type}`
-      : `unreachable: ${body.error}`;
-  } catch (error) {
-    target.textContent = `the inspect process does not answer (${error})`;
-  }
-}
-
-async function loadSessions() {
-  const roots = document.getElementById("roots-only").checked ? "1" : "0";
-  const problem = document.getElementById("sessions-error");
-  let body;
-  try {
-    const reply = await fetch(`/api/sessions?limit=50&roots_only=${roots}`);
-    body = await reply.json();
-    if (!reply.ok) throw new Error(body.error);
-  } catch (error) {
-    problem.textContent = `cannot list sessions: ${error.message || error}`;
-    problem.hidden = false;
-    return;
-  }
-  problem.hidden = true;
-  const rows = body.sessions.map((summary) => {
-    const row = el("tr", { data: { sessionId: summary.session_id } }, [
-      el("td", { className: `status ${statusClass(summary.status)}`, text: summary.status }),
-      el("td", { text: summary.agent_type }),
-      el("td", { className: "id", text: summary.session_id, attrs: { title: summary.session_id } }),
-      el("td", { text: summary.created_at ? new Date(summary.created_at).toLocaleTimeString() : "-" }),
-    ]);
-    if (summary.session_id === state.sessionId) row.classList.add("selected");
-    row.addEventListener("click", () => openSession(summary.session_id));
-    return row;
-  });
-  document.querySelector("#sessions tbody").replaceChildren(...rows);
 }
 
 // --- one session's live tree -----------------------------------------------------
 
-function openSession(sessionId, nodeId) {
+// Open `sessionId` on the service at `address` (the inspected one when not given).
+function openSession(sessionId, { address = null, nodeId = null, trail = null } = {}) {
   if (state.source) state.source.close();
   state.sessionId = sessionId;
+  state.address = address || state.inspected;
   state.selected = nodeId || sessionId;
   state.tree = null;
   state.events = new Map();
-  setHash(sessionId, state.selected);
+  if (trail !== null) state.trail = trail;
+  clearRequests();
+  setHash();
   document.getElementById("tree-title").textContent = `Tree of ${sessionId}`;
-  for (const row of document.querySelectorAll("#sessions tbody tr")) {
-    row.classList.toggle("selected", row.dataset.sessionId === sessionId);
-  }
+  document.getElementById("tree-where").hidden = state.address === state.inspected && !state.trail.length;
+  document.getElementById("tree-address").textContent = `on ${state.address}`;
+  document.getElementById("back").hidden = !state.trail.length;
+  markSelected(sessionId);
   showState("connecting", "");
-  const source = new EventSource(`/api/sessions/${encodeURIComponent(sessionId)}/stream`);
+  const query = new URLSearchParams({ address: state.address });
+  const source = new EventSource(`/api/sessions/${encodeURIComponent(sessionId)}/stream?${query}`);
   state.source = source;
   // Each connection replays the session from its start: begin again from nothing.
   source.onopen = () => {
@@ -155,6 +73,7 @@ function openSession(sessionId, nodeId) {
     state.tree = JSON.parse(message.data).tree;
     renderTree();
     renderNode();
+    renderRequests(state.tree, () => ({ sessionId: state.sessionId, address: state.address }));
   });
   source.addEventListener("state", (message) => {
     const { state: name, detail } = JSON.parse(message.data);
@@ -191,6 +110,7 @@ function renderTree() {
   }
   list.replaceChildren(nodeItem(state.tree));
   const root = state.tree;
+  totals.dataset.tokens = String(root.usage.total.total_tokens);
   totals.textContent =
     `${state.nodes.size} sessions · ${tokens(root.usage.total)} tokens in all ` +
     `(${tokens(root.usage.own)} the root's own) · ` +
@@ -206,7 +126,7 @@ function nodeItem(node) {
     "div",
     {
       className: `node node-${statusClass(node.status)}`,
-      data: { sessionId: node.session_id, status: node.status },
+      data: { sessionId: node.session_id, status: node.status, tokens: String(node.usage.total.total_tokens) },
       attrs: { role: "button", tabindex: "0" },
     },
     [
@@ -231,8 +151,9 @@ function nodeItem(node) {
 
 function selectNode(sessionId) {
   state.selected = sessionId;
-  setHash(state.sessionId, sessionId);
+  setHash();
   document.getElementById("interrupt-result").textContent = "";
+  document.getElementById("elsewhere-result").textContent = "";
   renderTree();
   renderNode();
 }
@@ -251,7 +172,7 @@ function renderNode() {
     ["agent", node.agent_type],
     ["session", node.session_id],
     ["tool call", node.tool_call_id || "-"],
-    ["service", node.address || "(the inspected one)"],
+    ["service", node.address || (node.session_id === state.sessionId ? state.address : "its parent's")],
     ["started", node.started_at || "-"],
     ["ended", node.ended_at || "-"],
     ["duration", formatDuration(seconds(node.started_at, node.ended_at))],
@@ -279,6 +200,9 @@ function renderNode() {
   document.getElementById("node-error").textContent = node.error || "";
   // A suspended session can be interrupted as a running one (its requests are cancelled).
   document.getElementById("interrupt").disabled = !["running", "suspended"].includes(node.status);
+  // A child has a log of its own on its service: open it there (the service its
+  // parent logged, or the one the registry names for its agent type).
+  document.getElementById("elsewhere").hidden = node.session_id === state.sessionId;
   renderTimeline(events);
 }
 
@@ -310,38 +234,69 @@ function renderTimeline(events) {
   document.getElementById("timeline").replaceChildren(...rows);
 }
 
+// The service of `node`: the one its parent logged; else the open session's for the
+// root, and the one the registry names for its agent type for a child.
+async function serviceOf(node) {
+  if (node.address) return node.address;
+  if (node.session_id === state.sessionId) return state.address;
+  const query = new URLSearchParams({ agent_type: node.agent_type });
+  return (await replyJson(await fetch(`/api/resolve?${query}`))).address;
+}
+
 async function interruptSelected() {
   const node = state.nodes.get(state.selected);
   const result = document.getElementById("interrupt-result");
   if (!node) return;
   result.textContent = "asking…";
   try {
-    const reply = await fetch("/api/interrupt", {
-      method: "POST",
-      headers: { "Content-Type": "application/json", [GUARD_HEADER]: "1" },
-      body: JSON.stringify({
-        session_id: node.session_id,
-        address: node.address,
-        reason: "interrupted from helix-mesh inspect",
-      }),
+    const body = await post("/api/interrupt", {
+      session_id: node.session_id,
+      address: node.address || state.address,
+      reason: "interrupted from helix-mesh inspect",
     });
-    const body = await reply.json();
-    if (!reply.ok) throw new Error(body.error);
     result.textContent = body.accepted ? "interrupt recorded" : `already ${body.status}; nothing changed`;
   } catch (error) {
     result.textContent = `interrupt failed: ${error.message || error}`;
   }
 }
 
+async function openSelectedElsewhere() {
+  const node = state.nodes.get(state.selected);
+  const result = document.getElementById("elsewhere-result");
+  if (!node) return;
+  let address;
+  try {
+    address = await serviceOf(node);
+  } catch (error) {
+    result.textContent = `no service for ${node.agent_type}: ${error.message || error}`;
+    return;
+  }
+  const trail = [...state.trail, { sessionId: state.sessionId, address: state.address }];
+  openSession(node.session_id, { address, trail });
+  if (currentListAddress() !== address) watch(address);
+}
+
+function back() {
+  const trail = [...state.trail];
+  const previous = trail.pop();
+  if (!previous) return;
+  openSession(previous.sessionId, { address: previous.address, trail });
+  if (currentListAddress() !== previous.address) watch(previous.address);
+}
+
 // --- start -------------------------------------------------------------------------
 
 async function start() {
-  await loadKinds(); // before any event is drawn
-  document.getElementById("roots-only").addEventListener("change", loadSessions);
+  try {
+    await loadKinds(); // before any event is drawn
+  } catch (error) {
+    document.getElementById("service").textContent = `cannot read the event kinds (${error})`;
+  }
   document.getElementById("interrupt").addEventListener("click", interruptSelected);
-  loadInfo();
-  loadSessions();
-  setInterval(loadSessions, 3000);
+  document.getElementById("open-elsewhere").addEventListener("click", openSelectedElsewhere);
+  document.getElementById("back").addEventListener("click", back);
+  await startSessions((sessionId, address) => openSession(sessionId, { address, trail: [] }));
+  state.inspected = (await replyJson(await fetch("/api/services"))).inspected;
   // Running durations move without events.
   setInterval(() => {
     if ([...state.nodes.values()].some((node) => node.status === "running")) {
@@ -350,7 +305,11 @@ async function start() {
     }
   }, 1000);
   const params = hashParams();
-  if (params.get("session")) openSession(params.get("session"), params.get("node"));
+  if (params.get("session")) {
+    const address = params.get("address");
+    if (address) await watch(address);
+    openSession(params.get("session"), { address, nodeId: params.get("node") });
+  }
 }
 
 start();
