@@ -55,12 +55,13 @@ from helix_transport.agent._tool_runner import (
 from helix_transport.agent.blockage import Blockage, BlockedChild, WaitingForChildren
 from helix_transport.agent.definition import Agent
 from helix_transport.agent.hooks import NO_HOOKS, RunHooks, guarded
-from helix_transport.agent.inputs import InputState, WaitingChild, session_path
+from helix_transport.agent.inputs import InputState, WaitingChild, only, session_path
 from helix_transport.agent.litellm import LitellmModel
 from helix_transport.agent.model import Model, ModelResponse, ToolCall
+from helix_transport.agent.run_cache import RunCache
 from helix_transport.agent.tools import FINISH_TOOL, RunServices, ToolContext
 from helix_transport.log import SessionWriter
-from helix_transport.log.subtree import child_totals, token_usage
+from helix_transport.log.subtree import token_usage
 from helix_transport.store import (
     Checkpoint,
     Interrupt,
@@ -114,7 +115,7 @@ class RunLoop:
         self.session_id = record.session_id
         self._log_has_older_children = True  # until run() knows (the safe default)
         self._cache: dict[str, Any] = {}  # ToolContext.cache: this run's, for all its tools
-        self._library_cache: dict[str, Any] = {}  # RunServices.cache: the library's own
+        self._library_cache = RunCache()  # RunServices.cache: the library's own
         self.tools = ToolRunner(
             agent,
             session_id=self.session_id,
@@ -273,7 +274,7 @@ class RunLoop:
         finish tool's valid output ends the run. A step that still waits for input when
         nothing else runs suspends (``agent._step_inputs``)."""
         waiting = InputState.of(state.run)
-        waiting.only({c.id for c in calls})
+        only(waiting, {c.id for c in calls})
         before = (len(waiting.pending), len(waiting.results))
         ready = await self.inputs.resolve(waiting, calls)
         if (len(waiting.pending), len(waiting.results)) != before:
@@ -438,7 +439,7 @@ class RunLoop:
     async def _usage(self, state: RunProgress) -> dict[str, pb.TokenUsage]:
         """A terminal event's ``usage`` and ``total_usage``: the subtree from the children's
         terminal events in this session's log, never from asking their services."""
-        children = child_totals(self._library_cache)
+        children = self._library_cache.child_totals
         if self._log_has_older_children:
             await children.read_log(self.store, self.session_id)
         return {

@@ -18,6 +18,7 @@ from helix_transport._exceptions import UsageError
 from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
 from helix_transport.agent.blockage import Blockage
 from helix_transport.agent.hooks import NO_HOOKS, RunHooks
+from helix_transport.agent.run_cache import RunCache
 from helix_transport.agent.state import RunState
 from helix_transport.store import Store
 from helix_transport.transport import ClientPool
@@ -32,7 +33,6 @@ DELEGATION_PATH_KEY = "helix.delegation_path"
 """Session metadata key of the session's ``StartRequest.delegation_path`` (a JSON list),
 set by the server that took the ``Start``: a resumed run sends its children the path
 it was started with."""
-_STARTING_KEY = "children.starting"  # RunServices.cache: children not yet in refs
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,8 +54,9 @@ class RunServices:
     state: RunState = field(default_factory=RunState)
     """The library's state of the run (turns, the extensions' records), checkpointed
     beside ``ToolContext.state``, which holds only the tools' own keys."""
-    cache: dict[str, Any] = field(default_factory=dict)
-    """The library's in-memory cache for the run, never saved (as ``ToolContext.cache``)."""
+    cache: RunCache = field(default_factory=RunCache)
+    """The library's in-memory state of the run, never saved (as ``ToolContext.cache``
+    is the tools' own)."""
     max_live_children: int = MAX_LIVE_CHILDREN
     """Children the session may have running at once (``Agent.max_live_children``)."""
     blockage: Blockage = field(default_factory=Blockage)
@@ -396,7 +397,7 @@ async def reserve_children(ctx: ToolContext, child_ids: Sequence[str]) -> None:
         return
     refs = await ctx.run.store.list_subsession_refs(ctx.session_id)
     # No await from here on: the count and the reservation are one step.
-    starting: set[str] = ctx.run.cache.setdefault(_STARTING_KEY, set())
+    starting = ctx.run.cache.starting
     starting -= {r.child_session_id for r in refs}
     live = starting | {r.child_session_id for r in refs if r.status is SessionStatus.RUNNING}
     known = live | {r.child_session_id for r in refs}

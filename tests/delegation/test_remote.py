@@ -29,6 +29,7 @@ from helix_transport._events import SessionStatus
 from helix_transport._exceptions import UsageError
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._proto.helix.agent.v1 import agent_pb2_grpc as pb_grpc
+from helix_transport.agent.run_cache import RunCache
 from helix_transport.agent.scripted import (
     ScriptedToolCall,
     ScriptedTurn,
@@ -37,7 +38,7 @@ from helix_transport.agent.scripted import (
     steps_taken,
 )
 from helix_transport.agent.tools import RunServices, ToolContext, child_scope
-from helix_transport.delegation.forwarded import forwarded_so_far
+from helix_transport.delegation.forwarding import forwarded_so_far
 from helix_transport.delegation.remote import child_session_id, remote_agent_tool_from_service
 from helix_transport.registry import address_env_var
 from helix_transport.server.limits import Limits
@@ -374,7 +375,7 @@ async def test_a_resumed_parent_reads_its_log_once_for_all_the_children_it_rejoi
     async def flush() -> None:
         pass
 
-    cache: dict[str, Any] = {}
+    cache = RunCache()
 
     def context(tool_call_id: str) -> ToolContext:
         return ToolContext(

@@ -83,7 +83,6 @@ from helix_transport.agent.tools import Tool, ToolContext, ToolError, library_to
 from helix_transport.delegation.companions._children import (
     MAX_INBOX,
     PREFIX,
-    STATE_KEY,
     TERMINATE_WAIT_S,
     Child,
     Children,
@@ -103,7 +102,6 @@ from helix_transport.delegation.companions._lifecycle import with_previous
 __all__ = [
     "MAX_INBOX",
     "PREFIX",
-    "STATE_KEY",
     "Companions",
     "Mode",
     "NameArgs",
@@ -197,7 +195,7 @@ class Companions(Delivery):
         if config is None:
             known = ", ".join(self.types)
             raise ToolError(f"unknown persistent agent type {args.agent!r} (known: {known})")
-        children = Children(ctx.run.state.extensions)
+        children = Children(ctx.run.state.companions)
         # The name is taken before the first await: concurrent spawns never share one.
         name = args.name or children.auto_name(args.agent)
         async with lock(ctx, name):
@@ -206,7 +204,7 @@ class Companions(Delivery):
     async def _spawn_named(
         self, ctx: ToolContext, config: PersistentChild, args: SpawnArgs, name: str
     ) -> dict[str, Any]:
-        existing = Children(ctx.run.state.extensions).get(name)
+        existing = Children(ctx.run.state.companions).get(name)
         if existing is not None and existing.agent_type != args.agent:
             raise ToolError(f"name {name!r} is taken by a {existing.agent_type} child")
         previous, dropped = None, 0
@@ -265,7 +263,7 @@ class Companions(Delivery):
                     "its turn to end"
                 )
             child.inbox.append(args.message)
-            Children(ctx.run.state.extensions).put(child)
+            Children(ctx.run.state.companions).put(child)
             return {
                 "name": child.name,
                 "status": "running",
@@ -287,12 +285,12 @@ class Companions(Delivery):
     async def _list(self, ctx: ToolContext, args: NoArgs) -> list[dict[str, Any]]:
         async def one(name: str) -> Child | None:
             async with lock(ctx, name):
-                child = Children(ctx.run.state.extensions).get(name)  # as the calls before left it
+                child = Children(ctx.run.state.companions).get(name)  # as the calls before left it
                 if child is not None:
                     await self._refresh(ctx, child)
                 return child
 
-        names = [c.name for c in Children(ctx.run.state.extensions).all()]
+        names = [c.name for c in Children(ctx.run.state.companions).all()]
         children = [c for c in await asyncio.gather(*map(one, names)) if c is not None]
         return [{"name": c.name, "agent": c.agent_type, "status": c.status} for c in children]
 
@@ -324,7 +322,7 @@ class Companions(Delivery):
                 await self._refresh(ctx, child)
         terminated = child.status == "terminated"
         dropped, child.inbox = len(child.inbox), []  # a terminated child gets no next turn
-        Children(ctx.run.state.extensions).put(child)
+        Children(ctx.run.state.companions).put(child)
         self._delivered(ctx, child)
         shown = {**child.view(), "terminated": terminated}
         return {**shown, "dropped_messages": dropped} if dropped else shown
