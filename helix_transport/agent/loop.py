@@ -57,7 +57,7 @@ from helix_transport.agent.definition import Agent
 from helix_transport.agent.hooks import NO_HOOKS, RunHooks, guarded
 from helix_transport.agent.inputs import InputState, WaitingChild, only, session_path
 from helix_transport.agent.litellm import LitellmModel
-from helix_transport.agent.model import Model, ModelResponse, ToolCall
+from helix_transport.agent.model import Model, ModelResponse, ToolCall, model_name
 from helix_transport.agent.run_cache import RunCache
 from helix_transport.agent.tools import FINISH_TOOL, RunServices, ToolContext
 from helix_transport.log import SessionWriter
@@ -320,9 +320,9 @@ class RunLoop:
         try:
             config = self.agent.model_config()
         except UsageError as exc:  # a bad HELIX_MODEL_*/HELIX_LLM_* value: say which
-            raise ModelAPIError(self.agent.model, str(exc)) from exc
+            raise ModelAPIError(model_name(self.agent.model), str(exc)) from exc
         model = config.model
-        completer: Model = LitellmModel(model)
+        completer: Model = self.agent.plugged_model() or LitellmModel(model)
         self.hooks.on_generation_start(model=model, messages=state.messages)
         started = time.monotonic()
         response: ModelResponse | None = None
