@@ -18,7 +18,6 @@ import json
 from dataclasses import dataclass
 
 from helix_transport._exceptions import InvalidArgument
-from helix_transport._metadata import SESSION_PATH_KEY
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.agent.state import InputState, Kind, Request, WaitingChild
 from helix_transport.agent.tools import FINISH_TOOL
@@ -33,7 +32,6 @@ __all__ = [
     "WaitingChild",
     "only",
     "request_event",
-    "session_path",
 ]
 
 KINDS: dict[str, pb.InputKind.ValueType] = {
@@ -155,14 +153,3 @@ def request_event(request: Request, *, arguments_json: str, path: list[str]) -> 
     if request.deadline is not None:
         event.input_required.deadline.FromNanoseconds(int(request.deadline * 1e9))
     return event
-
-
-def session_path(metadata: dict[str, str], own_id: str) -> list[str]:
-    """The session ids from the root down to this session (``own_id`` last)."""
-    try:
-        above = json.loads(metadata.get(SESSION_PATH_KEY, "[]"))
-    except ValueError:
-        above = []
-    if not isinstance(above, list):
-        above = []
-    return [*(str(s) for s in above), own_id]

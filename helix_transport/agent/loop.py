@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 
 from helix_transport._events import SessionStatus
 from helix_transport._exceptions import AgentRunError, HelixError, ModelAPIError, UsageError
+from helix_transport._metadata import split_metadata
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.agent._start import RunStart
 from helix_transport.agent._step_inputs import StepInputs, suspended_event
@@ -55,7 +56,7 @@ from helix_transport.agent._tool_runner import (
 from helix_transport.agent.blockage import Blockage, BlockedChild, WaitingForChildren
 from helix_transport.agent.definition import Agent
 from helix_transport.agent.hooks import NO_HOOKS, RunHooks, guarded
-from helix_transport.agent.inputs import InputState, WaitingChild, only, session_path
+from helix_transport.agent.inputs import InputState, WaitingChild, only
 from helix_transport.agent.litellm import LitellmModel
 from helix_transport.agent.model import Model, ModelResponse, ToolCall, model_name
 from helix_transport.agent.run_cache import RunCache
@@ -123,7 +124,8 @@ class RunLoop:
             hooks=self.hooks,
             max_result_bytes=max_result_bytes,
         )
-        self._path = session_path(record.metadata, writer.event_session_id)
+        self._metadata, self._lineage = split_metadata(record.metadata)
+        self._path = [*self._lineage.session_path, writer.event_session_id]
         self.inputs = StepInputs(
             agent,
             session_id=self.session_id,
@@ -350,7 +352,7 @@ class RunLoop:
             agent_type=self.agent.name,
             tool_call_id=tool_call_id,
             step=state.step + 1,
-            metadata=self.record.metadata,
+            metadata=self._metadata,  # the caller's entries only
             emit=self.writer.emit,
             run=RunServices(
                 store=self.store,
@@ -363,6 +365,7 @@ class RunLoop:
                 max_live_children=self.agent.max_live_children,
                 blockage=self._blockage,
                 session_path=tuple(self._path),
+                lineage=self._lineage,
             ),
             state=state.state,
             cache=self._cache,

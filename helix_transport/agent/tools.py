@@ -15,6 +15,7 @@ from pydantic import BaseModel, ValidationError
 
 from helix_transport._events import SessionStatus
 from helix_transport._exceptions import UsageError
+from helix_transport._metadata import SessionLineage
 from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
 from helix_transport.agent.blockage import Blockage
 from helix_transport.agent.hooks import NO_HOOKS, RunHooks
@@ -29,10 +30,6 @@ RESERVED_TOOL_PREFIXES = ("__", "companion__")
 """Tool names the library keeps for its own tools (``__finish__``, the companions')."""
 MAX_LIVE_CHILDREN = 64
 """The default of ``Agent.max_live_children``."""
-DELEGATION_PATH_KEY = "helix.delegation_path"
-"""Session metadata key of the session's ``StartRequest.delegation_path`` (a JSON list),
-set by the server that took the ``Start``: a resumed run sends its children the path
-it was started with."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,6 +60,9 @@ class RunServices:
     """The step's calls that wait only for a suspended child (``agent.blockage``)."""
     session_path: tuple[str, ...] = ()
     """The session ids from the root down to this session, as each caller knows them."""
+    lineage: SessionLineage = field(default_factory=SessionLineage)
+    """The library's entries of the session's metadata (its root, its delegation path,
+    the trace it continues), which ``ToolContext.metadata`` leaves out."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,7 +74,8 @@ class ToolContext:
     tool_call_id: str
     step: int
     metadata: dict[str, str]
-    """The session's metadata (trace context, root session id...)."""
+    """The session's metadata as its caller gave it: the library's own entries (root
+    session id, paths, trace context) are in ``run.lineage``, not here."""
     emit: Callable[[StreamEvent], None]
     """Append an event to the session's log (its sequence is assigned by the log)."""
     run: RunServices
@@ -101,9 +102,7 @@ class ToolContext:
     def delegation_path(self) -> tuple[str, ...]:
         """The agent types from the root down to this session's parent (empty for a
         root), as its ``Start`` carried them (``StartRequest.delegation_path``)."""
-        raw = self.metadata.get(DELEGATION_PATH_KEY, "")
-        path = json.loads(raw) if raw else []  # written by the server, from a checked path
-        return tuple(str(p) for p in path)
+        return self.run.lineage.delegation_path
 
     @property
     def child_delegation_path(self) -> tuple[str, ...]:

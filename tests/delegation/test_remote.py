@@ -478,6 +478,7 @@ async def test_a_child_inherits_the_root_not_its_grandparents_trace_context() ->
     # Dispatched and companion children got the parent's metadata as it was, with the
     # traceparent the parent itself inherited: their spans nested under the
     # grandparent's delegation span (found by review).
+    from helix_transport._metadata import SessionLineage, split_metadata
     from helix_transport.agent.tools import RunServices, ToolContext
     from helix_transport.delegation.children import child_metadata
     from helix_transport.store import MemoryStore
@@ -487,19 +488,24 @@ async def test_a_child_inherits_the_root_not_its_grandparents_trace_context() ->
         pass
 
     inherited = {"team": "a", "traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"}
+    stored = {**inherited, "tracestate": "x=1", "helix.root_session_id": "root"}
+    user, lineage = split_metadata(stored)  # as the run loop splits the session's
     ctx = ToolContext(
         session_id="mid",
         agent_type="counter",
         tool_call_id="c1",
         step=1,
-        metadata={**inherited, "tracestate": "x=1", "helix.root_session_id": "root"},
+        metadata=user,
         emit=lambda event: None,
-        run=RunServices(flush=flush, store=MemoryStore(), clients=ClientPool()),
+        run=RunServices(flush=flush, store=MemoryStore(), clients=ClientPool(), lineage=lineage),
     )
     assert child_metadata(ctx) == {"team": "a", "helix.root_session_id": "root"}
     mine = {"traceparent": "00-" + "1" * 32 + "-" + "3" * 16 + "-01"}
     assert child_metadata(ctx, mine) == {"team": "a", "helix.root_session_id": "root", **mine}
-    root = dataclasses.replace(ctx, metadata={})  # a root is the tree's root
+    # A root is the tree's root.
+    root = dataclasses.replace(
+        ctx, metadata={}, run=dataclasses.replace(ctx.run, lineage=SessionLineage())
+    )
     assert child_metadata(root) == {"helix.root_session_id": "mid"}
 
 
