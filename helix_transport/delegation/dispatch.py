@@ -64,7 +64,7 @@ from helix_transport.agent.tools import (
     derived_session_id,
     reserve_children,
 )
-from helix_transport.delegation.children import (
+from helix_transport.delegation.child_records import (
     child_metadata,
     save_child_ref,
     subagent_ended,

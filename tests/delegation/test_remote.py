@@ -480,7 +480,7 @@ async def test_a_child_inherits_the_root_not_its_grandparents_trace_context() ->
     # grandparent's delegation span (found by review).
     from helix_transport._metadata import SessionLineage, split_metadata
     from helix_transport.agent.tools import RunServices, ToolContext
-    from helix_transport.delegation.children import child_metadata
+    from helix_transport.delegation.child_records import child_metadata
     from helix_transport.store import MemoryStore
     from helix_transport.transport._pool import ClientPool
 

@@ -11,8 +11,8 @@ from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.agent.tools import (
     ToolContext,
 )
-from helix_transport.delegation.companions._children import PREFIX, Child, Children
 from helix_transport.delegation.companions._lifecycle import Lifecycle
+from helix_transport.delegation.companions._roster import PREFIX, Child, Children
 from helix_transport.delegation.forwarding import UNFINISHED, ends_logged
 from helix_transport.delegation.spans import reopen_delegations
 

@@ -16,13 +16,13 @@ from helix_transport.agent.tools import (
     ToolError,
     reserve_children,
 )
-from helix_transport.delegation.children import (
+from helix_transport.delegation.child_records import (
     child_metadata,
     save_child_ref,
     subagent_ended,
     subagent_started,
 )
-from helix_transport.delegation.companions._children import (
+from helix_transport.delegation.companions._roster import (
     Child,
     Children,
     PersistentChild,

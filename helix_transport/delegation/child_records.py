@@ -1,5 +1,6 @@
-"""A parent's children, whatever their kind: the metadata a child starts with, the
-events that bracket it in the parent's log, and its ref in the parent's store."""
+"""What a parent records of a child, whatever its kind (remote tool, companion,
+``run_subagent`` task): the metadata the child starts with, the events that bracket it
+in the parent's log, and its ref in the parent's store."""
 
 from __future__ import annotations
 

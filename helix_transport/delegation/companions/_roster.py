@@ -1,5 +1,5 @@
-"""The state of a parent's companions: declared types, tool arguments, and the
-children recorded in the parent run's state."""
+"""The companions' roster: the child types a parent may keep, its tools' arguments,
+and the children it keeps (``RunState.companions``, a child at a time)."""
 
 from __future__ import annotations
 
