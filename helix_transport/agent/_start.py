@@ -7,6 +7,7 @@ rebuilds the run's state from the store, and tells the hooks where the run is.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any
 
@@ -15,8 +16,7 @@ from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.agent._steps import FINISH_INSTRUCTIONS, RunProgress, resumed_event
 from helix_transport.agent.definition import Agent
 from helix_transport.agent.hooks import NO_HOOKS, RunHooks
-from helix_transport.agent.inputs import EXTENSION as INPUTS
-from helix_transport.agent.state import RunState, TurnState, split_state
+from helix_transport.agent.state import InputState, RunState, TurnState, split_state
 from helix_transport.agent.turns import (
     StartedTurn,
     heal,
@@ -131,10 +131,7 @@ class RunStart:
             state=user,
             # What the last turn's cut-off step waited for (input, suspended children) is
             # over: its calls are answered above, or gone with a fresh turn.
-            run=RunState(
-                turns=turns,
-                extensions={k: v for k, v in run.extensions.items() if k != INPUTS},
-            ),
+            run=dataclasses.replace(run, turns=turns, inputs=InputState()),
         )
         self.writer.step = base + 1
         if resume_reason:  # the process that accepted the turn died before it began

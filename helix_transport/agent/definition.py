@@ -6,13 +6,14 @@ import functools
 import json
 import re
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pydantic import BaseModel
 
 from helix_transport._exceptions import UsageError
 from helix_transport.agent.hooks import RunHooks
+from helix_transport.agent.model import Model, model_name
 from helix_transport.agent.model_config import ModelConfig, type_env_suffix
 from helix_transport.agent.tools import (
     FINISH_TOOL,
@@ -61,9 +62,10 @@ class Agent:
     """Schema of the output the run must produce through ``__finish__``."""
     system_prompt: str = ""
     tools: Sequence[Tool] = ()
-    model: str = ""
-    """The litellm model name (e.g. ``openai/gpt-4o-mini``, ``scripted/researcher``);
-    ``HELIX_MODEL_<TYPE>``, then ``HELIX_MODEL``, replace it (``model_config``)."""
+    model: str | Model = ""
+    """A litellm model name (e.g. ``openai/gpt-4o-mini``, ``scripted/researcher``),
+    which ``HELIX_MODEL_<TYPE>``, then ``HELIX_MODEL``, replace (``model_config``); or a
+    ``Model`` to call instead of litellm (the environment does not replace it)."""
     model_num_retries: int | None = None
     """Further attempts after a failed model call (litellm's ``num_retries``)."""
     model_timeout_s: float | None = None
@@ -114,7 +116,7 @@ class Agent:
 
     def _defined_model_config(self) -> ModelConfig:
         return ModelConfig(
-            model=self.model,
+            model=model_name(self.model),
             num_retries=self.model_num_retries,
             timeout_s=self.model_timeout_s,
             fallbacks=tuple(self.model_fallbacks),
@@ -130,6 +132,8 @@ class Agent:
         """
         env = Environment().model(self.name)
         config = self._defined_model_config().with_settings(env, agent_type=self.name)
+        if not isinstance(self.model, str):  # a model object is the one called, whatever the env
+            config = replace(config, model=self.model.model_name)
         if not config.model:
             raise UsageError(
                 f"agent {self.name!r} has no model; set Agent.model, HELIX_MODEL or "
@@ -138,8 +142,12 @@ class Agent:
         return config
 
     def resolved_model(self) -> str:
-        """The model this agent type calls now (``model_config().model``)."""
+        """The name of the model this agent type calls now (``model_config().model``)."""
         return self.model_config().model
+
+    def plugged_model(self) -> Model | None:
+        """The ``Model`` given as ``model``; ``None`` for a litellm model name."""
+        return None if isinstance(self.model, str) else self.model
 
     def tool(self, name: str) -> Tool | None:
         """The tool called ``name``, if the agent has it."""

@@ -34,6 +34,10 @@ class LitellmModel:
 
     name: str
 
+    @property
+    def model_name(self) -> str:
+        return self.name
+
     async def complete(
         self,
         messages: list[dict[str, Any]],

@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 
 from helix_transport._events import SessionStatus
 from helix_transport._exceptions import AgentRunError, HelixError, ModelAPIError, UsageError
+from helix_transport._metadata import split_metadata
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.agent._start import RunStart
 from helix_transport.agent._step_inputs import StepInputs, suspended_event
@@ -55,9 +56,10 @@ from helix_transport.agent._tool_runner import (
 from helix_transport.agent.blockage import Blockage, BlockedChild, WaitingForChildren
 from helix_transport.agent.definition import Agent
 from helix_transport.agent.hooks import NO_HOOKS, RunHooks, guarded
-from helix_transport.agent.inputs import InputState, WaitingChild, session_path
+from helix_transport.agent.inputs import InputState, WaitingChild, only
 from helix_transport.agent.litellm import LitellmModel
-from helix_transport.agent.model import Model, ModelResponse, ToolCall
+from helix_transport.agent.model import Model, ModelResponse, ToolCall, model_name
+from helix_transport.agent.run_cache import RunCache
 from helix_transport.agent.tools import FINISH_TOOL, RunServices, ToolContext
 from helix_transport.log import SessionWriter
 from helix_transport.store import (
@@ -69,7 +71,7 @@ from helix_transport.store import (
     storable_text,
 )
 from helix_transport.transport import ClientPool
-from helix_transport.tree import child_totals, token_usage
+from helix_transport.tree import token_usage
 
 # The loop's constants stay importable from here (the server, dispatch, the bench).
 __all__ = [
@@ -114,7 +116,7 @@ class RunLoop:
         self.session_id = record.session_id
         self._log_has_older_children = True  # until run() knows (the safe default)
         self._cache: dict[str, Any] = {}  # ToolContext.cache: this run's, for all its tools
-        self._library_cache: dict[str, Any] = {}  # RunServices.cache: the library's own
+        self._library_cache = RunCache()  # RunServices.cache: the library's own
         self.tools = ToolRunner(
             agent,
             session_id=self.session_id,
@@ -122,7 +124,8 @@ class RunLoop:
             hooks=self.hooks,
             max_result_bytes=max_result_bytes,
         )
-        self._path = session_path(record.metadata, writer.event_session_id)
+        self._metadata, self._lineage = split_metadata(record.metadata)
+        self._path = [*self._lineage.session_path, writer.event_session_id]
         self.inputs = StepInputs(
             agent,
             session_id=self.session_id,
@@ -273,7 +276,7 @@ class RunLoop:
         finish tool's valid output ends the run. A step that still waits for input when
         nothing else runs suspends (``agent._step_inputs``)."""
         waiting = InputState.of(state.run)
-        waiting.only({c.id for c in calls})
+        only(waiting, {c.id for c in calls})
         before = (len(waiting.pending), len(waiting.results))
         ready = await self.inputs.resolve(waiting, calls)
         if (len(waiting.pending), len(waiting.results)) != before:
@@ -319,9 +322,9 @@ class RunLoop:
         try:
             config = self.agent.model_config()
         except UsageError as exc:  # a bad HELIX_MODEL_*/HELIX_LLM_* value: say which
-            raise ModelAPIError(self.agent.model, str(exc)) from exc
+            raise ModelAPIError(model_name(self.agent.model), str(exc)) from exc
         model = config.model
-        completer: Model = LitellmModel(model)
+        completer: Model = self.agent.plugged_model() or LitellmModel(model)
         self.hooks.on_generation_start(model=model, messages=state.messages)
         started = time.monotonic()
         response: ModelResponse | None = None
@@ -349,7 +352,7 @@ class RunLoop:
             agent_type=self.agent.name,
             tool_call_id=tool_call_id,
             step=state.step + 1,
-            metadata=self.record.metadata,
+            metadata=self._metadata,  # the caller's entries only
             emit=self.writer.emit,
             run=RunServices(
                 store=self.store,
@@ -362,6 +365,7 @@ class RunLoop:
                 max_live_children=self.agent.max_live_children,
                 blockage=self._blockage,
                 session_path=tuple(self._path),
+                lineage=self._lineage,
             ),
             state=state.state,
             cache=self._cache,
@@ -438,7 +442,7 @@ class RunLoop:
     async def _usage(self, state: RunProgress) -> dict[str, pb.TokenUsage]:
         """A terminal event's ``usage`` and ``total_usage``: the subtree from the children's
         terminal events in this session's log, never from asking their services."""
-        children = child_totals(self._library_cache)
+        children = self._library_cache.child_totals
         if self._log_has_older_children:
             await children.read_log(self.store, self.session_id)
         return {

@@ -1,8 +1,8 @@
 """The model seam: what the run loop asks of a model, and what it gets back.
 
-``Model`` has one method, ``complete``; ``helix_transport.agent.litellm.LitellmModel``
-is the implementation every agent uses (any litellm model name, the scripted offline
-models included). Nothing here imports litellm: the loop, tracing and the hooks see
+``Model`` has one method, ``complete``, and a name; ``helix_transport.agent.litellm.LitellmModel``
+is the default implementation (any litellm model name, the scripted offline models
+included), and ``Agent(model=...)`` takes any other. Nothing here imports litellm: the loop, tracing and the hooks see
 only these types.
 """
 
@@ -57,7 +57,19 @@ class ModelResponse:
 
 
 class Model(Protocol):
-    """A model the run loop can call: one streamed completion per step."""
+    """A model the run loop can call: one streamed completion per step.
+
+    ``Agent(model=...)`` takes one (a test double, a cached or a recorded model); a model
+    *name* there means ``LitellmModel(name)``, the default. ``settings`` carries the
+    agent's ``model_settings`` and litellm's retries, timeout and fallbacks: a model that
+    is not litellm's may ignore what it does not know.
+    """
+
+    @property
+    def model_name(self) -> str:
+        """The model's name, as tracing (``gen_ai.request.model``), metrics and errors
+        report it."""
+        ...
 
     async def complete(
         self,
@@ -74,6 +86,11 @@ class Model(Protocol):
             ModelAPIError: the provider failed (network, auth, bad request, bad stream).
         """
         ...
+
+
+def model_name(model: str | Model) -> str:
+    """The name of ``model``: itself for a litellm model name, else its ``model_name``."""
+    return model if isinstance(model, str) else model.model_name
 
 
 def new_tool_call_id() -> str:

@@ -15,9 +15,11 @@ from pydantic import BaseModel, ValidationError
 
 from helix_transport._events import SessionStatus
 from helix_transport._exceptions import UsageError
+from helix_transport._metadata import SessionLineage
 from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
 from helix_transport.agent.blockage import Blockage
 from helix_transport.agent.hooks import NO_HOOKS, RunHooks
+from helix_transport.agent.run_cache import RunCache
 from helix_transport.agent.state import RunState
 from helix_transport.store import Store
 from helix_transport.transport import ClientPool
@@ -28,11 +30,6 @@ RESERVED_TOOL_PREFIXES = ("__", "companion__")
 """Tool names the library keeps for its own tools (``__finish__``, the companions')."""
 MAX_LIVE_CHILDREN = 64
 """The default of ``Agent.max_live_children``."""
-DELEGATION_PATH_KEY = "helix.delegation_path"
-"""Session metadata key of the session's ``StartRequest.delegation_path`` (a JSON list),
-set by the server that took the ``Start``: a resumed run sends its children the path
-it was started with."""
-_STARTING_KEY = "children.starting"  # RunServices.cache: children not yet in refs
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,14 +51,18 @@ class RunServices:
     state: RunState = field(default_factory=RunState)
     """The library's state of the run (turns, the extensions' records), checkpointed
     beside ``ToolContext.state``, which holds only the tools' own keys."""
-    cache: dict[str, Any] = field(default_factory=dict)
-    """The library's in-memory cache for the run, never saved (as ``ToolContext.cache``)."""
+    cache: RunCache = field(default_factory=RunCache)
+    """The library's in-memory state of the run, never saved (as ``ToolContext.cache``
+    is the tools' own)."""
     max_live_children: int = MAX_LIVE_CHILDREN
     """Children the session may have running at once (``Agent.max_live_children``)."""
     blockage: Blockage = field(default_factory=Blockage)
     """The step's calls that wait only for a suspended child (``agent.blockage``)."""
     session_path: tuple[str, ...] = ()
     """The session ids from the root down to this session, as each caller knows them."""
+    lineage: SessionLineage = field(default_factory=SessionLineage)
+    """The library's entries of the session's metadata (its root, its delegation path,
+    the trace it continues), which ``ToolContext.metadata`` leaves out."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,7 +74,8 @@ class ToolContext:
     tool_call_id: str
     step: int
     metadata: dict[str, str]
-    """The session's metadata (trace context, root session id...)."""
+    """The session's metadata as its caller gave it: the library's own entries (root
+    session id, paths, trace context) are in ``run.lineage``, not here."""
     emit: Callable[[StreamEvent], None]
     """Append an event to the session's log (its sequence is assigned by the log)."""
     run: RunServices
@@ -100,9 +102,7 @@ class ToolContext:
     def delegation_path(self) -> tuple[str, ...]:
         """The agent types from the root down to this session's parent (empty for a
         root), as its ``Start`` carried them (``StartRequest.delegation_path``)."""
-        raw = self.metadata.get(DELEGATION_PATH_KEY, "")
-        path = json.loads(raw) if raw else []  # written by the server, from a checked path
-        return tuple(str(p) for p in path)
+        return self.run.lineage.delegation_path
 
     @property
     def child_delegation_path(self) -> tuple[str, ...]:
@@ -396,7 +396,7 @@ async def reserve_children(ctx: ToolContext, child_ids: Sequence[str]) -> None:
         return
     refs = await ctx.run.store.list_subsession_refs(ctx.session_id)
     # No await from here on: the count and the reservation are one step.
-    starting: set[str] = ctx.run.cache.setdefault(_STARTING_KEY, set())
+    starting = ctx.run.cache.starting
     starting -= {r.child_session_id for r in refs}
     live = starting | {r.child_session_id for r in refs if r.status is SessionStatus.RUNNING}
     known = live | {r.child_session_id for r in refs}

@@ -23,7 +23,7 @@ from pathlib import Path
 from helix_transport._exceptions import HelixError
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.bench.streams import bench_store
-from helix_transport.delegation.forwarded import ForwardedSoFar
+from helix_transport.log.children import ForwardedSoFar
 from helix_transport.store import EventLogStore, SessionRecord, Store
 
 

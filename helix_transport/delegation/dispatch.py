@@ -26,7 +26,7 @@ to give a partial answer; a run still going after that pass fails with
 ``failure_reason = "deadline"``.
 
 **Exactly once.** Which batches were delivered is in the parent run's state
-(``ToolContext.state``), checkpointed with the conversation that holds them,
+(``RunState.dispatch``), checkpointed with the conversation that holds them,
 as for the companion tools (``helix_transport.delegation.companions``).
 
 A parent that finishes (``__finish__``) while tasks are out completes; those
@@ -56,6 +56,7 @@ from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.agent.blockage import BlockedChild, WaitingForChildren
 from helix_transport.agent.definition import Agent
 from helix_transport.agent.loop import NUDGE
+from helix_transport.agent.state import DispatchBatch, DispatchState, DispatchTask
 from helix_transport.agent.tools import (
     Tool,
     ToolContext,
@@ -63,19 +64,23 @@ from helix_transport.agent.tools import (
     derived_session_id,
     reserve_children,
 )
-from helix_transport.delegation.children import (
+from helix_transport.delegation.child_records import (
     child_metadata,
     save_child_ref,
     subagent_ended,
     subagent_started,
 )
-from helix_transport.delegation.forwarded import ends_logged, start_logged
-from helix_transport.delegation.forwarding import UNFINISHED, forward_child, new_child, status_of
+from helix_transport.delegation.forwarding import (
+    UNFINISHED,
+    ends_logged,
+    forward_child,
+    new_child,
+    start_logged,
+    status_of,
+)
 from helix_transport.delegation.spans import end_delegation, open_delegation, reopen_delegations
 from helix_transport.registry import resolve_address
 
-STATE_KEY = "dispatch"
-"""Dispatch's entry of ``RunState.extensions``: the run's batches."""
 UNREACHABLE_PAUSE_S = 0.25
 """While parked, the pause before waiting again for a task whose service stayed
 unreachable past the client's reconnect deadline."""
@@ -135,29 +140,6 @@ class DispatchArgs(BaseModel):
     tasks: list[Task] = Field(min_length=1, max_length=MAX_TASKS)
 
 
-@dataclass(kw_only=True)
-class _Task:
-    task_id: str
-    agent_type: str
-    session_id: str
-    address: str
-    status: str = "running"
-    output_json: str = ""
-    error: str = ""
-
-    def report(self) -> dict[str, Any]:
-        shown: dict[str, Any] = {
-            "task_id": self.task_id,
-            "agent": self.agent_type,
-            "status": self.status,
-        }
-        if self.output_json:
-            shown["output"] = json.loads(self.output_json)
-        if self.error:
-            shown["error"] = self.error
-        return shown
-
-
 class Dispatcher:
     """The ``run_subagent`` tool and the step hook that delivers and parks."""
 
@@ -211,7 +193,7 @@ class Dispatcher:
                 raise ToolError(f"{config.agent_type}: {exc.message}") from exc
             task_id = f"{ctx.tool_call_id}-{index}"
             tasks.append(
-                _Task(
+                DispatchTask(
                     task_id=task_id,
                     agent_type=task.agent,
                     session_id=derived_session_id(ctx.session_id, "task", task_id, ctx.child_scope),
@@ -226,16 +208,10 @@ class Dispatcher:
             for t in args.tasks
         ]  # fmt: skip
         await asyncio.gather(*(self._start(ctx, t, i) for t, i in zip(tasks, inputs, strict=True)))
-        batches = _state(ctx)["batches"]
+        batches = ctx.run.state.dispatch.batches
         # A re-run of this call (a resumed parent) replaces its own batch, never adds one.
-        batches[:] = [b for b in batches if b["tool_call_id"] != ctx.tool_call_id]
-        batches.append(
-            {
-                "tool_call_id": ctx.tool_call_id,
-                "tasks": [dataclasses.asdict(t) for t in tasks],
-                "delivered": False,
-            }
-        )
+        batches[:] = [b for b in batches if b.tool_call_id != ctx.tool_call_id]
+        batches.append(DispatchBatch(tool_call_id=ctx.tool_call_id, tasks=tasks))
         return {
             "tasks": [
                 {"task_id": t.task_id, "agent": t.agent_type, "status": t.status} for t in tasks
@@ -243,7 +219,7 @@ class Dispatcher:
             "note": "the results will arrive together in one message when every task is done",
         }
 
-    async def _start(self, ctx: ToolContext, task: _Task, input_json: str) -> None:
+    async def _start(self, ctx: ToolContext, task: DispatchTask, input_json: str) -> None:
         """Start one task; a failure marks it failed, never the batch: the batch is
         recorded whatever happens to each task, so no started child goes unrecorded."""
         # Its delegation span, ended when the parent records how the task ended (_record).
@@ -294,23 +270,25 @@ class Dispatcher:
     async def step(self, ctx: ToolContext, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Deliver finished batches; park when the pass ended with a batch out; the deadline."""
         await reopen_delegations(ctx)  # the spans of tasks a stopped run left open
-        state = _state(ctx)
+        state = ctx.run.state.dispatch
         # The deadline is per turn: a continued session gets a fresh clock and pass.
         turn = ctx.run.state.turns.turn
-        if state.get("turn", 1) != turn:
-            state.update(turn=turn, started_at=time.time(), final_pass_step=None)
+        if state.turn != turn:
+            state.turn, state.started_at, state.final_pass_step = turn, time.time(), None
             if ctx.run.state.turns.fresh:
                 # A fresh turn's conversation never dispatched the earlier tasks: their
                 # results would be news to it, and a pass ending would park for them.
-                for batch in state["batches"]:
-                    batch["delivered"] = True
-        started = state.setdefault("started_at", time.time())
+                for batch in state.batches:
+                    batch.delivered = True
+        if state.started_at is None:
+            state.started_at = time.time()
+        started = state.started_at
         deadline = None if self.run_deadline_s is None else started + self.run_deadline_s
-        if state.get("final_pass_step") is not None:
+        if state.final_pass_step is not None:
             # The one pass after the deadline is over and the run did not finish.
             assert self.run_deadline_s is not None
             raise RunDeadlineExceeded(self.run_deadline_s)
-        out = [b for b in state["batches"] if not b["delivered"]]
+        out = [b for b in state.batches if not b.delivered]
         pass_ended = bool(messages) and messages[-1].get("content") == NUDGE
         if out and pass_ended:
             await self._park(ctx, out, deadline)
@@ -318,11 +296,11 @@ class Dispatcher:
             await self._refresh(ctx, out)
         if deadline is not None and time.time() >= deadline:
             return await self._deadline(ctx, out, state)
-        ready = [b for b in out if all(t["status"] != "running" for t in b["tasks"])]
+        ready = [b for b in out if all(t.status != "running" for t in b.tasks)]
         return await self._deliver(ctx, ready, heading="[sub-agent results]")
 
     async def _park(
-        self, ctx: ToolContext, batches: list[dict[str, Any]], deadline: float | None
+        self, ctx: ToolContext, batches: list[DispatchBatch], deadline: float | None
     ) -> None:
         """Wait until one outstanding batch is done (or the deadline passes).
 
@@ -330,9 +308,7 @@ class Dispatcher:
         delivered as its last task ends, not at the next poll.
         """
         changed = asyncio.Event()
-        running = [
-            (t, b["tool_call_id"]) for b in batches for t in b["tasks"] if t["status"] == "running"
-        ]
+        running = [(t, b.tool_call_id) for b in batches for t in b.tasks if t.status == "running"]
         suspended: dict[str, BlockedChild] = {}  # by task session id: waiting for input
 
         def note(session_id: str, child: BlockedChild | None) -> None:
@@ -346,8 +322,8 @@ class Dispatcher:
         for watcher in watchers:
             watcher.add_done_callback(lambda _: changed.set())
         try:
-            while not any(all(t["status"] != "running" for t in b["tasks"]) for b in batches):
-                still = {t["session_id"] for t, _ in running if t["status"] == "running"}
+            while not any(all(t.status != "running" for t in b.tasks) for b in batches):
+                still = {t.session_id for t, _ in running if t.status == "running"}
                 if still and still <= suspended.keys():  # nothing to wait for but people
                     raise WaitingForChildren([suspended[s] for s in sorted(still)])
                 left = None if deadline is None else deadline - time.time()
@@ -368,7 +344,7 @@ class Dispatcher:
     async def _watch(
         self,
         ctx: ToolContext,
-        task: dict[str, Any],
+        task: DispatchTask,
         tool_call_id: str,
         note: Callable[[str, BlockedChild | None], None],
     ) -> None:
@@ -377,18 +353,18 @@ class Dispatcher:
         it follows again; the run's deadline bounds it."""
         while True:
             try:
-                client = await ctx.run.clients.get(task["address"])
+                client = await ctx.run.clients.get(task.address)
                 final = await forward_child(
                     ctx,
-                    child_id=task["session_id"],
+                    child_id=task.session_id,
                     tool_call_id=tool_call_id,
                     client=client,
                     retry=client.config.reconnect.until_cancelled(),
                     rejoining=True,  # a task parked before may wait for input already
-                    blocked=functools.partial(note, task["session_id"]),
+                    blocked=functools.partial(note, task.session_id),
                 )
                 # None: the log held all of it already (a resumed parent); ask how it ended.
-                status = status_of(final) if final else await client.get_status(task["session_id"])
+                status = status_of(final) if final else await client.get_status(task.session_id)
             except SessionNotFound:
                 status = _GONE
             except HelixError:
@@ -398,24 +374,22 @@ class Dispatcher:
             return
 
     async def _deadline(
-        self, ctx: ToolContext, batches: list[dict[str, Any]], state: dict[str, Any]
+        self, ctx: ToolContext, batches: list[DispatchBatch], state: DispatchState
     ) -> list[dict[str, Any]]:
-        state["final_pass_step"] = ctx.step
-        late = [
-            (t, b["tool_call_id"]) for b in batches for t in b["tasks"] if t["status"] == "running"
-        ]
+        state.final_pass_step = ctx.step
+        late = [(t, b.tool_call_id) for b in batches for t in b.tasks if t.status == "running"]
 
-        async def stop(task: dict[str, Any], tool_call_id: str) -> None:
+        async def stop(task: DispatchTask, tool_call_id: str) -> None:
             with contextlib.suppress(HelixError, TimeoutError):  # best effort: timed out
-                client = await ctx.run.clients.get(task["address"])
-                await client.interrupt(task["session_id"], reason="the parent's deadline passed")
+                client = await ctx.run.clients.get(task.address)
+                await client.interrupt(task.session_id, reason="the parent's deadline passed")
                 # Its last events (its end) into the log, if they come at once.
                 async with asyncio.timeout(DEADLINE_TAIL_S):
                     await forward_child(
-                        ctx, child_id=task["session_id"], tool_call_id=tool_call_id, client=client
+                        ctx, child_id=task.session_id, tool_call_id=tool_call_id, client=client
                     )
-            task["status"], task["error"] = "timed_out", "the run's deadline passed"
-            await _save_ref(ctx, _Task(**task))
+            task.status, task.error = "timed_out", "the run's deadline passed"
+            await _save_ref(ctx, task)
             _end_span(ctx, task)
 
         await asyncio.gather(*(stop(t, call) for t, call in late))
@@ -427,38 +401,36 @@ class Dispatcher:
         return [{"role": "user", "content": note}]
 
     async def _deliver(
-        self, ctx: ToolContext, batches: list[dict[str, Any]], *, heading: str
+        self, ctx: ToolContext, batches: list[DispatchBatch], *, heading: str
     ) -> list[dict[str, Any]]:
         if not batches:
             return []
         # A delivery re-run by a resumed parent (its subagent_end flushed, its checkpoint
         # not) shows the model the batch again, but logs no second end.
-        logged = await ends_logged(ctx, [t["session_id"] for b in batches for t in b["tasks"]])
+        logged = await ends_logged(ctx, [t.session_id for b in batches for t in b.tasks])
         reports = []
         for batch in batches:
-            batch["delivered"] = True  # durable with the conversation that holds it
-            for task in batch["tasks"]:
-                reports.append(_Task(**task).report())
-                if not logged[task["session_id"]]:
-                    _end_event(ctx, batch["tool_call_id"], _Task(**task))
+            batch.delivered = True  # durable with the conversation that holds it
+            for task in batch.tasks:
+                reports.append(_report(task))
+                if not logged[task.session_id]:
+                    _end_event(ctx, batch.tool_call_id, task)
         return [{"role": "user", "content": f"{heading}\n{json.dumps(reports)}"}]
 
-    async def _refresh(self, ctx: ToolContext, batches: list[dict[str, Any]]) -> None:
-        running = [
-            (t, b["tool_call_id"]) for b in batches for t in b["tasks"] if t["status"] == "running"
-        ]
+    async def _refresh(self, ctx: ToolContext, batches: list[DispatchBatch]) -> None:
+        running = [(t, b.tool_call_id) for b in batches for t in b.tasks if t.status == "running"]
         await asyncio.gather(*(self._read_status(ctx, t, call) for t, call in running))
 
-    async def _read_status(self, ctx: ToolContext, task: dict[str, Any], tool_call_id: str) -> None:
+    async def _read_status(self, ctx: ToolContext, task: DispatchTask, tool_call_id: str) -> None:
         """Forward ``task``'s events up to where its service says it is; record how it
         ended once it has. While its service cannot be reached, still running as far as
         we know (forwarded and recorded at a later step)."""
         try:
-            client = await ctx.run.clients.get(task["address"])
-            status = await client.get_status(task["session_id"])
+            client = await ctx.run.clients.get(task.address)
+            status = await client.get_status(task.session_id)
             await forward_child(
                 ctx,
-                child_id=task["session_id"],
+                child_id=task.session_id,
                 tool_call_id=tool_call_id,
                 client=client,
                 until=status.last_sequence,
@@ -471,33 +443,42 @@ class Dispatcher:
             await self._record(ctx, task, status)
 
     async def _record(
-        self, ctx: ToolContext, task: dict[str, Any], status: pb.GetStatusResponse
+        self, ctx: ToolContext, task: DispatchTask, status: pb.GetStatusResponse
     ) -> None:
         """Record how ``task`` ended, in the task and its ref."""
-        task["status"] = SessionStatus.from_proto(status.status).value
-        task["output_json"] = status.output_json
-        task["error"] = status.error
-        await _save_ref(ctx, _Task(**task))
+        task.status = SessionStatus.from_proto(status.status).value
+        task.output_json = status.output_json
+        task.error = status.error
+        await _save_ref(ctx, task)
         _end_span(ctx, task)
 
 
-def _state(ctx: ToolContext) -> dict[str, Any]:
-    state: dict[str, Any] = ctx.run.state.extensions.setdefault(STATE_KEY, {"batches": []})
-    return state
+def _report(task: DispatchTask) -> dict[str, Any]:
+    """What the parent's model is shown of ``task``."""
+    shown: dict[str, Any] = {
+        "task_id": task.task_id,
+        "agent": task.agent_type,
+        "status": task.status,
+    }
+    if task.output_json:
+        shown["output"] = json.loads(task.output_json)
+    if task.error:
+        shown["error"] = task.error
+    return shown
 
 
-def _end_span(ctx: ToolContext, task: dict[str, Any]) -> None:
+def _end_span(ctx: ToolContext, task: DispatchTask) -> None:
     # After the ref's write: a resumed run opens the span again only while the ref says
     # running (see helix_transport.delegation.spans), so it is never exported twice.
     end_delegation(
         ctx,
-        child_session_id=task["session_id"],
-        status=_session_status(_Task(**task)),
-        error=task["error"],
+        child_session_id=task.session_id,
+        status=_session_status(task),
+        error=task.error,
     )
 
 
-def _end_event(ctx: ToolContext, tool_call_id: str, task: _Task) -> None:
+def _end_event(ctx: ToolContext, tool_call_id: str, task: DispatchTask) -> None:
     ctx.emit(
         subagent_ended(
             tool_call_id=tool_call_id,
@@ -510,7 +491,7 @@ def _end_event(ctx: ToolContext, tool_call_id: str, task: _Task) -> None:
     )
 
 
-async def _save_ref(ctx: ToolContext, task: _Task) -> None:
+async def _save_ref(ctx: ToolContext, task: DispatchTask) -> None:
     # A running task's ref also makes the stream's heartbeat count it.
     await save_child_ref(
         ctx,
@@ -524,7 +505,7 @@ async def _save_ref(ctx: ToolContext, task: _Task) -> None:
     )
 
 
-def _session_status(task: _Task) -> SessionStatus:
+def _session_status(task: DispatchTask) -> SessionStatus:
     # "timed_out" is the dispatcher's own word; the log and the ref say failed.
     return SessionStatus.FAILED if task.status == "timed_out" else SessionStatus(task.status)
 

@@ -24,7 +24,7 @@ parent's own terminal event (``helix_transport.tree``).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from helix_transport._config import RetryConfig
 from helix_transport._events import is_terminal
@@ -32,10 +32,10 @@ from helix_transport._exceptions import HelixError
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._wire import child_event_payloads, child_event_prefix
 from helix_transport.agent.blockage import BlockedChild
+from helix_transport.agent.run_cache import ForwardedByRun
 from helix_transport.agent.tools import ToolContext
-from helix_transport.delegation.forwarded import forwarded_so_far
+from helix_transport.log.children import ForwardedSoFar
 from helix_transport.transport import AgentClient
-from helix_transport.tree import child_totals
 
 UNFINISHED = frozenset(
     {pb.SESSION_STATUS_RUNNING, pb.SESSION_STATUS_SUSPENDED, pb.SESSION_STATUS_UNSPECIFIED}
@@ -45,22 +45,9 @@ UNFINISHED = frozenset(
 Blocked = Callable[[BlockedChild | None], None]
 """Told whether a followed child waits for input (``forward_child(blocked=...)``)."""
 
-_KEY = "forwarding.children"  # RunServices.cache key of the run's _Forwarded
 
-
-class _Forwarded:
-    """What this run forwarded itself, by child: the last sequence, and one lock each."""
-
-    def __init__(self) -> None:
-        self.last: dict[str, int] = {}
-        self.locks: dict[str, asyncio.Lock] = {}
-
-
-def _forwarded(ctx: ToolContext) -> _Forwarded:
-    forwarded = ctx.run.cache.get(_KEY)
-    if not isinstance(forwarded, _Forwarded):
-        forwarded = ctx.run.cache[_KEY] = _Forwarded()
-    return forwarded
+def _forwarded(ctx: ToolContext) -> ForwardedByRun:
+    return ctx.run.cache.forwarded
 
 
 def new_child(ctx: ToolContext, child_id: str) -> None:
@@ -139,7 +126,7 @@ async def forward_child(
 
 async def _forward_stream(
     ctx: ToolContext,
-    forwarded: _Forwarded,
+    forwarded: ForwardedByRun,
     child_id: str,
     tool_call_id: str,
     client: AgentClient,
@@ -152,7 +139,7 @@ async def _forward_stream(
     Returns the last event forwarded (``None``: none)."""
     emit, emit_encoded = ctx.emit, ctx.run.emit_encoded
     prefix = child_event_prefix(tool_call_id)
-    totals = child_totals(ctx.run.cache)
+    totals = ctx.run.cache.child_totals
     final: pb.StreamEvent | None = None
     # A batch at a time: this loop runs once per child event on the parent, the busiest
     # process of a delegation, so it does no per-event work it can share.
@@ -229,3 +216,30 @@ def status_of(terminal: pb.StreamEvent) -> pb.GetStatusResponse:
     if kind == "interrupted":
         return pb.GetStatusResponse(status=pb.SESSION_STATUS_INTERRUPTED)
     return pb.GetStatusResponse(status=pb.SESSION_STATUS_TERMINATED)
+
+
+# --- what the parent's log holds (a resumed parent's truth) ----------------------------
+
+
+async def start_logged(ctx: ToolContext, child_id: str, *, turn: int = 1) -> bool:
+    """True when the parent's log holds the ``subagent_start`` of ``child_id``'s turn
+    ``turn`` (one start per turn, whichever call began it): a call re-run by a resumed
+    parent must not write it again. Ask only when the child's ref existed before the
+    call (refs are saved before the event)."""
+    return (await forwarded_so_far(ctx).child(child_id)).starts >= turn
+
+
+async def ends_logged(ctx: ToolContext, child_ids: Iterable[str]) -> dict[str, int]:
+    """How many ``subagent_end``s of each of ``child_ids`` the parent's log holds (one
+    per turn delivered): a delivery re-run by a resumed parent must not log one twice."""
+    index = forwarded_so_far(ctx)
+    await index.logged("")
+    return {child_id: index.child_so_far(child_id).ends for child_id in child_ids}
+
+
+def forwarded_so_far(ctx: ToolContext) -> ForwardedSoFar:
+    """The run's ``ForwardedSoFar`` (one per run, ``RunCache.log_index``)."""
+    index = ctx.run.cache.log_index
+    if index is None:
+        index = ctx.run.cache.log_index = ForwardedSoFar(ctx.run.store, ctx.session_id)
+    return index

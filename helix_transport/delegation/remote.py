@@ -45,9 +45,13 @@ from helix_transport.agent.tools import (
     reserve_children,
 )
 from helix_transport.delegation.cascade import Cascade
-from helix_transport.delegation.children import child_metadata, subagent_ended, subagent_started
-from helix_transport.delegation.forwarded import Logged, forwarded_so_far
-from helix_transport.delegation.forwarding import forward_child, new_child
+from helix_transport.delegation.child_records import (
+    child_metadata,
+    subagent_ended,
+    subagent_started,
+)
+from helix_transport.delegation.forwarding import forward_child, forwarded_so_far, new_child
+from helix_transport.log.children import Logged
 from helix_transport.registry import resolve_address
 from helix_transport.store import SubSessionRef
 from helix_transport.transport import AgentClient, ClientAuth

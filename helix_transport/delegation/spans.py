@@ -22,29 +22,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Any
 
 from helix_transport._events import SessionStatus
 from helix_transport._exceptions import HelixError
 from helix_transport.agent.hooks import NO_HOOKS
+from helix_transport.agent.state import OpenSpan
 from helix_transport.agent.tools import ToolContext
 
 logger = logging.getLogger("helix.tracing")
 
-STATE_KEY = "delegations"
-"""``RunState.extensions`` entry: child session id -> the open span's tool call id, agent type and turn."""
-_OPENED_KEY = "delegations.opened"  # ctx.run.cache: child ids this run opened a span for
-_REOPENED_KEY = "delegations.reopened"  # ctx.run.cache: set once this run reopened spans
-
-
-def _spans(ctx: ToolContext) -> dict[str, dict[str, Any]]:
-    spans: dict[str, dict[str, Any]] = ctx.run.state.extensions.setdefault(STATE_KEY, {})
-    return spans
-
 
 def _opened(ctx: ToolContext) -> set[str]:
-    opened: set[str] = ctx.run.cache.setdefault(_OPENED_KEY, set())
-    return opened
+    return ctx.run.cache.spans_opened
 
 
 def _turn(ctx: ToolContext) -> int:
@@ -58,11 +47,9 @@ def open_delegation(
     for ``child_metadata``."""
     if ctx.run.hooks is NO_HOOKS:
         return {}
-    _spans(ctx)[child_session_id] = {
-        "tool_call_id": ctx.tool_call_id,
-        "agent_type": agent_type,
-        "turn": _turn(ctx),
-    }
+    ctx.run.state.delegations.open[child_session_id] = OpenSpan(
+        tool_call_id=ctx.tool_call_id, agent_type=agent_type, turn=_turn(ctx)
+    )
     _opened(ctx).add(child_session_id)
     return ctx.run.hooks.on_delegation_start(
         tool_call_id=ctx.tool_call_id, child_session_id=child_session_id, agent_type=agent_type
@@ -74,11 +61,11 @@ def end_delegation(
 ) -> None:
     """End the child's span with how it ended; nothing when it is not open (ended
     already, or cut off with an earlier turn's run)."""
-    span = ctx.run.state.extensions.get(STATE_KEY, {}).pop(child_session_id, None)
+    span = ctx.run.state.delegations.open.pop(child_session_id, None)
     if span is None:
         return
     ctx.run.hooks.on_delegation_end(
-        tool_call_id=span["tool_call_id"],
+        tool_call_id=span.tool_call_id,
         child_session_id=child_session_id,
         status=status,
         error=error,
@@ -88,13 +75,13 @@ def end_delegation(
 async def reopen_delegations(ctx: ToolContext) -> None:
     """At a run's first step: open again the spans an earlier run of this turn left
     open (see the module docstring). One read of the refs, and only when there are any."""
-    if ctx.run.cache.get(_REOPENED_KEY) or ctx.run.hooks is NO_HOOKS:
+    if ctx.run.cache.spans_reopened or ctx.run.hooks is NO_HOOKS:
         return
-    ctx.run.cache[_REOPENED_KEY] = True
-    spans, turn, opened = ctx.run.state.extensions.get(STATE_KEY), _turn(ctx), _opened(ctx)
+    ctx.run.cache.spans_reopened = True
+    spans, turn, opened = ctx.run.state.delegations.open, _turn(ctx), _opened(ctx)
     if not spans:
         return
-    for child_id in [c for c, span in spans.items() if span["turn"] != turn]:
+    for child_id in [c for c, span in spans.items() if span.turn != turn]:
         del spans[child_id]
     left = [c for c in spans if c not in opened]
     if not left:
@@ -113,7 +100,7 @@ async def reopen_delegations(ctx: ToolContext) -> None:
         span = spans[child_id]
         opened.add(child_id)
         ctx.run.hooks.on_delegation_start(
-            tool_call_id=span["tool_call_id"],
+            tool_call_id=span.tool_call_id,
             child_session_id=child_id,
-            agent_type=span["agent_type"],
+            agent_type=span.agent_type,
         )

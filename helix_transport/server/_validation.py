@@ -17,10 +17,10 @@ from google.protobuf.duration_pb2 import Duration
 from pydantic import BaseModel, ValidationError
 
 from helix_transport._exceptions import InvalidArgument, SessionStateConflict
-from helix_transport._metadata import MAX_METADATA_VALUE
+from helix_transport._metadata import DELEGATION_PATH_KEY, MAX_METADATA_VALUE
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.agent.definition import Agent
-from helix_transport.agent.tools import DELEGATION_PATH_KEY, MAX_SESSION_ID, SESSION_ID
+from helix_transport.agent.tools import MAX_SESSION_ID, SESSION_ID
 from helix_transport.server.limits import Limits
 
 MAX_METADATA_ENTRIES = 64

@@ -49,12 +49,11 @@ from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from helix_transport._events import SessionStatus
-from helix_transport._metadata import ROOT_SESSION_KEY
+from helix_transport._metadata import ROOT_SESSION_KEY, TRACE_MODE_KEY
 from helix_transport.agent.hooks import RunHooks
 from helix_transport.store import Usage
 from helix_transport.tracing.ids import Ids, forced_ids, span_id_for, trace_id_for
 from helix_transport.tracing.rpc import (
-    TRACE_MODE_KEY,
     ServerSpans,
     SessionKey,
     caller_span_context,

@@ -34,16 +34,13 @@ from opentelemetry import propagate, trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, StatusCode
 
-from helix_transport._metadata import ROOT_SESSION_KEY
+from helix_transport._metadata import ROOT_SESSION_KEY, TRACE_MODE_KEY
 from helix_transport._trace_context import PARENT, TRACE_HEADER
 from helix_transport.tracing.ids import forced_ids, trace_id_for
 
 logger = logging.getLogger("helix.tracing")
 
 SERVICE = "helix.agent.v1.AgentService"
-TRACE_MODE_KEY = "helix.trace"
-"""Session metadata key: ``parent`` when a root session's runs nest under the caller's
-context recorded beside it (``traceparent``)."""
 
 _CALLER: contextvars.ContextVar[SpanContext | None] = contextvars.ContextVar(
     "helix_rpc_caller", default=None

@@ -38,7 +38,7 @@ from helix_transport.tree._fold import (
     fold_events,
     rfc3339,
 )
-from helix_transport.tree._totals import ChildTotals, child_totals, reported_usage, token_usage
+from helix_transport.tree._totals import ChildTotals, reported_usage, token_usage
 
 __all__ = [
     "ChildTotals",
@@ -46,7 +46,6 @@ __all__ = [
     "SessionTree",
     "TreeNode",
     "TreeUsage",
-    "child_totals",
     "fold_events",
     "reported_usage",
     "rfc3339",

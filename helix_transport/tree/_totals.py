@@ -10,13 +10,9 @@ no child's service is asked, and none needs to be up.
 
 from __future__ import annotations
 
-from typing import Any
-
 from helix_transport._events import is_terminal
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.store import EventLogStore, Usage, pages
-
-_KEY = "subtree.children"  # RunServices.cache key of the run's ChildTotals
 
 
 class ChildTotals:
@@ -64,14 +60,6 @@ def reported_usage(terminal: pb.StreamEvent) -> tuple[pb.TokenUsage, pb.TokenUsa
     from a service that reports no subtree)."""
     ended = getattr(terminal, terminal.WhichOneof("payload") or "")
     return ended.usage, ended.total_usage if ended.HasField("total_usage") else None
-
-
-def child_totals(cache: dict[str, Any]) -> ChildTotals:
-    """The run's ``ChildTotals`` (one per run, in its ``RunServices.cache``)."""
-    totals = cache.get(_KEY)
-    if not isinstance(totals, ChildTotals):
-        totals = cache[_KEY] = ChildTotals()
-    return totals
 
 
 def token_usage(usage: Usage) -> pb.TokenUsage:

@@ -126,7 +126,7 @@ async def test_helix_model_type_overrides_helix_model_for_its_type_alone(
     assert answered_by(await run(alpha)) == special.split("/")[1]
     assert answered_by(await run(beta)) == general.split("/")[1]
     monkeypatch.delenv("HELIX_MODEL")
-    assert answered_by(await run(beta)) == beta.model.split("/")[1]
+    assert answered_by(await run(beta)) == beta.resolved_model().split("/")[1]
 
 
 async def test_a_fallback_answers_when_the_model_fails(

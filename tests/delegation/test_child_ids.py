@@ -21,8 +21,8 @@ import pytest
 
 from helix_transport import Agent, AgentClient, create_server
 from helix_transport._events import SessionStatus
+from helix_transport._metadata import DELEGATION_PATH_KEY
 from helix_transport.agent.tools import (
-    DELEGATION_PATH_KEY,
     MAX_SESSION_ID,
     child_scope,
     derived_session_id,

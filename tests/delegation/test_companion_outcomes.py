@@ -23,11 +23,11 @@ import pytest
 
 from helix_transport import AgentClient, ConnectError, SessionStateConflict, create_server
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
-from helix_transport.agent.state import RunState
+from helix_transport.agent.run_cache import RunCache
+from helix_transport.agent.state import CompanionChild, CompanionsState, RunState
 from helix_transport.agent.tools import RunServices, ToolContext, ToolError, child_scope
 from helix_transport.delegation.companions import (
     MAX_INBOX,
-    STATE_KEY,
     Companions,
     Mode,
     NameArgs,
@@ -51,11 +51,10 @@ class Parent:
 
     def __init__(self, clients: ClientPool) -> None:
         self.events: list[pb.StreamEvent] = []
-        self.run_state = RunState()
-        self.state = self.run_state.extensions  # what the companions keep, checkpointed
+        self.run_state = RunState()  # what the companions keep, checkpointed
         self.clients = clients
         self.store = MemoryStore()
-        self.cache: dict[str, Any] = {}  # the run's, shared by its tool calls
+        self.cache = RunCache()  # the run's, shared by its tool calls
         self.calls = 0
 
     def ctx(self, call_id: str = "") -> ToolContext:
@@ -75,11 +74,14 @@ class Parent:
             ),
         )  # fmt: skip
 
+    def checkpoint(self) -> dict[str, Any]:
+        """The run state as a checkpoint stores it."""
+        return copy.deepcopy(self.run_state.to_json())
+
     def restart(self, checkpoint: dict[str, Any]) -> None:
         """The parent crashed and resumes: its state from ``checkpoint``, a new cache."""
-        self.state.clear()
-        self.state.update(copy.deepcopy(checkpoint))
-        self.cache.clear()
+        self.run_state = RunState.from_json(checkpoint)
+        self.cache = RunCache()
 
     def ends(self) -> list[pb.StreamEvent]:
         return [e for e in self.events if e.WhichOneof("payload") == "subagent_end"]
@@ -201,7 +203,7 @@ async def test_a_hand_over_asked_again_after_a_parent_crash_starts_one_turn(
     await tools._spawn(parent.ctx(), SpawnArgs(agent="critic", message="v1"))
     await tools._send(parent.ctx(), SendArgs(name="critic-1", message="v2 tests"))
     first = await client.wait(CHILD)
-    checkpoint = copy.deepcopy(parent.state)
+    checkpoint = parent.checkpoint()
     await tools.deliver_finished(parent.ctx(), [])
     second = await client.wait(CHILD, from_sequence=first.last_sequence)  # turn 2 done too
     parent.restart(checkpoint)
@@ -283,14 +285,16 @@ async def test_a_queue_stays_when_the_end_it_was_refused_for_cannot_be_read(
 
     flaky = Flaky()
     tools = Companions([PersistentChild(agent_type="critic", address="nowhere:1")])
-    entry = {"name": "critic-1", "agent_type": "critic", "session_id": CHILD,
+    entry: dict[str, Any] = {"name": "critic-1", "agent_type": "critic", "session_id": CHILD,
              "address": "nowhere:1", "tool_call_id": "call_1", "inbox": ["v2"]}  # fmt: skip
-    parent.state[STATE_KEY] = {"counters": {}, "children": {"critic-1": entry}}
+    parent.run_state.companions = CompanionsState.from_json(
+        {"counters": {}, "children": {"critic-1": entry}}
+    )
     ctx = parent.ctx()
     ctx = dataclasses.replace(ctx, run=dataclasses.replace(ctx.run, clients=Pool()))  # type: ignore[arg-type]
 
     assert await tools.deliver_finished(ctx, []) == []
-    assert parent.state[STATE_KEY]["children"]["critic-1"] == entry  # untouched
+    assert parent.run_state.companions.children["critic-1"] == CompanionChild(**entry)  # untouched
     assert parent.ends() == []
 
 
@@ -329,7 +333,7 @@ async def test_a_re_consult_re_run_after_a_parent_crash_rejoins_the_turn_it_star
     tools, client = child
     await tools._spawn(parent.ctx(), SpawnArgs(agent="critic", message="v1"))
     first = await client.wait(CHILD)
-    checkpoint = copy.deepcopy(parent.state)
+    checkpoint = parent.checkpoint()
     again = SpawnArgs(agent="critic", message="v2 tests", name="critic-1")
     tried = await tools._spawn(parent.ctx("call_re"), again)
     parent.restart(checkpoint)
@@ -446,7 +450,9 @@ async def test_a_blocking_spawn_whose_result_cannot_be_read_shows_the_previous_o
         await tools._list(parent.ctx(), NoArgs())
         # Turn 1 was shown by the blocking spawn: unmark it, as a parent state
         # checkpointed before that result would have it.
-        parent.state[STATE_KEY]["children"]["critic-1"]["delivered"] = False
+        kept = parent.run_state.companions.children["critic-1"]
+        assert kept is not None
+        kept.delivered = False
         real_wait = AgentClient.wait
 
         async def unreachable(*args: Any, **kw: Any) -> Any:

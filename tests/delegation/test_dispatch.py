@@ -254,9 +254,9 @@ async def test_a_continued_turn_gets_a_fresh_deadline_and_pass() -> None:
     """The deadline's clock and its one last pass belong to a turn, not the session."""
     import time
 
-    from helix_transport.agent.state import RunState, TurnState
+    from helix_transport.agent.state import DispatchState, RunState, TurnState
     from helix_transport.agent.tools import RunServices, ToolContext
-    from helix_transport.delegation.dispatch import STATE_KEY, Dispatcher, RunDeadlineExceeded
+    from helix_transport.delegation.dispatch import Dispatcher, RunDeadlineExceeded
     from helix_transport.delegation.dispatch import SubagentType as Type
     from helix_transport.transport._pool import ClientPool
 
@@ -268,7 +268,7 @@ async def test_a_continued_turn_gets_a_fresh_deadline_and_pass() -> None:
     turn_one = {"batches": [], "started_at": time.time() - 120, "final_pass_step": 3}
 
     def context(turn: int) -> ToolContext:
-        state = RunState(turns=TurnState(turn=turn), extensions={STATE_KEY: dict(turn_one)})
+        state = RunState(turns=TurnState(turn=turn), dispatch=DispatchState.from_json(turn_one))
         return ToolContext(
             session_id="p", agent_type="parent", tool_call_id="", step=5, metadata={},
             emit=lambda event: None,
@@ -279,8 +279,9 @@ async def test_a_continued_turn_gets_a_fresh_deadline_and_pass() -> None:
         await dispatcher.step(context(1), [])
     second = context(2)
     assert await dispatcher.step(second, []) == []  # turn 2: nothing due, no deadline yet
-    assert second.run.state.extensions[STATE_KEY]["turn"] == 2
-    assert second.run.state.extensions[STATE_KEY]["started_at"] > time.time() - 5
+    assert second.run.state.dispatch.turn == 2
+    started_at = second.run.state.dispatch.started_at
+    assert started_at is not None and started_at > time.time() - 5
 
 
 @pytest.mark.parametrize("fresh", [False, True])
@@ -290,9 +291,9 @@ async def test_a_fresh_turn_is_not_handed_the_results_of_tasks_it_never_dispatch
     # Turn 1 finished with a task out, which ended later. A next turn gets its result;
     # a fresh one (no earlier conversation) got it too, as news about a task it never
     # sent, and would have parked for a task still running.
-    from helix_transport.agent.state import RunState, TurnState
+    from helix_transport.agent.state import DispatchState, RunState, TurnState
     from helix_transport.agent.tools import RunServices, ToolContext
-    from helix_transport.delegation.dispatch import STATE_KEY, Dispatcher
+    from helix_transport.delegation.dispatch import Dispatcher
     from helix_transport.delegation.dispatch import SubagentType as Type
     from helix_transport.transport._pool import ClientPool
 
@@ -306,7 +307,7 @@ async def test_a_fresh_turn_is_not_handed_the_results_of_tasks_it_never_dispatch
     batch = {"tool_call_id": "call_1_0", "tasks": [task], "delivered": False}
     state = RunState(
         turns=TurnState(turn=2, fresh=fresh),
-        extensions={STATE_KEY: {"batches": [batch], "turn": 1}},
+        dispatch=DispatchState.from_json({"batches": [batch], "turn": 1}),
     )
     emitted: list[pb.StreamEvent] = []
     ctx = ToolContext(

@@ -29,6 +29,7 @@ from helix_transport._events import SessionStatus
 from helix_transport._exceptions import UsageError
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._proto.helix.agent.v1 import agent_pb2_grpc as pb_grpc
+from helix_transport.agent.run_cache import RunCache
 from helix_transport.agent.scripted import (
     ScriptedToolCall,
     ScriptedTurn,
@@ -37,7 +38,7 @@ from helix_transport.agent.scripted import (
     steps_taken,
 )
 from helix_transport.agent.tools import RunServices, ToolContext, child_scope
-from helix_transport.delegation.forwarded import forwarded_so_far
+from helix_transport.delegation.forwarding import forwarded_so_far
 from helix_transport.delegation.remote import child_session_id, remote_agent_tool_from_service
 from helix_transport.registry import address_env_var
 from helix_transport.server.limits import Limits
@@ -374,7 +375,7 @@ async def test_a_resumed_parent_reads_its_log_once_for_all_the_children_it_rejoi
     async def flush() -> None:
         pass
 
-    cache: dict[str, Any] = {}
+    cache = RunCache()
 
     def context(tool_call_id: str) -> ToolContext:
         return ToolContext(
@@ -477,8 +478,9 @@ async def test_a_child_inherits_the_root_not_its_grandparents_trace_context() ->
     # Dispatched and companion children got the parent's metadata as it was, with the
     # traceparent the parent itself inherited: their spans nested under the
     # grandparent's delegation span (found by review).
+    from helix_transport._metadata import SessionLineage, split_metadata
     from helix_transport.agent.tools import RunServices, ToolContext
-    from helix_transport.delegation.children import child_metadata
+    from helix_transport.delegation.child_records import child_metadata
     from helix_transport.store import MemoryStore
     from helix_transport.transport._pool import ClientPool
 
@@ -486,19 +488,24 @@ async def test_a_child_inherits_the_root_not_its_grandparents_trace_context() ->
         pass
 
     inherited = {"team": "a", "traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"}
+    stored = {**inherited, "tracestate": "x=1", "helix.root_session_id": "root"}
+    user, lineage = split_metadata(stored)  # as the run loop splits the session's
     ctx = ToolContext(
         session_id="mid",
         agent_type="counter",
         tool_call_id="c1",
         step=1,
-        metadata={**inherited, "tracestate": "x=1", "helix.root_session_id": "root"},
+        metadata=user,
         emit=lambda event: None,
-        run=RunServices(flush=flush, store=MemoryStore(), clients=ClientPool()),
+        run=RunServices(flush=flush, store=MemoryStore(), clients=ClientPool(), lineage=lineage),
     )
     assert child_metadata(ctx) == {"team": "a", "helix.root_session_id": "root"}
     mine = {"traceparent": "00-" + "1" * 32 + "-" + "3" * 16 + "-01"}
     assert child_metadata(ctx, mine) == {"team": "a", "helix.root_session_id": "root", **mine}
-    root = dataclasses.replace(ctx, metadata={})  # a root is the tree's root
+    # A root is the tree's root.
+    root = dataclasses.replace(
+        ctx, metadata={}, run=dataclasses.replace(ctx.run, lineage=SessionLineage())
+    )
     assert child_metadata(root) == {"helix.root_session_id": "mid"}
 
 

@@ -27,9 +27,10 @@ import pytest
 from helix_transport import Agent, AgentClient, ServerConfig, create_server
 from helix_transport._events import SessionStatus
 from helix_transport._exceptions import SessionNotFound, UsageError
+from helix_transport._metadata import DELEGATION_PATH_KEY
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._proto.helix.agent.v1 import agent_pb2_grpc as pb_grpc
-from helix_transport.agent.tools import DELEGATION_PATH_KEY, Tool, ToolContext, child_scope
+from helix_transport.agent.tools import Tool, ToolContext, child_scope
 from helix_transport.delegation.remote import child_session_id
 from helix_transport.registry import address_env_var
 from helix_transport.server.limits import Limits

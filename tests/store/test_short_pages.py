@@ -8,7 +8,7 @@ from pathlib import Path
 
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.agent.turns import heal, read_turns
-from helix_transport.delegation.forwarded import ForwardedSoFar
+from helix_transport.log.children import ForwardedSoFar
 from helix_transport.store import SessionRecord, Store, open_store
 
 BIG = "r" * (600 << 10)  # a tool result under the 1 MiB cap; ten of them pass 4 MiB

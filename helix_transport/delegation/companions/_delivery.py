@@ -11,10 +11,9 @@ from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.agent.tools import (
     ToolContext,
 )
-from helix_transport.delegation.companions._children import PREFIX, Child, Children
 from helix_transport.delegation.companions._lifecycle import Lifecycle
-from helix_transport.delegation.forwarded import ends_logged
-from helix_transport.delegation.forwarding import UNFINISHED
+from helix_transport.delegation.companions._roster import PREFIX, Child, Children
+from helix_transport.delegation.forwarding import UNFINISHED, ends_logged
 from helix_transport.delegation.spans import reopen_delegations
 
 
@@ -26,7 +25,7 @@ class Delivery(Lifecycle):
     ) -> list[dict[str, Any]]:
         """The step hook: one message about every child that finished undelivered."""
         await reopen_delegations(ctx)  # the spans of children a stopped run left open
-        children = Children(ctx.run.state.extensions).all()
+        children = Children(ctx.run.state.companions).all()
         plain = [c for c in children if not c.delivered and not c.inbox]
         queued = [c for c in children if c.inbox]
         if not plain and not queued:
@@ -87,7 +86,7 @@ class Delivery(Lifecycle):
                 return []
             lines = [] if child.delivered else [self._notify(ctx, child)]
             child.inbox = []
-            Children(ctx.run.state.extensions).put(child)
+            Children(ctx.run.state.companions).put(child)
             return [
                 *lines,
                 f"Sub-agent {name!r}: your {count} queued message(s) were dropped, as its "
@@ -95,7 +94,7 @@ class Delivery(Lifecycle):
             ]
         except SessionExists:  # someone else started that turn with other messages
             child.inbox = []
-            Children(ctx.run.state.extensions).put(child)
+            Children(ctx.run.state.companions).put(child)
             return [f"Sub-agent {name!r}: your {count} queued message(s) were dropped, as "
                     "another caller started its next turn."]  # fmt: skip
         except HelixError:

@@ -16,20 +16,26 @@ from helix_transport.agent.tools import (
     ToolError,
     reserve_children,
 )
-from helix_transport.delegation.children import (
+from helix_transport.delegation.child_records import (
     child_metadata,
     save_child_ref,
     subagent_ended,
     subagent_started,
 )
-from helix_transport.delegation.companions._children import (
+from helix_transport.delegation.companions._roster import (
     Child,
     Children,
     PersistentChild,
     child_session_id,
 )
-from helix_transport.delegation.forwarded import forwarded_so_far, start_logged
-from helix_transport.delegation.forwarding import UNFINISHED, forward_child, new_child, status_of
+from helix_transport.delegation.forwarding import (
+    UNFINISHED,
+    forward_child,
+    forwarded_so_far,
+    new_child,
+    start_logged,
+    status_of,
+)
 from helix_transport.delegation.spans import end_delegation, open_delegation
 from helix_transport.registry import resolve_address
 from helix_transport.store import SubSessionRef
@@ -55,9 +61,7 @@ class Lifecycle:
         try:
             await reserve_children(ctx, [child.session_id])
         except ToolError:
-            Children(ctx.run.state.extensions).raw["children"].pop(
-                name, None
-            )  # free a reserved name
+            Children(ctx.run.state.companions).discard(name)  # free a reserved name
             raise
         client = await ctx.run.clients.get(address)
         # One delegation span per child, not per turn: the child keeps the trace context
@@ -102,9 +106,7 @@ class Lifecycle:
                 ) from None
             child.status, child.error = "failed", f"could not start: {exc.message}"
             await self._save_ref(ctx, child)  # not running: nothing to cascade to
-            Children(ctx.run.state.extensions).raw["children"].pop(
-                name, None
-            )  # free a reserved name
+            Children(ctx.run.state.companions).discard(name)  # free a reserved name
             raise ToolError(f"could not spawn {name!r}: {exc.message}") from exc
         # A spawn re-run by a resumed parent: its subagent_start may be in the log.
         logged = previous is not None and await start_logged(ctx, child.session_id)
@@ -187,7 +189,7 @@ class Lifecycle:
         A later turn asks the log: a parent re-running the call (or the step) that began
         it after a crash must not log its start twice.
         """
-        Children(ctx.run.state.extensions).put(child)
+        Children(ctx.run.state.companions).put(child)
         if not logged and child.turn > 1:
             logged = await start_logged(ctx, child.session_id, turn=child.turn)
         if not logged:
@@ -239,7 +241,7 @@ class Lifecycle:
         except HelixError:
             return following, None, 0  # how it ended is out of reach; the turn goes on
         previous = self._unseen_outcome(ctx, ended)
-        Children(ctx.run.state.extensions).put(following)  # the entry is the new turn's again
+        Children(ctx.run.state.companions).put(following)  # the entry is the new turn's again
         dropped = len(child.inbox) if ended.status != "completed" else 0
         return following, previous, dropped
 
@@ -310,7 +312,7 @@ class Lifecycle:
         child.status = SessionStatus.from_proto(status.status).value
         child.output_json = status.output_json if child.status == "completed" else ""
         child.error = status.error
-        Children(ctx.run.state.extensions).put(child)
+        Children(ctx.run.state.companions).put(child)
         await self._save_ref(ctx, child)
         self._end_span(ctx, child)
 
@@ -342,9 +344,9 @@ class Lifecycle:
     # --- helpers ----------------------------------------------------------------------
 
     def _known(self, ctx: ToolContext, name: str) -> Child:
-        child = Children(ctx.run.state.extensions).get(name)
+        child = Children(ctx.run.state.companions).get(name)
         if child is None:
-            known = ", ".join(c.name for c in Children(ctx.run.state.extensions).all()) or "none"
+            known = ", ".join(c.name for c in Children(ctx.run.state.companions).all()) or "none"
             raise ToolError(f"no child agent named {name!r} (children: {known})")
         return child
 
@@ -375,7 +377,7 @@ class Lifecycle:
         if child.delivered:
             return
         child.delivered = True
-        Children(ctx.run.state.extensions).put(child)
+        Children(ctx.run.state.companions).put(child)
         status = SessionStatus(child.status)
         self._end_span(ctx, child)
         # A delivery re-run by a resumed parent (its end flushed, its checkpoint not):

@@ -1,5 +1,6 @@
-"""A parent's children, whatever their kind: the metadata a child starts with, the
-events that bracket it in the parent's log, and its ref in the parent's store."""
+"""What a parent records of a child, whatever its kind (remote tool, companion,
+``run_subagent`` task): the metadata the child starts with, the events that bracket it
+in the parent's log, and its ref in the parent's store."""
 
 from __future__ import annotations
 
@@ -8,14 +9,15 @@ import time
 from collections.abc import Mapping
 
 from helix_transport._events import SessionStatus
-from helix_transport._metadata import MAX_METADATA_VALUE, ROOT_SESSION_KEY, SESSION_PATH_KEY
+from helix_transport._metadata import (
+    MAX_METADATA_VALUE,
+    ROOT_SESSION_KEY,
+    SESSION_PATH_KEY,
+    TRACE_MODE_KEY,
+)
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
-from helix_transport.agent.tools import DELEGATION_PATH_KEY, ToolContext
+from helix_transport.agent.tools import ToolContext
 from helix_transport.store import SubSessionRef
-
-_TRACE_KEYS = frozenset({"traceparent", "tracestate"})
-# The path travels as StartRequest.delegation_path; the parent's own is not the child's.
-_NOT_INHERITED = _TRACE_KEYS | {DELEGATION_PATH_KEY}
 
 
 def child_metadata(
@@ -28,10 +30,15 @@ def child_metadata(
     (this delegation's span) takes its place; without one the child's run is a top
     span of the same trace, which the root session id names.
     """
-    inherited = {k: v for k, v in ctx.metadata.items() if k not in _NOT_INHERITED}
+    lineage = ctx.run.lineage
+    # The caller's entries, and the trace mode as before (a child's runs ignore it). Not
+    # the delegation path: it travels as StartRequest.delegation_path.
+    inherited = (
+        {**ctx.metadata, TRACE_MODE_KEY: lineage.trace_mode} if lineage.trace_mode else ctx.metadata
+    )
     metadata = {
         **inherited,
-        ROOT_SESSION_KEY: ctx.metadata.get(ROOT_SESSION_KEY, ctx.session_id),
+        ROOT_SESSION_KEY: lineage.root_session_id or ctx.session_id,
         **(trace_context or {}),
     }
     # Where the child's requests for input come from; a path too long for one metadata
@@ -39,8 +46,6 @@ def child_metadata(
     path = json.dumps(list(ctx.run.session_path))
     if ctx.run.session_path and len(path) <= MAX_METADATA_VALUE:
         metadata[SESSION_PATH_KEY] = path
-    else:
-        metadata.pop(SESSION_PATH_KEY, None)
     return metadata
 
 

@@ -1,24 +1,22 @@
-"""The state of a parent's companions: declared types, tool arguments, and the
-children recorded in the parent run's state."""
+"""The companions' roster: the child types a parent may keep, its tools' arguments,
+and the children it keeps (``RunState.companions``, a child at a time)."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Literal
 
 from pydantic import BaseModel, Field, field_validator
 
+from helix_transport.agent.state import CompanionChild, CompanionsState
 from helix_transport.agent.tools import (
     ToolContext,
     derived_session_id,
 )
 
 PREFIX = "companion__"
-STATE_KEY = "companions"
-"""The companions' entry of the parent run's ``RunState.extensions``: its children."""
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$"
 """Names become part of session ids, so they use the session-id alphabet."""
 MAX_INBOX = 16
@@ -105,75 +103,46 @@ class NoArgs(BaseModel):
 # --- the children, as the parent run keeps them ----------------------------------------
 
 
-@dataclass(kw_only=True)
-class Child:
-    name: str
-    agent_type: str
-    session_id: str
-    address: str
-    tool_call_id: str
-    turn: int = 1
-    from_sequence: int = 0
-    """Where the current turn begins in the child's log."""
-    status: str = "running"
-    output_json: str = ""
-    error: str = ""
-    delivered: bool = False
-    """The current turn's outcome reached the parent's model."""
-    inbox: list[str] = field(default_factory=list)
-    """Messages sent while the turn ran, for the next turn (see "Queued messages")."""
-
-    def view(self) -> dict[str, Any]:
-        """What the parent's model is shown about the child."""
-        shown: dict[str, Any] = {"name": self.name, "agent": self.agent_type, "status": self.status}
-        if self.output_json:
-            shown["last_output"] = json.loads(self.output_json)
-        if self.error:
-            shown["error"] = self.error
-        if self.inbox:
-            shown["queued_messages"] = len(self.inbox)
-        return shown
-
-    def outcome(self) -> dict[str, Any]:
-        """How the current turn ended, as a tool result shows it."""
-        shown: dict[str, Any] = {"status": self.status}
-        if self.status == "completed":
-            shown["output"] = json.loads(self.output_json)
-        elif self.error:
-            shown["error"] = self.error
-        return shown
+Child = CompanionChild
+"""A child as the parent run keeps it (``RunState.companions``)."""
 
 
 class Children:
-    """The ``STATE_KEY`` entry of a run's ``RunState.extensions``, with typed access."""
+    """The run's ``RunState.companions``, a child at a time: ``get`` gives a copy, and
+    what a tool changes in it counts once ``put`` back."""
 
-    def __init__(self, extensions: dict[str, Any]) -> None:
-        self.raw = extensions.setdefault(STATE_KEY, {"counters": {}, "children": {}})
+    def __init__(self, state: CompanionsState) -> None:
+        self.state = state
 
     def get(self, name: str) -> Child | None:
-        entry = self.raw["children"].get(name)
-        return Child(**entry) if entry is not None else None
+        entry = self.state.children.get(name)
+        return _copy(entry) if entry is not None else None
 
     def put(self, child: Child) -> None:
-        self.raw["children"][child.name] = dataclasses.asdict(child)
+        self.state.children[child.name] = _copy(child)
+
+    def discard(self, name: str) -> None:
+        """Forget ``name`` (a name reserved by a spawn that did not start its child)."""
+        self.state.children.pop(name, None)
 
     def all(self) -> list[Child]:
         # A None entry is a name reserved by a spawn still starting its child.
-        return [Child(**entry) for entry in self.raw["children"].values() if entry is not None]
+        return [_copy(entry) for entry in self.state.children.values() if entry is not None]
 
     def auto_name(self, agent_type: str) -> str:
         """``{agent_type}-{n}``: the next free n. Synchronous, so never shared."""
-        counters = self.raw["counters"]
+        counters = self.state.counters
         while True:
             counters[agent_type] = counters.get(agent_type, 0) + 1
             name = f"{agent_type}-{counters[agent_type]}"
-            if name not in self.raw["children"]:
+            if name not in self.state.children:
                 # Reserve it at once: a concurrent spawn must not pick it too.
-                self.raw["children"][name] = None
+                self.state.children[name] = None
                 return name
 
 
-_LOCKS_KEY = "companions.locks"
+def _copy(child: Child) -> Child:
+    return dataclasses.replace(child, inbox=list(child.inbox))
 
 
 def lock(ctx: ToolContext, name: str) -> asyncio.Lock:
@@ -181,5 +150,4 @@ def lock(ctx: ToolContext, name: str) -> asyncio.Lock:
     the model called them, each on the child as the one before left it (concurrent
     calls used to write back stale copies: an outcome marked delivered was unmarked,
     and pushed twice)."""
-    locks: dict[str, asyncio.Lock] = ctx.run.cache.setdefault(_LOCKS_KEY, {})
-    return locks.setdefault(name, asyncio.Lock())
+    return ctx.run.cache.companion_locks.setdefault(name, asyncio.Lock())

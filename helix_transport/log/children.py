@@ -1,16 +1,16 @@
-"""What a parent's own log holds of its children: the truth a resumed parent reads."""
+"""What a parent's own log holds of its children: the truth a resumed parent reads.
+
+Kept beside ``subtree`` (the children's usage, read from the same log): one index per
+run (``RunCache.log_index``), for the delegation tools (``delegation.forwarding``).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Iterable
 
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
-from helix_transport.agent.tools import ToolContext
 from helix_transport.store import EventLogStore, pages
-
-_FORWARDED_KEY = "remote.forwarded"  # RunServices.cache key of the run's ForwardedSoFar
 
 
 @dataclasses.dataclass
@@ -104,27 +104,3 @@ class ForwardedSoFar:
                     calls.setdefault(end.tool_call_id, Logged()).end = end
                     children.setdefault(end.child_session_id, ChildLogged()).ends += 1
             self._read_to = events[-1].sequence
-
-
-async def start_logged(ctx: ToolContext, child_id: str, *, turn: int = 1) -> bool:
-    """True when the parent's log holds the ``subagent_start`` of ``child_id``'s turn
-    ``turn`` (one start per turn, whichever call began it): a call re-run by a resumed
-    parent must not write it again. Ask only when the child's ref existed before the
-    call (refs are saved before the event)."""
-    return (await forwarded_so_far(ctx).child(child_id)).starts >= turn
-
-
-async def ends_logged(ctx: ToolContext, child_ids: Iterable[str]) -> dict[str, int]:
-    """How many ``subagent_end``s of each of ``child_ids`` the parent's log holds (one
-    per turn delivered): a delivery re-run by a resumed parent must not log one twice."""
-    index = forwarded_so_far(ctx)
-    await index.logged("")
-    return {child_id: index.child_so_far(child_id).ends for child_id in child_ids}
-
-
-def forwarded_so_far(ctx: ToolContext) -> ForwardedSoFar:
-    """The run's ``ForwardedSoFar`` (one per run, kept in ``ctx.run.cache``)."""
-    index = ctx.run.cache.get(_FORWARDED_KEY)
-    if not isinstance(index, ForwardedSoFar):
-        index = ctx.run.cache[_FORWARDED_KEY] = ForwardedSoFar(ctx.run.store, ctx.session_id)
-    return index
