@@ -21,7 +21,10 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-import asyncpg  # type: ignore[import-untyped]
+from helix_transport._optional import requires
+
+with requires("postgres", "the PostgreSQL store (postgresql://)"):
+    import asyncpg  # type: ignore[import-untyped]
 
 from helix_transport._events import SessionStatus
 from helix_transport._exceptions import (

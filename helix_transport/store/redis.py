@@ -29,10 +29,13 @@ from contextlib import contextmanager
 from typing import cast
 from urllib.parse import urlsplit, urlunsplit
 
-import redis.asyncio as aioredis
-import redis.exceptions as redis_errors
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
+from helix_transport._optional import requires
+
+with requires("redis", "the Redis store (redis://)"):
+    import redis.asyncio as aioredis
+    import redis.exceptions as redis_errors
+    from redis.asyncio.retry import Retry
+    from redis.backoff import NoBackoff
 
 from helix_transport._events import SessionStatus
 from helix_transport._exceptions import (
