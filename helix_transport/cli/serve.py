@@ -73,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
 def _start_metrics(args: argparse.Namespace, service_name: str) -> MetricsEndpoint | None:
     """Serve ``/metrics`` when ``--metrics-port`` or ``HELIX_METRICS_PORT`` asks for it."""
     from helix_transport.metrics import MetricsConfig, start_metrics
+    from helix_transport.server.app import announce
 
     config = MetricsConfig.from_env(
         host=args.host, port=args.metrics_port, service_name=service_name
@@ -80,7 +81,7 @@ def _start_metrics(args: argparse.Namespace, service_name: str) -> MetricsEndpoi
     if config.port is None:
         return None
     endpoint = start_metrics(config)
-    print(f"helix-mesh: metrics on {endpoint.url}", flush=True)
+    announce(f"metrics on {endpoint.url}", metrics_url=endpoint.url)
     return endpoint
 
 
