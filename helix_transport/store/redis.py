@@ -8,8 +8,7 @@ Every key starts with the store's prefix (``{prefix}:...``):
 - ``events:{id}``: the session's log, a stream whose entry ids are ``0-<sequence>``.
 - ``checkpoint:{id}``: the checkpoint as a JSON string.
 - ``interrupt:{id}`` / ``interrupt-abort:{id}`` / ``answers:{id}``: see ``_redis_inputs``.
-- ``refs:{parent}`` / ``refs-order:{parent}``: refs by child id, and child ids in
-  the order they were first stored.
+- ``refs:{parent}`` / ``refs-order:{parent}``: refs by child id; child ids, first stored first.
 - ``commands`` / ``command:{member}``: the outbox of child commands (see ``_redis_outbox``).
 - ``status:finished-at`` / ``expired:{id}``: retention (see ``_redis_retention``).
 
