@@ -1,7 +1,9 @@
 # helix-mesh developer tasks. `make test` is what CI runs (.ci/run).
 #
 # The Makefile bootstraps its own virtualenv in .venv and reinstalls it only when
-# pyproject.toml changes (the .venv/.installed stamp).
+# pyproject.toml changes (the .venv/.installed stamp). It holds every extra ([all]: the
+# Redis and PostgreSQL backends, span exporters, the inspector page, the Prometheus
+# endpoint) plus the developer tools ([dev]: tests, linters, protoc).
 
 SHELL := /bin/bash
 .SHELLFLAGS := -euo pipefail -c
@@ -31,7 +33,7 @@ venv: $(STAMP)
 
 $(STAMP): pyproject.toml
 	[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --disable-pip-version-check -e '.[dev]'
+	$(PY) -m pip install --disable-pip-version-check -e '.[all,dev]'
 	touch $@
 
 proto: venv

@@ -4,6 +4,8 @@ Usage: python proto/generate.py [--check]
 
 protoc writes imports as ``from helix.agent.v1 import ...``; they are rewritten to
 live under ``helix_transport._proto`` so the generated code needs no sys.path tricks.
+The ``.proto`` sources are copied beside their generated code, so the wheel carries the
+contract (``helix-mesh proto --out DIR`` writes it out for another language's build).
 ``--check`` regenerates into a temporary directory and fails if the committed
 files differ (CI runs it to keep generated code fresh).
 """
@@ -48,6 +50,9 @@ def generate(out: Path) -> None:
         text = path.read_text()
         fixed = re.sub(r"^(from|import) helix\.", rf"\1 {PACKAGE}.helix.", text, flags=re.M)
         path.write_text(fixed)
+    for proto in protos:
+        (out / proto).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(PROTO_DIR / proto, out / proto)
     for directory in [out, *(p for p in out.rglob("*") if p.is_dir())]:
         (directory / "__init__.py").touch()
 

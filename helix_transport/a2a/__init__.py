@@ -12,6 +12,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from helix_transport._optional import requires
+
+# Every module of this package imports the SDK: a missing extra is named here, once.
+with requires("a2a", "A2A (serve --a2a-port, a2a_agent_tool)"):
+    import a2a  # noqa: F401
+
 if TYPE_CHECKING:
     from helix_transport.a2a.server import A2AEndpoint, create_app
 

@@ -31,6 +31,7 @@ from helix_transport._events import SessionStatus
 from helix_transport._exceptions import AgentRunError, HelixError, ModelAPIError, UsageError
 from helix_transport._metadata import split_metadata
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
+from helix_transport._secrets import redact
 from helix_transport.agent._start import RunStart
 from helix_transport.agent._step_inputs import StepInputs, suspended_event
 from helix_transport.agent._steps import (
@@ -474,10 +475,18 @@ class RunLoop:
         return SessionStatus.COMPLETED
 
     async def _fail(self, state: RunProgress, error: str, reason: str) -> SessionStatus:
-        error = clipped(storable_text(error))  # the event says what the record will
+        # The event says what the record will. A provider's error may echo a credential
+        # (an API key): redacted here, where it is stored and returned by GetStatus.
+        error = clipped(redact(storable_text(error)))
         state.error = error
         # What an operator acts on: the reason (a stable word) and the status's error.
-        logger.warning("session %s failed (%s): %s", self.session_id, reason, error)
+        logger.warning(
+            "session %s failed (%s): %s",
+            self.session_id,
+            reason,
+            error,
+            extra={"status": SessionStatus.FAILED.value, "reason": reason, "error": error},
+        )
         usage = await self._usage(state)
         await self.writer.finish(
             pb.StreamEvent(failed=pb.Failed(error=error, failure_reason=reason, **usage)),

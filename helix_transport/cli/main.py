@@ -11,6 +11,7 @@ helix-mesh tree 127.0.0.1:50061 SESSION_ID --follow
 helix-mesh inspect 127.0.0.1:50061
 helix-mesh conformance 127.0.0.1:50061 --input '{"topic": "gRPC"}'
 helix-mesh gc sqlite:///.helix/researcher.db --retention 7d [--dry-run]
+helix-mesh proto --out protos/
 
 Exit codes: ``ExitCode`` in exits.py (and docs/cli.md).
 """
@@ -31,6 +32,7 @@ from helix_transport.cli import (
     conformance,
     gc,
     inspect_command,
+    proto,
     respond,
     serve,
     sessions,
@@ -50,6 +52,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, int]]] =
     "conformance": conformance.conformance,
     "gc": gc.gc,
     "sessions": sessions.sessions,
+    "proto": proto.write,
 }
 
 
@@ -69,6 +72,7 @@ def _parser() -> argparse.ArgumentParser:
     conformance.add_command(sub)
     gc.add_command(sub)
     sessions.add_command(sub)
+    proto.add_command(sub)
     # Listed for --help only: main() hands `bench ...` to helix_transport.bench whole.
     sub.add_parser("bench", help="run the benchmark suite (helix-mesh bench --help)")
     return parser

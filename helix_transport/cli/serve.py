@@ -74,13 +74,14 @@ def _start_metrics(
 ) -> MetricsEndpoint | None:
     """Serve ``/metrics`` when ``--metrics-port`` or ``HELIX_METRICS_PORT`` asks for it."""
     from helix_transport.metrics import MetricsConfig, start_metrics
+    from helix_transport.server.app import announce
 
     port = env.metrics_port()  # read even under the flag: a bad variable is an error
     port = port if args.metrics_port is None else args.metrics_port
     if port is None:
         return None
     endpoint = start_metrics(MetricsConfig(host=args.host, port=port, service_name=service_name))
-    print(f"helix-mesh: metrics on {endpoint.url}", flush=True)
+    announce(f"metrics on {endpoint.url}", metrics_url=endpoint.url)
     return endpoint
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from helix_transport._exceptions import UsageError
+from helix_transport._optional import requires
 from helix_transport.metrics.instruments import SCOPE, install, metrics_enabled
 
 if TYPE_CHECKING:
@@ -84,11 +85,13 @@ def start_metrics(config: MetricsConfig) -> MetricsEndpoint:
     if metrics_enabled():
         raise UsageError("metrics are already served by this process")
     # Imported here: a process without metrics never loads the SDK's metrics side.
-    from opentelemetry.exporter.prometheus import PrometheusMetricReader
     from opentelemetry.sdk.metrics import AlwaysOffExemplarFilter, MeterProvider
     from opentelemetry.sdk.resources import Resource
-    from prometheus_client import CollectorRegistry, start_http_server
-    from prometheus_client.process_collector import ProcessCollector
+
+    with requires("metrics", "the Prometheus endpoint (--metrics-port)"):
+        from opentelemetry.exporter.prometheus import PrometheusMetricReader
+        from prometheus_client import CollectorRegistry, start_http_server
+        from prometheus_client.process_collector import ProcessCollector
 
     # A registry of our own: the library's metrics and the process's CPU, memory and
     # file descriptors, nothing another library registered globally.

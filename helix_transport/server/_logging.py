@@ -5,11 +5,15 @@ The context is a contextvar, not an argument: the runner binds a run's
 ``session_id`` for the run's task (and the tasks it starts), the service its
 ``agent_type`` once; ``trace_id`` is the current OpenTelemetry span's, where tracing
 made one current. A JSON line has ``time``, ``level``, ``logger``, ``message``, those
-fields where known, and ``exc_info`` (the whole traceback, in the one line).
+fields where known, those a call site gave with ``extra=`` (a failed session's
+``status``, ``reason`` and ``error``), and ``exc_info`` (the whole traceback, in the one
+line). What the process prints on stdout (``listening on``, ``health on``, ``metrics
+on``) goes through ``announce``: a JSON line of the same shape under the JSON format.
 
 Secrets stay out whatever a message holds: every value of an environment variable
 named like a credential (``*KEY*``, ``*TOKEN*``, ``*SECRET*``, ``*PASSWORD*``...) is
-replaced by ``[redacted]`` in every line, text or JSON, tracebacks included.
+replaced by ``[redacted]`` in every line, text or JSON, tracebacks included
+(``helix_transport._secrets``, which also redacts a failed session's stored error).
 """
 
 from __future__ import annotations
@@ -17,14 +21,13 @@ from __future__ import annotations
 import contextvars
 import json
 import logging
-import os
-import re
 import sys
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Final
 
 from helix_transport._exceptions import UsageError
+from helix_transport._secrets import redact, secrets_from_env
 
 LOG_FORMAT_ENV: Final = "HELIX_LOG_FORMAT"
 FORMATS: Final = ("text", "json")
@@ -34,6 +37,7 @@ _context: contextvars.ContextVar[Mapping[str, str] | None] = contextvars.Context
     "helix_log_context", default=None
 )
 _service: dict[str, str] = {}  # the process's own fields (one agent type per service)
+_stdout_formatter: list[logging.Formatter] = []  # the JSON format's, once configured
 
 
 def bind(**fields: str) -> None:
@@ -58,22 +62,16 @@ def context_fields() -> dict[str, str]:
     return fields
 
 
-_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.IGNORECASE)
-_MIN_SECRET = 8  # shorter values ("1", "on") would redact ordinary words
+# Attributes every LogRecord has: anything else on a record came from ``extra=`` and is a
+# field of the JSON line (a failed session's ``status``, ``reason``, ``error``).
+_RECORD_ATTRIBUTES: Final = frozenset(
+    vars(logging.LogRecord("", 0, "", 0, "", (), None)).keys() | {"message", "asctime"}
+)
 
 
-def secrets_from_env(env: Mapping[str, str] | None = None) -> list[str]:
-    """The values of the environment's credential-like variables, longest first."""
-    env = os.environ if env is None else env
-    found = {v for k, v in env.items() if _SECRET_NAME.search(k) and len(v) >= _MIN_SECRET}
-    return sorted(found, key=len, reverse=True)
-
-
-def redact(text: str, secrets: list[str]) -> str:
-    for secret in secrets:
-        if secret in text:
-            text = text.replace(secret, "[redacted]")
-    return text
+def extra_fields(record: logging.LogRecord) -> dict[str, object]:
+    """The fields a call site gave with ``extra=``."""
+    return {k: v for k, v in vars(record).items() if k not in _RECORD_ATTRIBUTES}
 
 
 class TextFormatter(logging.Formatter):
@@ -100,13 +98,14 @@ class JsonFormatter(logging.Formatter):
         self.secrets = secrets
 
     def format(self, record: logging.LogRecord) -> str:
-        line: dict[str, str] = {
+        line: dict[str, object] = {
             "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname,
             "logger": record.name,
             "message": record.getMessage(),
         }
         line.update(context_fields())
+        line.update(extra_fields(record))
         if record.exc_info:
             line["exc_info"] = self.formatException(record.exc_info)
         elif record.exc_text:
@@ -135,6 +134,19 @@ def configure_logging(log_format: str, *, level: str = "INFO") -> None:
     for old in list(root.handlers):
         root.removeHandler(old)
     root.addHandler(handler)
+    _stdout_formatter[:] = [formatter] if chosen == "json" else []
     root.setLevel(level)
     # litellm logs requests (message content included) at INFO and DEBUG.
     logging.getLogger("LiteLLM").setLevel(logging.WARNING)
+
+
+def announce(message: str, **fields: object) -> None:
+    """Say ``message`` on stdout, where a script or a person waits for it (``listening
+    on ...``): ``helix-mesh: message`` as text, one JSON line (``message`` and ``fields``)
+    under the JSON format."""
+    if not _stdout_formatter:
+        print(f"helix-mesh: {message}", flush=True)
+        return
+    record = logging.LogRecord("helix.server", logging.INFO, __file__, 0, message, (), None)
+    record.__dict__.update(fields)
+    print(_stdout_formatter[0].format(record), flush=True)

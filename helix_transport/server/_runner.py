@@ -298,7 +298,10 @@ class SessionRunner:
             status = await loop.run(resume_reason=resume_reason)
             suspended = status is SessionStatus.SUSPENDED
             logger.info(
-                "session %s %s", session_id, "suspended" if suspended else f"ended {status}"
+                "session %s %s",
+                session_id,
+                "suspended" if suspended else f"ended {status}",
+                extra={"status": status.value},
             )
             if status in (
                 SessionStatus.FAILED,

@@ -23,6 +23,7 @@ from helix_transport.server._heartbeat import heartbeat
 from helix_transport.server._identity import current_principal
 from helix_transport.server._inputs import InputRouter
 from helix_transport.server._listing import list_sessions
+from helix_transport.server._logging import bind as bind_log_context
 from helix_transport.server._ownership import parent_id, storage_id
 from helix_transport.server._sessions import Sessions
 from helix_transport.store import SessionRecord, Usage, input_fingerprint
@@ -53,9 +54,11 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
         metadata = check.start_metadata(request, session_id, agent=self.agent, limits=self.limits)
         input_json = request.input_json or "{}"  # as the proto says: the same call as {}
         caller = current_principal()  # the new session's owner
+        key = storage_id(caller, session_id)
+        bind_log_context(session_id=key)  # this call's log lines name the session
         # Compare existing sessions on the raw input: an equal JSON value is the same call.
         record = SessionRecord(
-            session_id=storage_id(caller, session_id),
+            session_id=key,
             agent_type=self.agent.name,
             input_json=input_json,
             input_hash=input_fingerprint(input_json),
@@ -195,8 +198,11 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
 
 
 def _key(session_id: str) -> str:
-    """The store's key of the caller's session ``session_id`` (see _ownership)."""
-    return storage_id(current_principal(), session_id)
+    """The store's key of the caller's session ``session_id`` (see _ownership); the
+    call's log lines name it from here on, as the run's lines do."""
+    key = storage_id(current_principal(), session_id)
+    bind_log_context(session_id=key)
+    return key
 
 
 def _token_usage(usage: Usage) -> pb.TokenUsage:

@@ -387,11 +387,14 @@ async def serve(
         # collections in the middle of a stream.
         gc.collect()
         gc.freeze()
-        print(f"helix-mesh: agent {agent.name!r} listening on {server.address}", flush=True)
+        _logging.announce(
+            f"agent {agent.name!r} listening on {server.address}", address=server.address
+        )
         if server.health_port is not None:
-            print(f"helix-mesh: health on {config.host}:{server.health_port}", flush=True)
+            health = f"{config.host}:{server.health_port}"
+            _logging.announce(f"health on {health}", health_address=health)
         if server.a2a is not None:
-            print(f"helix-mesh: A2A on {server.a2a.url}", flush=True)
+            _logging.announce(f"A2A on {server.a2a.url}", a2a_url=server.a2a.url)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, lambda: asyncio.ensure_future(server.shutdown()))
@@ -405,6 +408,11 @@ async def serve(
                 await asyncio.to_thread(hook)
             except Exception:
                 logger.warning("shutdown hook %r failed", hook, exc_info=True)
+
+
+def announce(message: str, **fields: object) -> None:
+    """Print ``message`` on stdout, as one JSON line under ``--log-format json``."""
+    _logging.announce(message, **fields)
 
 
 def configure_logging(log_format: str | None = None) -> None:

@@ -60,7 +60,13 @@ async def _abort(context: grpc.aio.ServicerContext[Any, Any], method: str, exc: 
         await context.abort(code, message, trailing_metadata=rich_trailer(code, exc))
     # Never send internals across the wire: log them with a reference the caller can quote.
     ref = uuid.uuid4().hex[:12]
-    logger.error("unhandled error in %s (ref %s)", method, ref, exc_info=exc)
+    logger.error(
+        "unhandled error in %s (ref %s)",
+        method,
+        ref,
+        exc_info=exc,
+        extra={"rpc": method, "ref": ref},
+    )
     await context.abort(grpc.StatusCode.INTERNAL, f"internal error (ref {ref}); see the server log")
 
 

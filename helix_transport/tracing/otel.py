@@ -50,6 +50,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from helix_transport._events import SessionStatus
 from helix_transport._metadata import ROOT_SESSION_KEY, TRACE_MODE_KEY
+from helix_transport._optional import requires
 from helix_transport.agent.hooks import RunHooks
 from helix_transport.store import Usage
 from helix_transport.tracing.ids import Ids, forced_ids, span_id_for, trace_id_for
@@ -149,7 +150,8 @@ def setup_otel(service_name: str) -> OtelTracing | None:
     provider = make_provider(service_name)
     closers: list[Callable[[], object]] = []
     if langfuse:
-        from langfuse import Langfuse
+        with requires("langfuse", "span export to Langfuse (LANGFUSE_PUBLIC_KEY)"):
+            from langfuse import Langfuse
 
         if _langfuse_taken:
             logger.warning(
@@ -163,7 +165,8 @@ def setup_otel(service_name: str) -> OtelTracing | None:
         client = Langfuse(tracer_provider=provider, should_export_span=_export_all)
         closers.append(client.shutdown)
     if otlp:
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        with requires("otlp", "span export over OTLP (OTEL_EXPORTER_OTLP_ENDPOINT)"):
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
         processor: SpanProcessor = BatchSpanProcessor(OTLPSpanExporter())
         provider.add_span_processor(processor)

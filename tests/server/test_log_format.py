@@ -1,5 +1,7 @@
 """Service logs: ``--log-format json`` is one JSON object per line, with the session's
-context; a failed session says why at WARNING; no secret reaches the log.
+context, stdout's announcements included; a failed session says why at WARNING, with its
+``status``, ``reason`` and ``error`` as fields; an RPC's lines name its session; no secret
+reaches the log, nor the session's stored error that ``GetStatus`` returns.
 
 The process test serves ``tests.agents.failing:refused``, whose provider refuses the
 call and echoes the API key back in its error (as some providers do), behind a token
@@ -18,11 +20,14 @@ from pathlib import Path
 import pytest
 from opentelemetry.trace import Span, Tracer
 
-from helix_transport import AgentClient
+from helix_transport import AgentClient, create_server
+from helix_transport._exceptions import RemoteError
 from helix_transport.server import _logging
 from helix_transport.server.app import configure_logging
+from helix_transport.store import MemoryStore, SessionRecord
 from helix_transport.testing.processes import ServiceProcess, free_port
 from helix_transport.transport import ClientAuth
+from tests.agents import failing
 from tests.helpers import ROOT
 
 
@@ -39,7 +44,8 @@ async def test_a_failed_session_in_json_logs_says_why_and_leaks_nothing(tmp_path
         log_path=log,
         cwd=ROOT,
         auth_args=["--auth-tokens", str(tokens)],
-        extra_args=["--log-format", "json"],
+        extra_args=["--log-format", "json", "--metrics-port", "0"],
+        health_port=(health_port := free_port()),
         env={"OPENAI_API_KEY": api_key, "HELIX_LOG_LEVEL": "INFO"},
     )
     await service.start()
@@ -58,11 +64,14 @@ async def test_a_failed_session_in_json_logs_says_why_and_leaks_nothing(tmp_path
 
     text = log.read_text()
     lines = [line for line in text.splitlines() if line.strip()]
-    # The one plain line: serve's own "listening" banner on stdout, not a log record.
-    records = [json.loads(line) for line in lines if not line.startswith("helix-mesh: ")]
-    assert len(records) == len(lines) - 1, text
+    # Every line is JSON, stdout's announcements (listening, metrics, health) included.
+    records = [json.loads(line) for line in lines]
     for record in records:
         assert {"time", "level", "logger", "message"} <= set(record), record
+    announced = {r["message"].split(" on ")[0]: r for r in records if " on " in r["message"]}
+    assert announced["metrics"]["metrics_url"].startswith("http://127.0.0.1:")
+    assert announced["agent 'refused' listening"]["address"] == service.address
+    assert announced["health"]["health_address"] == f"127.0.0.1:{health_port}"
     failed = [r for r in records if r["level"] == "WARNING" and "failed (" in r["message"]]
     assert len(failed) == 1, records
     (line,) = failed
@@ -71,8 +80,48 @@ async def test_a_failed_session_in_json_logs_says_why_and_leaks_nothing(tmp_path
     assert line["session_id"].endswith("/leaky-1")  # alice's namespace, then her id
     assert f"({status.failure_reason})" in line["message"]
     assert "Incorrect API key provided: [redacted]" in line["message"]
+    # What a machine filters on, as fields of their own.
+    assert line["status"] == "failed"
+    assert line["reason"] == status.failure_reason
+    assert line["error"] == status.error
+    assert status.error.endswith("Incorrect API key provided: [redacted]")
+    (ended,) = [r for r in records if r["message"].endswith("ended failed")]
+    assert ended["status"] == "failed" and ended["session_id"] == line["session_id"]
     for secret in (api_key, token, content):
         assert secret not in text
+        assert secret not in status.error  # what GetStatus returns was stored redacted
+
+
+async def test_an_rpc_log_line_names_the_session_it_touched(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A store that breaks under a GetStatus: the interceptor logs the unhandled error.
+    class Broken(MemoryStore):
+        async def get_session(self, session_id: str) -> SessionRecord | None:
+            raise RuntimeError("disk on fire")
+
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        configure_logging("json")
+        async with (
+            await create_server(failing.refused, Broken(), allow_unauthenticated=True) as server,
+            await AgentClient.connect(server.address) as client,
+        ):
+            with pytest.raises(RemoteError):
+                await client.get_status("rpc-7")
+        err = capsys.readouterr().err
+    finally:
+        for handler in list(root.handlers):
+            root.removeHandler(handler)
+        for handler in handlers:
+            root.addHandler(handler)
+        root.setLevel(level)
+    records = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+    (line,) = [r for r in records if r["message"].startswith("unhandled error in")]
+    assert line["session_id"] == "rpc-7"  # anonymous: the bare id is the key
+    assert line["rpc"] == "/helix.agent.v1.AgentService/GetStatus"
+    assert "disk on fire" in line["exc_info"]
 
 
 def test_an_unexpected_exception_is_one_json_line_with_its_traceback(

@@ -11,11 +11,14 @@ from __future__ import annotations
 import socket
 from urllib.parse import quote
 
-import uvicorn
-
 from helix_transport._exceptions import UsageError
-from helix_transport.cli.inspector.app import GUARD_HEADER, Inspector
+from helix_transport._optional import requires
 from helix_transport.transport import ClientAuth, ClientPool
+
+with requires("inspect", "helix-mesh inspect (the web page)"):
+    import uvicorn
+
+    from helix_transport.cli.inspector.app import GUARD_HEADER, Inspector
 
 __all__ = ["GUARD_HEADER", "Inspector", "serve_inspector"]
 

@@ -14,6 +14,12 @@ granted and checked against the database clock, which all replicas share.
 
 from __future__ import annotations
 
+from helix_transport._optional import requires
+
+# Every module of this package imports asyncpg: a missing extra is named here, once.
+with requires("postgres", "the PostgreSQL store (postgresql://)"):
+    import asyncpg  # type: ignore[import-untyped]  # noqa: F401
+
 from helix_transport.store.postgres._schema import SCHEMA_VERSION
 from helix_transport.store.postgres._store import PostgresStore
 

@@ -21,6 +21,12 @@ Cluster. Nor Sentinel: the store connects to one address and follows no failover
 
 from __future__ import annotations
 
+from helix_transport._optional import requires
+
+# Every module of this package imports redis: a missing extra is named here, once.
+with requires("redis", "the Redis store (redis://)"):
+    import redis  # noqa: F401
+
 from helix_transport.store.redis._store import RedisStore
 
 __all__ = ["RedisStore"]
