@@ -264,6 +264,9 @@ class ServerConfig:
     a2a_port: int | None = None
     """Also serve the agent as an A2A server (JSON-RPC, HTTP+JSON; ``docs/a2a.md``) on this
     port (0 picks one); ``None``: no A2A endpoint."""
+    a2a_grpc_port: int | None = None
+    """Also serve A2A's gRPC binding on this port (0 picks one; needs ``a2a_port``, whose
+    card lists it); ``None``: none."""
     a2a_url: str | None = None
     """The base URL the Agent Card names (behind a proxy or ingress); default the
     endpoint's own ``http://host:port``."""
@@ -289,6 +292,10 @@ class ServerConfig:
             raise UsageError(f"health_port must be 0-65535, not {self.health_port}")
         if self.a2a_port is not None and not 0 <= self.a2a_port <= 65535:
             raise UsageError(f"a2a_port must be 0-65535, not {self.a2a_port}")
+        if self.a2a_grpc_port is not None and (
+            self.a2a_port is None or not 0 <= self.a2a_grpc_port <= 65535
+        ):
+            raise UsageError("a2a_grpc_port must be 0-65535, with an a2a_port")
         if self.lease_ttl_s <= 0 or self.graceful_shutdown_timeout_s < 0:
             raise UsageError("lease_ttl_s must be positive and graceful_shutdown_timeout_s >= 0")
         if self.retention_s is not None and not self.retention_s > 0:

@@ -26,8 +26,10 @@ def agent_card(
     base_url: str,
     authenticates: bool,
     version: str = "1.0.0",
+    grpc_target: str | None = None,
 ) -> a2a.AgentCard:
-    """The card of the agent ``describe`` names, served at ``base_url``.
+    """The card of the agent ``describe`` names, served at ``base_url`` (and its gRPC
+    binding at ``grpc_target``, ``host:port``, when it has one).
 
     One skill (the agent), streaming, no push notifications; with ``authenticates``
     an HTTP bearer scheme (a token of the service's token file, or a JWT) required
@@ -47,6 +49,12 @@ def agent_card(
     ):
         card.supported_interfaces.add(
             url=base + path, protocol_binding=binding.value, protocol_version=PROTOCOL_VERSION_1_0
+        )
+    if grpc_target is not None:
+        card.supported_interfaces.add(
+            url=grpc_target,
+            protocol_binding=TransportProtocol.GRPC.value,
+            protocol_version=PROTOCOL_VERSION_1_0,
         )
     card.capabilities.streaming = True
     card.capabilities.push_notifications = False

@@ -1,5 +1,6 @@
 """The A2A endpoint of an agent service: a2a-sdk's JSON-RPC and HTTP+JSON routes and
-its Agent Card route, over ``HelixRequestHandler``, on a port of its own.
+its Agent Card route, over ``HelixRequestHandler``, on a port of its own; optionally
+its gRPC binding (``grpc_binding``) on a second port.
 
 Authentication runs first, in the ASGI app, before a byte of the request body is
 read: the service's own authenticators (its token file, its JWT key), the same
@@ -15,6 +16,7 @@ import logging
 import socket
 from typing import Any
 
+import grpc
 import uvicorn
 from a2a.server.context import ServerCallContext
 from a2a.server.routes import (
@@ -30,6 +32,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from helix_transport._exceptions import Unauthenticated, UsageError
 from helix_transport.a2a.card import JSONRPC_PATH, REST_PATH, agent_card
+from helix_transport.a2a.grpc_binding import grpc_server
 from helix_transport.a2a.handler import BEARER, PRINCIPAL, HelixRequestHandler
 from helix_transport.server.edge import SessionsEdge
 
@@ -89,10 +92,22 @@ async def _refuse(send: Send, message: str) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-def create_app(edge: SessionsEdge, *, base_url: str) -> ASGIApp:
-    """The ASGI app of ``edge``'s A2A endpoint, its card naming ``base_url``."""
-    handler = HelixRequestHandler(edge)
-    card = agent_card(edge.describe(), base_url=base_url, authenticates=edge.authenticates)
+def create_app(
+    edge: SessionsEdge,
+    *,
+    base_url: str,
+    grpc_target: str | None = None,
+    handler: HelixRequestHandler | None = None,
+) -> ASGIApp:
+    """The ASGI app of ``edge``'s A2A endpoint, its card naming ``base_url`` (and
+    ``grpc_target``, the gRPC binding's ``host:port``, when there is one)."""
+    handler = handler or HelixRequestHandler(edge)
+    card = agent_card(
+        edge.describe(),
+        base_url=base_url,
+        authenticates=edge.authenticates,
+        grpc_target=grpc_target,
+    )
     builder = _ContextBuilder()
     routes: list[Any] = [
         *create_agent_card_routes(card),
@@ -103,21 +118,40 @@ def create_app(edge: SessionsEdge, *, base_url: str) -> ASGIApp:
 
 
 class A2AEndpoint:
-    """An agent service's A2A endpoint on ``host:port`` (0 picks a port).
+    """An agent service's A2A endpoint on ``host:port`` (0 picks a port), and its gRPC
+    binding on ``grpc_port`` when given (0 picks one).
 
-    The port is bound here (a port in use fails now, with the gRPC port's message);
+    The ports are bound here (a port in use fails now, with the gRPC port's message);
     ``start()`` serves, ``shutdown()`` closes open streams and stops.
     """
 
     def __init__(
-        self, edge: SessionsEdge, *, host: str, port: int, public_url: str | None = None
+        self,
+        edge: SessionsEdge,
+        *,
+        host: str,
+        port: int,
+        public_url: str | None = None,
+        grpc_port: int | None = None,
     ) -> None:
         self._socket = _bind(host, port)
         self.port: int = self._socket.getsockname()[1]
         self.host = host
         self.url = public_url or f"http://{_url_host(host)}:{self.port}"
         """The base URL the card names (``public_url`` behind a proxy or ingress)."""
-        self.app = create_app(edge, base_url=self.url)
+        handler = HelixRequestHandler(edge)
+        self._grpc: grpc.aio.Server | None = None
+        self.grpc_port: int | None = None
+        """The gRPC binding's port (None without one)."""
+        if grpc_port is not None:
+            self._grpc, self.grpc_port = grpc_server(edge, handler, host=host, port=grpc_port)
+        self.grpc_target = (
+            f"{_url_host(host)}:{self.grpc_port}" if self.grpc_port is not None else None
+        )
+        """The ``host:port`` the card names for the gRPC binding."""
+        self.app = create_app(
+            edge, base_url=self.url, grpc_target=self.grpc_target, handler=handler
+        )
         config = uvicorn.Config(
             self.app, log_level="warning", lifespan="off", timeout_graceful_shutdown=1
         )
@@ -126,6 +160,8 @@ class A2AEndpoint:
 
     async def start(self) -> None:
         """Serve in the background until ``shutdown``."""
+        if self._grpc is not None:
+            await self._grpc.start()
         self._task = asyncio.create_task(
             self._server.serve(sockets=[self._socket]), name="a2a-endpoint"
         )
@@ -137,6 +173,8 @@ class A2AEndpoint:
 
     async def shutdown(self) -> None:
         """Stop serving (open streams end; their clients resubscribe elsewhere)."""
+        if self._grpc is not None:
+            await self._grpc.stop(grace=None)  # streams follow live sessions: no grace
         if self._task is None:
             self._socket.close()
             return

@@ -82,8 +82,8 @@ class _Emitter(AgentExecutor):
 
 
 @asynccontextmanager
-async def _reference(events: int) -> AsyncIterator[str]:
-    """The a2a-sdk reference server on a free port; its URL."""
+async def reference_server(events: int) -> AsyncIterator[str]:
+    """The a2a-sdk reference server (no helix in it) on a free port; its URL."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     card = a2a.AgentCard(name="reference", description="emits", version="1")
@@ -129,7 +129,7 @@ async def a2a_streams(report: Report, tmp: Path, ids: Ids, *, events: int, repea
         report.add(
             scenario, "memory, in-process", "events/s", ours, base, "helix native gRPC stream"
         )
-    async with _reference(events) as reference:
+    async with reference_server(events) as reference:
         theirs = await _per_second(
             lambda: _a2a_count(reference, lambda: _leaf_message(events)), repeat
         )

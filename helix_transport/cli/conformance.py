@@ -9,13 +9,18 @@ import sys
 from helix_transport.cli.exits import ExitCode
 from helix_transport.cli.flags import client_auth, client_options, positive_seconds
 
+SECTIONS = ("contract", "a2a")
+"""The kit's sections (``runner.SECTIONS``; spelled here so the CLI starts without the kit)."""
+
 
 def add_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``conformance`` to the subcommands ``sub`` (an ``add_subparsers`` result)."""
     conformance = sub.add_parser(
         "conformance", help="check an agent service (any language) against the contract"
     )
-    conformance.add_argument("address")
+    conformance.add_argument(
+        "address", help="the service's gRPC host:port, or its A2A endpoint's http(s):// URL"
+    )
     conformance.add_argument(
         "--input", required=True, help="a valid input for the agent, as JSON (- reads stdin)"
     )
@@ -33,6 +38,17 @@ def add_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     )
     conformance.add_argument(
         "--json", action="store_true", help="print the checks as JSON (name, passed, ...)"
+    )
+    conformance.add_argument(
+        "--a2a", default=None, metavar="URL", help="also check the service's A2A endpoint"
+    )
+    conformance.add_argument(
+        "--section",
+        action="append",
+        choices=SECTIONS,
+        default=None,
+        help="run only this section (repeatable; default: contract, and a2a with --a2a "
+        "or a URL address)",
     )
     client_options(conformance)
 
@@ -52,9 +68,13 @@ async def conformance(args: argparse.Namespace) -> int:
             input_required_json=args.input_required,
             timeout_s=args.timeout,
             auth=client_auth(args),
+            a2a_url=args.a2a,
+            sections=args.section,
         )
     except ValueError as exc:
         flag = "--input-required" if str(exc).startswith("input_required") else "--input"
+        if "section" in str(exc):
+            flag = "--section"
         print(f"helix-mesh: {flag}: {exc}", file=sys.stderr)
         return ExitCode.USAGE
     passed = all(r.passed for r in results)

@@ -100,6 +100,7 @@ def _server_config(args: argparse.Namespace, env: Environment) -> ServerConfig:
         health_port=args.health_port,
         a2a_port=args.a2a_port,
         a2a_url=args.a2a_url,
+        a2a_grpc_port=args.a2a_grpc_port,
         retention_s=None if retention is None else retention.total_seconds(),
         admins=tuple(args.admin_principal) if args.admin_principal else env.admins(),
         # Unset (None) leaves it to HELIX_ALLOW_VOLATILE_STORE.
@@ -216,6 +217,12 @@ def _listen_options(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=env.a2a_port(),  # converted as --port's
         help="also serve A2A (JSON-RPC, HTTP+JSON) on this port, 0 to pick one (HELIX_A2A_PORT)",
+    )
+    parser.add_argument(
+        "--a2a-grpc-port",
+        type=int,
+        default=None,
+        help="also serve A2A's gRPC binding on this port, 0 to pick one (with --a2a-port)",
     )
     parser.add_argument(
         "--a2a-url",

@@ -262,7 +262,13 @@ def _a2a_endpoint(
     from helix_transport.server.edge import SessionsEdge
 
     edge = SessionsEdge(servicer, auth.authenticator)
-    return A2AEndpoint(edge, host=config.host, port=config.a2a_port, public_url=config.a2a_url)
+    return A2AEndpoint(
+        edge,
+        host=config.host,
+        port=config.a2a_port,
+        public_url=config.a2a_url,
+        grpc_port=config.a2a_grpc_port,
+    )
 
 
 def _session_key(session_id: str) -> str:

@@ -62,6 +62,16 @@ mistakes), and checks what ``proto/helix/agent/v1/agent.proto`` promises:
   failure when it saw the service hold that reply for half the wait or more (the
   line ``dispatch`` draws too): a service that implements ``wait`` must check it.
 
+Those are the ``contract`` section. The ``a2a`` section (``--a2a URL``, or an
+``http(s)://`` address; ``--section`` picks sections) runs the official ``a2a-sdk``
+client against the service's A2A endpoint (``_a2a``, its plumbing ``_a2a_kit``): the card,
+a stream whose ``metadata.helix.sequence`` is gapless from 1, a plain send (the same
+``messageId`` twice is one task), ``GetTask``, resubscription (an ended task replayed
+identically, one left mid-run, ``helix-from-sequence``), ``CancelTask``, ``TaskNotFound``
+for an unknown task, ``InvalidParams`` naming the field, and, when the card's skill lists
+``human_input`` and ``--input-required`` is given, ``input-required`` answered on the same
+task.
+
 The caller gives a valid input; an input the schema rejects is derived from
 ``Describe`` when not given. Each session the kit starts uses that input, so a
 service whose runs are slow makes the kit slow, not wrong; a run slowed down (e.g.

@@ -1,10 +1,15 @@
-"""``run_conformance``: every check, in the order the kit's sessions allow."""
+"""``run_conformance``: every check of the sections asked for, in the order the kit's
+sessions allow. Sections: ``contract`` (the ``AgentService`` gRPC contract) and ``a2a``
+(the service's A2A endpoint, through the official ``a2a-sdk`` client)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 
 from helix_transport._proto.helix.agent.v1 import agent_pb2_grpc as pb_grpc
+from helix_transport.testing.conformance._a2a import run_a2a
+from helix_transport.testing.conformance._a2a_kit import A2AKit
 from helix_transport.testing.conformance._abort import check_abort_running, check_abort_suspended
 from helix_transport.testing.conformance._continue import check_continue
 from helix_transport.testing.conformance._contract import SESSION_CHECKS
@@ -24,6 +29,11 @@ from helix_transport.testing.conformance._stream import check_streams, observe
 from helix_transport.testing.conformance.report import CheckResult
 from helix_transport.transport import ClientAuth, open_channel
 
+CONTRACT = "contract"
+A2A = "a2a"
+SECTIONS = (CONTRACT, A2A)
+"""The kit's sections, in the order they run."""
+
 
 async def run_conformance(
     address: str,
@@ -33,11 +43,17 @@ async def run_conformance(
     input_required_json: str | None = None,
     timeout_s: float = 60,
     auth: ClientAuth | None = None,
+    a2a_url: str | None = None,
+    sections: Collection[str] | None = None,
 ) -> list[CheckResult]:
-    """Run every contract check against the agent service at ``address``.
+    """Run the checks of ``sections`` against the agent service at ``address``.
 
     Args:
-        address: ``host:port`` (plaintext gRPC unless ``auth`` configures TLS).
+        address: ``host:port`` (plaintext gRPC unless ``auth`` configures TLS); an
+            ``http(s)://`` URL is an A2A endpoint (the ``a2a`` section alone by default).
+        a2a_url: the service's A2A endpoint (its base URL), for the ``a2a`` section.
+        sections: which to run (``SECTIONS``); by default ``contract`` for a gRPC
+            address, and ``a2a`` too when ``a2a_url`` is given.
         input_json: a valid input for the agent; every session the kit starts uses it.
         bad_input_json: an input the agent's schema rejects; derived from ``Describe``
             when ``None`` (``{}`` when the schema has required fields).
@@ -51,7 +67,8 @@ async def run_conformance(
     sessions it started in the service (ids start with ``conformance-`` or are generated).
 
     Raises:
-        ValueError: ``input_json`` or ``input_required_json`` is not JSON.
+        ValueError: ``input_json`` or ``input_required_json`` is not JSON, or a section
+            is unknown or lacks its address.
     """
     for name, value in (("input_json", input_json), ("input_required_json", input_required_json)):
         try:
@@ -59,6 +76,52 @@ async def run_conformance(
                 json.loads(value)
         except ValueError as exc:
             raise ValueError(f"{name} is not valid JSON: {exc}") from None
+    if address.startswith(("http://", "https://")):
+        address, a2a_url = "", a2a_url or address
+    chosen = _sections(sections, grpc=bool(address), a2a=a2a_url is not None)
+    results: list[CheckResult] = []
+    if CONTRACT in chosen:
+        results += await _contract(
+            address, input_json, bad_input_json, input_required_json, timeout_s, auth
+        )
+    if A2A in chosen and a2a_url is not None:
+        kit = A2AKit(
+            a2a_url,
+            input_json=input_json,
+            bad_input_json=bad_input_json,
+            input_required_json=input_required_json,
+            timeout_s=timeout_s,
+            token=auth.token if auth is not None else "",
+        )
+        try:
+            await run_a2a(kit)
+        finally:
+            await kit.aclose()
+        results += kit.results
+    return results
+
+
+def _sections(asked: Collection[str] | None, *, grpc: bool, a2a: bool) -> list[str]:
+    if asked is None:
+        return [s for s, there in ((CONTRACT, grpc), (A2A, a2a)) if there]
+    unknown = sorted(set(asked) - set(SECTIONS))
+    if unknown:
+        raise ValueError(f"unknown section(s) {unknown}: the kit has {list(SECTIONS)}")
+    if CONTRACT in asked and not grpc:
+        raise ValueError("the contract section needs the service's gRPC address")
+    if A2A in asked and not a2a:
+        raise ValueError("the a2a section needs the service's A2A URL")
+    return [s for s in SECTIONS if s in asked]
+
+
+async def _contract(
+    address: str,
+    input_json: str,
+    bad_input_json: str | None,
+    input_required_json: str | None,
+    timeout_s: float,
+    auth: ClientAuth | None,
+) -> list[CheckResult]:
     async with open_channel(address, auth) as channel:
         kit = Kit(
             pb_grpc.AgentServiceStub(channel),
