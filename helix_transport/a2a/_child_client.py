@@ -252,6 +252,14 @@ class A2AChildClient(AgentClient):
                 break
         return pb.SubmitInputResponse(status=pb.SESSION_STATUS_RUNNING, applied=True)
 
+    async def start(self, input_json: str, **options: Any) -> pb.StartResponse:
+        """Refused: an A2A agent is started by ``a2a_agent_tool``, not as a helix one
+        (``remote_agent_tool`` given an ``a2a:`` registry entry ends up here)."""
+        raise UsageError(
+            f"{self.url} is an A2A agent: delegate to it with a2a_agent_tool, "
+            "not remote_agent_tool"
+        )
+
     async def aclose(self) -> None:
         clients, self._clients = list(self._clients.values()), {}
         for client in clients:

@@ -13,8 +13,8 @@ the parent's log by three cursors, each recoverable from the forwarded events al
   later user message (an answer) as ``input_answered``. Cursor: how many were
   forwarded.
 - the artifacts: each new stretch of an artifact's parts as a ``tool_start`` /
-  ``tool_end`` pair of the pseudo-tool ``artifact``, its call id ``{artifact_id}:{n}``
-  (``n``: the parts before it). Cursor: the parts forwarded, per artifact.
+  ``tool_end`` pair of the pseudo-tool ``artifact``, its call id
+  ``{artifact_id}:{n}:{sequence}`` (``n``: the parts before it). Cursor: the parts forwarded, per artifact.
 - the end: one terminal event (``completed`` after ``output``, ``failed``,
   ``interrupted``) once the task is in a terminal state. Cursor: whether it was.
 """
@@ -73,7 +73,7 @@ class Cursor:
             if json.loads(event.input_required.arguments_json or "{}").get("message_id"):
                 self.messages += 1
         elif kind == "tool_end" and event.tool_end.tool_name == ARTIFACT_TOOL:
-            artifact_id, _, start = event.tool_end.tool_call_id.rpartition(":")
+            artifact_id, start, _ = event.tool_end.tool_call_id.rsplit(":", 2)
             count = len(json.loads(event.tool_end.result_json).get("parts", []))
             self.parts[artifact_id] = int(start) + count
         elif kind in ("completed", "failed", "interrupted", "terminated"):
@@ -158,7 +158,8 @@ def _artifact(artifact: Artifact, cursor: Cursor, add: Any) -> None:
         start = 0
     if len(artifact.parts) == start:
         return
-    call_id = f"{artifact.artifact_id}:{start}"
+    # Unique in the child's log even when a replaced artifact starts again at 0.
+    call_id = f"{artifact.artifact_id}:{start}:{cursor.last_sequence + 1}"
     about = {"artifact_id": artifact.artifact_id, "name": artifact.name}
     add(
         tool_start=pb.ToolStart(
