@@ -256,8 +256,7 @@ class A2AChildClient(AgentClient):
         """Refused: an A2A agent is started by ``a2a_agent_tool``, not as a helix one
         (``remote_agent_tool`` given an ``a2a:`` registry entry ends up here)."""
         raise UsageError(
-            f"{self.url} is an A2A agent: delegate to it with a2a_agent_tool, "
-            "not remote_agent_tool"
+            f"{self.url} is an A2A agent: delegate to it with a2a_agent_tool, not remote_agent_tool"
         )
 
     async def aclose(self) -> None:
