@@ -147,8 +147,8 @@ class A2AChildCall:
         while True:
             try:
                 async for task in self._updates(message):
-                    attempt = 0
-                    self._forward(task)
+                    if self._forward(task):
+                        attempt = 0  # only progress resets the pause: no polling a quiet agent
                     if task.status.state in TERMINAL_TASK_STATES:
                         return task
             except HelixError as exc:
@@ -220,11 +220,12 @@ class A2AChildCall:
             append_artifact_to_task(task, response.artifact_update)
         return task
 
-    def _forward(self, task: Task) -> None:
+    def _forward(self, task: Task) -> bool:
         """Emit what ``task`` adds to the parent's log (no await: a cancellation cannot
-        split the events from the cursor that counts them)."""
+        split the events from the cursor that counts them); whether it added any."""
         ctx = self.ctx
-        for event in project(task, self.cursor, self.identity):
+        events = project(task, self.cursor, self.identity)
+        for event in events:
             ctx.emit(
                 pb.StreamEvent(
                     child_event=pb.ChildEvent(tool_call_id=ctx.tool_call_id, event=event)
@@ -242,6 +243,7 @@ class A2AChildCall:
             blockage.block(call_id, child)
         else:
             blockage.unblock(call_id)
+        return bool(events)
 
     async def _read_cursor(self) -> None:
         """What the parent's log holds of this call's child (the truth after a crash)."""
