@@ -22,7 +22,7 @@ PG_PORT := 5432
 
 # npm packages (`npm ci`, stamped: rerun only when a package-lock.json changes):
 # proto/ holds buf, services/translator_node/ the Node.js agent service.
-NODE_DIRS := proto services/translator_node
+NODE_DIRS := proto services/translator_node tests/interop/a2a_js
 NODE_STAMPS := $(addsuffix /node_modules/.npm-ci.stamp,$(NODE_DIRS))
 
 .PHONY: venv proto proto-check proto-lint node-deps lint services-install services-up test demo bench clean

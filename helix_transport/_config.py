@@ -317,6 +317,12 @@ class ServerConfig:
     health_port: int | None = None
     """Also serve ``grpc.health.v1`` alone, in plaintext, on this port (0 picks one):
     for Kubernetes probes, which cannot do TLS, when the main port does."""
+    a2a_port: int | None = None
+    """Also serve the agent as an A2A server (JSON-RPC, HTTP+JSON; ``docs/a2a.md``) on this
+    port (0 picks one); ``None``: no A2A endpoint."""
+    a2a_url: str | None = None
+    """The base URL the Agent Card names (behind a proxy or ingress); default the
+    endpoint's own ``http://host:port``."""
     client: ClientConfig = ClientConfig.default
     """How this server's agents call other agent services (remote sub-agents)."""
     allow_volatile_store: bool | None = None
@@ -337,6 +343,8 @@ class ServerConfig:
             raise UsageError(f"port must be 0-65535, not {self.port}")
         if self.health_port is not None and not 0 <= self.health_port <= 65535:
             raise UsageError(f"health_port must be 0-65535, not {self.health_port}")
+        if self.a2a_port is not None and not 0 <= self.a2a_port <= 65535:
+            raise UsageError(f"a2a_port must be 0-65535, not {self.a2a_port}")
         if self.lease_ttl_s <= 0 or self.graceful_shutdown_timeout_s < 0:
             raise UsageError("lease_ttl_s must be positive and graceful_shutdown_timeout_s >= 0")
         if self.retention_s is not None and not self.retention_s > 0:

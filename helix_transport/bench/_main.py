@@ -30,7 +30,7 @@ from helix_transport.bench._report import (
 if TYPE_CHECKING:
     from helix_transport.bench._measure import Ids
 
-SCENARIOS = ("1", "2", "3", "4", "5", "6", "7", "8")
+SCENARIOS = ("1", "2", "3", "4", "5", "6", "7", "8", "10")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,7 +84,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--scenarios",
         default=",".join(SCENARIOS),
-        help="comma-separated scenario numbers, 1-8 (default all; 1-3 run together)",
+        help="comma-separated scenario numbers, 1-8 and 10 (A2A) (default all; 1-3 run together)",
     )
     parser.add_argument(
         "--stores",
@@ -242,6 +242,13 @@ async def _run(
                 "8 takeover",
                 recovery.takeover(report, workdir, ids, runs=params.recoveries),
             )
+        if "10" in scenarios:
+            from helix_transport.bench import a2a
+
+            streaming = a2a.a2a_streams(
+                report, workdir, ids, events=min(params.events, 3000), repeat=params.repeat
+            )
+            failed |= await _attempt(report, "10", streaming)
     report.rows.sort(key=lambda r: r.scenario.split(" ")[0])  # stable: setups keep order
     return failed
 

@@ -99,6 +99,8 @@ def _server_config(args: argparse.Namespace) -> ServerConfig:
         heartbeat_interval_s=args.heartbeat_interval,
         reflection=reflection,
         health_port=args.health_port,
+        a2a_port=args.a2a_port,
+        a2a_url=args.a2a_url,
         retention_s=_retention_s(args),
         admins=admins(args),
         # Unset (None) leaves it to HELIX_ALLOW_VOLATILE_STORE.
@@ -191,6 +193,18 @@ def _listen_options(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=os.environ.get("HELIX_HEALTH_PORT") or None,  # converted as --port's
         help="plaintext health-only port, 0 to pick one (HELIX_HEALTH_PORT)",
+    )
+    # A2A (docs/a2a.md): the same agent, sessions and auth, for any A2A client.
+    parser.add_argument(
+        "--a2a-port",
+        type=int,
+        default=os.environ.get("HELIX_A2A_PORT") or None,  # converted as --port's
+        help="also serve A2A (JSON-RPC, HTTP+JSON) on this port, 0 to pick one (HELIX_A2A_PORT)",
+    )
+    parser.add_argument(
+        "--a2a-url",
+        default=os.environ.get("HELIX_A2A_URL") or None,
+        help="base URL the Agent Card names, behind a proxy (HELIX_A2A_URL)",
     )
     retention_option(parser, what="remove sessions finished this long ago; unset: keep them")
     admin_option(parser)

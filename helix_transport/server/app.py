@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 from types import TracebackType
-from typing import Self
+from typing import TYPE_CHECKING, Self
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -48,6 +48,9 @@ from helix_transport.server.limits import LimitsInterceptor
 from helix_transport.store import Store, open_store
 from helix_transport.tracing import HooksFactory, TracingHandle, setup_tracing
 from helix_transport.transport import ClientAuth, ClientPool
+
+if TYPE_CHECKING:
+    from helix_transport.a2a.server import A2AEndpoint
 
 logger = logging.getLogger("helix.server")
 
@@ -132,6 +135,7 @@ class AgentServer:
         self.health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
         self._health_server, self.health_port = _health_listener(config, self.health, options)
+        self.a2a = _a2a_endpoint(self.servicer, auth, config)  # None without config.a2a_port
         if config.reflection:
             names = (SERVICE_NAME, ADMIN_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME)
             reflection.enable_server_reflection(names, self._server)
@@ -151,6 +155,8 @@ class AgentServer:
         await self._server.start()
         if self._health_server is not None:
             await self._health_server.start()
+        if self.a2a is not None:
+            await self.a2a.start()
         resumed = await self.runner.resume_orphans()
         self._orphan_watch = asyncio.create_task(self.runner.watch_orphans(), name="orphan-watch")
         # Interrupts for children left undelivered, by this process or one that died.
@@ -182,6 +188,8 @@ class AgentServer:
                 watch.cancel()
         await self.runner.shutdown(grace_s=grace)
         # Runs are done or checkpointed; give open streams a moment to send the rest.
+        if self.a2a is not None:  # its streams follow the runs' logs, which now end
+            await self.a2a.shutdown()
         if self._health_server is not None:  # before the main server: wait_closed returns then
             await self._health_server.stop(0)
         await self._server.stop(min(grace, 1.0))
@@ -240,6 +248,20 @@ def _listening_server(
             "or the host is not an address of this machine"
         )
     return server, port
+
+
+def _a2a_endpoint(
+    servicer: AgentServicer, auth: ServerAuth, config: ServerConfig
+) -> A2AEndpoint | None:
+    """The A2A endpoint on ``config.a2a_port`` over ``servicer``'s sessions, or None."""
+    if config.a2a_port is None:
+        return None
+    # Imported here: a service without an A2A port never loads the SDK's server.
+    from helix_transport.a2a.server import A2AEndpoint
+    from helix_transport.server.edge import SessionsEdge
+
+    edge = SessionsEdge(servicer, auth.authenticator)
+    return A2AEndpoint(edge, host=config.host, port=config.a2a_port, public_url=config.a2a_url)
 
 
 def _session_key(session_id: str) -> str:
@@ -366,6 +388,8 @@ async def serve(
         print(f"helix-mesh: agent {agent.name!r} listening on {server.address}", flush=True)
         if server.health_port is not None:
             print(f"helix-mesh: health on {config.host}:{server.health_port}", flush=True)
+        if server.a2a is not None:
+            print(f"helix-mesh: A2A on {server.a2a.url}", flush=True)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, lambda: asyncio.ensure_future(server.shutdown()))

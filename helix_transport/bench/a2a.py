@@ -1,0 +1,144 @@
+"""Scenario 10: A2A streams. The same agent's stream through its A2A endpoint (the
+official a2a-sdk client, JSON-RPC over SSE) beside its native gRPC stream, and beside
+the a2a-sdk reference server (``DefaultRequestHandler``, in-memory task store, an
+executor publishing as many events as fast as it can) read by the same client.
+
+All in this process over 127.0.0.1, so each side pays the same in-process cost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import httpx
+import uvicorn
+from a2a.client import ClientConfig, create_client
+from a2a.server.agent_execution import AgentExecutor, RequestContext
+from a2a.server.events import EventQueue
+from a2a.server.request_handlers import DefaultRequestHandler
+from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
+from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
+from a2a.types import a2a_pb2 as a2a
+from starlette.applications import Starlette
+
+from helix_transport._config import ServerConfig
+from helix_transport.bench._measure import Ids
+from helix_transport.bench._report import Report, ratio_at_least
+from helix_transport.bench.agents import leaf, leaf_input
+from helix_transport.bench.streams import bench_store
+from helix_transport.server.app import create_server
+from helix_transport.testing.processes import free_port
+from helix_transport.transport import AgentClient
+
+TARGET = 10.0
+"""Our A2A stream against the reference server's, in events/s (issue 48)."""
+
+
+async def _per_second(count: Callable[[], Awaitable[int]], repeat: int) -> float:
+    best = 0.0
+    for _ in range(repeat):
+        started = time.perf_counter()
+        events = await count()
+        best = max(best, events / (time.perf_counter() - started))
+    return best
+
+
+async def _a2a_count(url: str, request: Callable[[], a2a.SendMessageRequest]) -> int:
+    async with httpx.AsyncClient(timeout=300) as http:
+        client = await create_client(url, client_config=ClientConfig(httpx_client=http))
+        return sum([1 async for _ in client.send_message(request())])
+
+
+def _leaf_message(events: int) -> a2a.SendMessageRequest:
+    message = a2a.Message(message_id=uuid.uuid4().hex, role=a2a.ROLE_USER)
+    message.parts.add().data.struct_value.update({"mode": "emit", "n": events})
+    return a2a.SendMessageRequest(message=message)
+
+
+class _Emitter(AgentExecutor):
+    """The reference agent: ``events`` working updates, then completed."""
+
+    def __init__(self, events: int) -> None:
+        self.events = events
+
+    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        task_id, context_id = context.task_id or "", context.context_id or ""
+        task = a2a.Task(id=task_id, context_id=context_id)
+        task.status.state = a2a.TASK_STATE_SUBMITTED
+        await event_queue.enqueue_event(task)
+        updater = TaskUpdater(event_queue, task_id, context_id)
+        for n in range(self.events):
+            part = a2a.Part(text=f"w{n} ")
+            await updater.add_artifact([part], artifact_id="text", append=n > 0)
+        await updater.complete()
+
+    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        raise NotImplementedError
+
+
+@asynccontextmanager
+async def _reference(events: int) -> AsyncIterator[str]:
+    """The a2a-sdk reference server on a free port; its URL."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    card = a2a.AgentCard(name="reference", description="emits", version="1")
+    card.supported_interfaces.add(url=url + "/", protocol_binding="JSONRPC", protocol_version="1.0")
+    card.capabilities.streaming = True
+    handler = DefaultRequestHandler(_Emitter(events), InMemoryTaskStore(), card)
+    app = Starlette(routes=[*create_agent_card_routes(card), *create_jsonrpc_routes(handler, "/")])
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+    )
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        if task.done():
+            await task  # raises what stopped it
+        await asyncio.sleep(0.01)
+    try:
+        yield url
+    finally:
+        server.should_exit = server.force_exit = True
+        await task
+
+
+async def a2a_streams(report: Report, tmp: Path, ids: Ids, *, events: int, repeat: int) -> None:
+    """Scenario 10 on the memory store (the store's cost is scenarios 1-3's)."""
+    scenario = f"10 A2A stream, {events:,} events"
+    async with (
+        bench_store("memory", tmp) as store,
+        await create_server(
+            leaf, store, ServerConfig(a2a_port=0), allow_unauthenticated=True
+        ) as server,
+        await AgentClient.connect(server.address) as client,
+    ):
+        assert server.a2a is not None
+        url = server.a2a.url
+
+        async def native() -> int:
+            session_id = ids("a2a-native")
+            await client.start(leaf_input(mode="emit", n=events), session_id=session_id)
+            return sum([1 async for _ in client.stream(session_id)])
+
+        ours = await _per_second(lambda: _a2a_count(url, lambda: _leaf_message(events)), repeat)
+        base = await _per_second(native, repeat)
+        report.add(
+            scenario, "memory, in-process", "events/s", ours, base, "helix native gRPC stream"
+        )
+    async with _reference(events) as reference:
+        theirs = await _per_second(
+            lambda: _a2a_count(reference, lambda: _leaf_message(events)), repeat
+        )
+    report.add(
+        f"{scenario}, beside the a2a-sdk reference server",
+        "memory, in-process",
+        "events/s",
+        ours,
+        theirs,
+        "a2a-sdk DefaultRequestHandler + InMemoryTaskStore, same client",
+        ratio_at_least(TARGET),
+    )
