@@ -11,7 +11,6 @@ import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-from a2a.server.tasks.task_manager import append_artifact_to_task
 from a2a.types import (
     Message,
     Part,
@@ -20,6 +19,7 @@ from a2a.types import (
     StreamResponse,
     SubscribeToTaskRequest,
     Task,
+    TaskArtifactUpdateEvent,
     TaskState,
     TaskStatus,
 )
@@ -96,6 +96,7 @@ class A2AChildCall:
 
     async def run(self, message: Message, *, timeout_s: float | None = None) -> Any:
         ctx = self.ctx
+        self.identity = dataclasses.replace(self.identity, message=message)
         await reserve_children(ctx, [self.child_id])
         existing = await ctx.run.store.get_subsession_ref(ctx.session_id, self.child_id)
         started: set[str] = set()
@@ -217,7 +218,7 @@ class A2AChildCall:
                 task.metadata.MergeFrom(update.metadata)
             task.status.CopyFrom(update.status)
         elif which == "artifact_update":
-            append_artifact_to_task(task, response.artifact_update)
+            apply_artifact(task, response.artifact_update)
         return task
 
     def _forward(self, task: Task) -> bool:
@@ -325,6 +326,21 @@ class A2AChildCall:
         await self._stop(reason)
         with contextlib.suppress(ToolError):
             await self._end(SessionStatus.FAILED, error=f"{self.agent_type} {reason}")
+
+
+def apply_artifact(task: Task, update: TaskArtifactUpdateEvent) -> None:
+    """``update`` applied to ``task`` as ``a2a-sdk``'s task manager applies it (append
+    the parts, or replace the artifact), except that an append to an artifact not seen
+    yet creates it: a follower tolerates what a strict store would refuse."""
+    artifact = update.artifact
+    existing = next((a for a in task.artifacts if a.artifact_id == artifact.artifact_id), None)
+    if existing is None:
+        task.artifacts.append(artifact)
+    elif update.append:
+        existing.parts.extend(artifact.parts)
+        existing.metadata.update(dict(artifact.metadata.items()))
+    else:
+        existing.CopyFrom(artifact)
 
 
 def first_message(child_id: str, args: Any, *, text_only: bool) -> Message:

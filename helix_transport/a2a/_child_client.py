@@ -64,7 +64,7 @@ from helix_transport.a2a._child_projection import (
     task_usage,
 )
 from helix_transport.a2a.mapping import TERMINAL_TASK_STATES, session_status
-from helix_transport.transport import AgentClient, ClientPool, register_address_scheme
+from helix_transport.transport import AgentClient, ClientAuth, ClientPool, register_address_scheme
 
 ADDRESS_PREFIX = "a2a:"
 """Child refs whose address starts so are A2A agents (``a2a:http://host:port``)."""
@@ -124,16 +124,29 @@ class A2AChildClient(AgentClient):
     """
 
     def __init__(
-        self, address: str, *, config: HelixClientConfig = HelixClientConfig.default
+        self,
+        address: str,
+        *,
+        config: HelixClientConfig = HelixClientConfig.default,
+        auth: ClientAuth | None = None,
     ) -> None:
         # No grpc channel: AgentClient's other methods are never reached for this address.
         self.address = address
         self.config = config
         self.url, self.task_id = split_address(address)
+        self._auth = auth  # replaced by ClientPool.use_auth when the token rotates
         self._http = httpx.AsyncClient(
-            timeout=httpx.Timeout(config.rpc_timeout.total_seconds(), read=None)
+            timeout=httpx.Timeout(config.rpc_timeout.total_seconds(), read=None),
+            event_hooks={"request": [self._authorize]},
         )
         self._clients: dict[bool, Client] = {}
+
+    async def _authorize(self, request: httpx.Request) -> None:
+        """The parent service's bearer token on every A2A call, as on its helix calls
+        (read per call, in the calling task: a forwarded caller's token, a rotated one)."""
+        if self._auth is not None:
+            for key, value in self._auth.metadata():
+                request.headers[key] = value
 
     async def a2a_client(self, *, streaming: bool = True) -> Client:
         """The ``a2a-sdk`` client for the agent (its card fetched on first use)."""
@@ -325,7 +338,7 @@ def status_of(task: Task, session_id: str) -> pb.GetStatusResponse:
 
 
 async def _client_for(address: str, pool: ClientPool) -> AgentClient:
-    return A2AChildClient(address, config=pool.config)
+    return A2AChildClient(address, config=pool.config, auth=pool.auth)
 
 
 def register() -> None:

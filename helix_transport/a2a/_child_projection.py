@@ -28,6 +28,7 @@ from typing import Any
 
 from a2a.types import Artifact, Message, Part, Role, Task, TaskState
 from google.protobuf.json_format import MessageToDict
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from helix_transport._events import SessionStatus
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
@@ -59,6 +60,13 @@ class Cursor:
     """Artifact parts forwarded, by artifact id."""
     request_id: str = ""
     """The last request for input forwarded ("" before any)."""
+    answered: bool = False
+    """``request_id``'s ``input_answered`` was forwarded."""
+    said_at: int = 0
+    """The newest status message forwarded, as the time of its event (nanoseconds):
+    for an agent that keeps no history, which current status message is new."""
+    said_id: str = ""
+    """That message's id, when known (this run forwarded it, or it asked for input)."""
     ended: bool = False
     """The child's terminal event was forwarded."""
 
@@ -66,10 +74,15 @@ class Cursor:
         """Count ``event``, one of the child's events as forwarded."""
         self.last_sequence = max(self.last_sequence, event.sequence)
         kind = event.WhichOneof("payload")
+        if kind in ("text_delta", "input_required"):
+            self.said_at = max(self.said_at, event.time.ToNanoseconds())
+            self.said_id = event.input_required.request_id
         if kind in _CONVERSATION_KINDS:
             self.messages += 1
+            if kind == "input_answered" and event.input_answered.request_id == self.request_id:
+                self.answered = True
         elif kind == "input_required":
-            self.request_id = event.input_required.request_id
+            self.request_id, self.answered = event.input_required.request_id, False
             if json.loads(event.input_required.arguments_json or "{}").get("message_id"):
                 self.messages += 1
         elif kind == "tool_end" and event.tool_end.tool_name == ARTIFACT_TOOL:
@@ -91,6 +104,8 @@ class ChildIdentity:
     parent_session_id: str
     path: tuple[str, ...]
     """Session ids from the root down to the child (``InputRequired.path``)."""
+    message: Message | None = None
+    """The message the call sent (``run_started`` for an agent that keeps no history)."""
 
 
 def conversation(task: Task) -> list[Message]:
@@ -111,36 +126,25 @@ def project(task: Task, cursor: Cursor, child: ChildIdentity) -> list[pb.StreamE
         return []
     events: list[pb.StreamEvent] = []
 
-    def add(**payload: Any) -> None:
+    def add(at: Timestamp | None = None, **payload: Any) -> None:
         event = pb.StreamEvent(
             sequence=cursor.last_sequence + 1,
             session_id=child.session_id,
             agent_type=child.agent_type,
             **payload,
         )
-        event.time.GetCurrentTime()
+        if at is not None and at.ToNanoseconds() > 0:
+            event.time.CopyFrom(at)  # when the agent said it: the child's own clock
+        else:
+            event.time.GetCurrentTime()
         cursor.note(event)
         events.append(event)
 
-    messages = conversation(task)
-    asking = task.status.state in ASKING_STATES
-    current = task.status.message.message_id if task.status.HasField("message") else None
-    for index in range(cursor.messages, len(messages)):
-        message = messages[index]
-        if index == 0 and message.role == Role.ROLE_USER:
-            add(
-                run_started=pb.RunStarted(
-                    input_json=message_json(message), parent_session_id=child.parent_session_id
-                )
-            )
-        elif message.role == Role.ROLE_USER:
-            add(input_answered=_answered(message, cursor.request_id))
-        elif asking and index == len(messages) - 1 and message.message_id == current:
-            add(input_required=_required(message.message_id, message, child))
-            add(suspended=pb.Suspended(request_ids=[message.message_id]))
-        else:
-            add(text_delta=pb.TextDelta(text=message_text(message)))
-    if asking and not task.status.HasField("message"):
+    if keeps_history(task, child):
+        _conversation(task, cursor, child, add)
+    else:
+        _current_status(task, cursor, child, add)
+    if task.status.state in ASKING_STATES and not task.status.HasField("message"):
         request_id = f"{task.id}:input:{cursor.messages}"
         if cursor.request_id != request_id:
             add(input_required=_required(request_id, None, child))
@@ -150,6 +154,65 @@ def project(task: Task, cursor: Cursor, child: ChildIdentity) -> list[pb.StreamE
     if task.status.state in TERMINAL_TASK_STATES:
         _end(task, add)
     return events
+
+
+def keeps_history(task: Task, child: ChildIdentity) -> bool:
+    """Whether the agent keeps the conversation in ``Task.history`` (A2A leaves it to
+    the agent; ``a2a-sdk`` does): it starts with the call's own message."""
+    if child.message is None:
+        return True
+    return bool(task.history) and task.history[0].message_id == child.message.message_id
+
+
+def _conversation(task: Task, cursor: Cursor, child: ChildIdentity, add: Any) -> None:
+    """The messages of the history past the cursor, and the current status message."""
+    messages = conversation(task)
+    asking = task.status.state in ASKING_STATES
+    current = task.status.message.message_id if task.status.HasField("message") else None
+    for index in range(cursor.messages, len(messages)):
+        message = messages[index]
+        at = task.status.timestamp if message.message_id == current else None
+        if index == 0 and message.role == Role.ROLE_USER:
+            add(
+                run_started=pb.RunStarted(
+                    input_json=message_json(message), parent_session_id=child.parent_session_id
+                )
+            )
+        elif message.role == Role.ROLE_USER:
+            add(input_answered=_answered(message, cursor.request_id))
+        elif asking and index == len(messages) - 1 and message.message_id == current:
+            add(at, input_required=_required(message.message_id, message, child))
+            add(suspended=pb.Suspended(request_ids=[message.message_id]))
+        else:
+            add(at, text_delta=pb.TextDelta(text=message_text(message)))
+
+
+def _current_status(task: Task, cursor: Cursor, child: ChildIdentity, add: Any) -> None:
+    """An agent that keeps no history shows its current status message only: forwarded
+    when newer than the last one forwarded (by its status timestamp). What it said in
+    between, while no stream was open, is gone; so is how an answer went."""
+    if cursor.messages == 0 and child.message is not None:
+        run_started = pb.RunStarted(
+            input_json=message_json(child.message), parent_session_id=child.parent_session_id
+        )
+        add(run_started=run_started)
+    asking = task.status.state in ASKING_STATES
+    if cursor.request_id and not cursor.answered and not asking:
+        add(input_answered=pb.InputAnswered(request_id=cursor.request_id))
+    if not task.status.HasField("message"):
+        return
+    stamp, message = task.status.timestamp, task.status.message
+    said = stamp.ToNanoseconds()
+    if message.message_id == cursor.said_id or (said and said < cursor.said_at):
+        return
+    if said and said == cursor.said_at and not cursor.said_id:
+        return  # forwarded before a restart (its id is not in the log): the same one
+    if asking:
+        add(stamp, input_required=_required(message.message_id, message, child))
+        add(suspended=pb.Suspended(request_ids=[message.message_id]))
+    else:
+        add(stamp, text_delta=pb.TextDelta(text=message_text(message)))
+    cursor.said_id = message.message_id
 
 
 def _artifact(artifact: Artifact, cursor: Cursor, add: Any) -> None:
@@ -202,17 +265,15 @@ def _required(request_id: str, message: Message | None, child: ChildIdentity) ->
     helix service's own ``input-required``, ``mapping.pending_data``)."""
     asked: dict[str, Any] = {}
     if message is not None:
-        asked = {"message_id": message.message_id, "question": message_text(message)}
+        texts = [p.text for p in message.parts if p.WhichOneof("content") == "text"]
+        asked = {"message_id": message.message_id, "question": "".join(texts)}
         data = [MessageToDict(p.data) for p in message.parts if p.HasField("data")]
         if data:
             asked["data"] = data[0] if len(data) == 1 else data
     kind = pb.INPUT_KIND_CLIENT_RESULT
-    data_of = asked.get("data")
-    if isinstance(data_of, dict):
-        pending = data_of.get("input_required")
-        if isinstance(pending, list) and len(pending) == 1 and isinstance(pending[0], dict):
-            data_of = pending[0]
-        if data_of.get("kind") == "approval":
+    found: Any = asked.get("data")
+    for data in found if isinstance(found, list) else [found]:
+        if isinstance(data, dict) and _asks_approval(data):
             kind = pb.INPUT_KIND_APPROVAL
     return pb.InputRequired(
         request_id=request_id,
@@ -221,6 +282,13 @@ def _required(request_id: str, message: Message | None, child: ChildIdentity) ->
         kind=kind,
         path=[*child.path],
     )
+
+
+def _asks_approval(data: dict[str, Any]) -> bool:
+    pending = data.get("input_required")
+    if isinstance(pending, list) and len(pending) == 1 and isinstance(pending[0], dict):
+        data = pending[0]  # a helix service's own request (mapping.pending_data)
+    return data.get("kind") == "approval"
 
 
 def _answered(message: Message, request_id: str) -> pb.InputAnswered:
