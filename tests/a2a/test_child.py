@@ -5,6 +5,7 @@ process (``tests.a2a.child_fixture``); the crashes are in ``test_child_processes
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
@@ -37,13 +38,22 @@ from helix_transport.a2a.child import (
 )
 from helix_transport.agent.definition import Agent
 from helix_transport.agent.hooks import NoHooks, RunHooks
+from helix_transport.agent.scripted import (
+    ScriptedTurn,
+    call,
+    finish,
+    register_script,
+    step_results,
+    steps_taken,
+)
 from helix_transport.agent.tools import child_scope
 from helix_transport.registry import address_env_var
 from helix_transport.server import create_server
 from helix_transport.store import MemoryStore, SessionRecord, SubSessionRef
 from tests.a2a._peer import PeerProcess
-from tests.a2a.child_agents import a2a_parent
+from tests.a2a.child_agents import Answer, PeerInput, a2a_parent
 from tests.a2a.child_fixture import INPUT_SCHEMA
+from tests.helpers import assert_eventually
 
 CHILD = child_session_id("root", "call_1_0", child_scope("a2a-parent", ""))
 IDENTITY = ChildIdentity(session_id="c", agent_type="peer", parent_session_id="p", path=("p", "c"))
@@ -152,6 +162,38 @@ def test_input_required_then_the_answer() -> None:
         assert answered.input_answered.outcome == pb.INPUT_OUTCOME_APPROVED
 
 
+def test_an_agent_without_history_is_followed_by_its_status_messages() -> None:
+    # A2A leaves the history to the agent: one that keeps none shows its current status
+    # message only. The call's own message stands in for the first; a status message
+    # is new when its timestamp is.
+    sent = _message("m0", Role.ROLE_USER, steps=2)
+    child = dataclasses.replace(IDENTITY, message=sent)
+    task = _task()
+    task.status.message.CopyFrom(_message("a1", Role.ROLE_AGENT, "step 1"))
+    task.status.timestamp.FromSeconds(100)
+    cursor = Cursor()
+    first = project(task, cursor, child)
+    assert _kinds(first) == ["run_started", "text_delta"]
+    assert project(task, cursor, child) == []
+    task.status.message.CopyFrom(_message("q", Role.ROLE_AGENT, "May I?", kind="approval"))
+    task.status.timestamp.FromSeconds(101)
+    task.status.state = TaskState.TASK_STATE_INPUT_REQUIRED
+    asked = project(task, cursor, child)
+    assert _kinds(asked) == ["input_required", "suspended"]
+    assert asked[0].time.ToSeconds() == 101  # when the agent said it
+    # Answered while the parent was away (a restart): how is not in the task any more.
+    task.status.state = TaskState.TASK_STATE_WORKING
+    task.status.message.CopyFrom(_message("a2", Role.ROLE_AGENT, "step 2"))
+    task.status.timestamp.FromSeconds(102)
+    restarted = _replayed(first + asked)
+    later = project(task, restarted, child)
+    assert _kinds(later) == ["input_answered", "text_delta"]
+    assert later[0].input_answered.request_id == "q"
+    assert project(task, restarted, child) == []
+    # A snapshot taken again after a restart holds the same message: not again.
+    assert project(task, _replayed(first + asked + later), child) == []
+
+
 def test_a_failed_or_canceled_task_ends_the_child() -> None:
     task = _task(_message("m0", Role.ROLE_USER, "go"), state=TaskState.TASK_STATE_REJECTED)
     task.status.message.CopyFrom(_message("r", Role.ROLE_AGENT, "not my job"))
@@ -251,3 +293,35 @@ async def test_a_registry_entry_that_is_not_a2a_is_an_error_result(
     (end,) = [e.tool_end for e in events if e.tool_end.tool_name == "steps"]
     assert end.is_error and "not an A2A agent" in end.result_json
     assert peer.received() == []
+
+
+def _once(messages: list[dict[str, Any]]) -> ScriptedTurn:
+    if steps_taken(messages) == 0:
+        return ScriptedTurn(tool_calls=(call("slow", steps=50, delay_s=0.2),))
+    return finish(answer=[value for _, value in step_results(messages)])
+
+
+async def test_a_call_that_times_out_cancels_its_task(peer: PeerProcess) -> None:
+    slow = a2a_agent_tool(peer.url, name="slow", parameters=INPUT_SCHEMA, timeout_s=1.0)
+    agent = Agent(
+        name="impatient",
+        description="Gives an A2A agent one second.",
+        input_model=PeerInput,
+        output_model=Answer,
+        tools=[slow],
+        model=register_script("a2a-impatient", _once),
+    )
+    async with (
+        await create_server(agent, MemoryStore(), allow_unauthenticated=True) as server,
+        await AgentClient.connect(server.address) as client,
+    ):
+        await client.start("{}", session_id="root")
+        events = [e async for e in client.stream("root")]
+    (end,) = [e.subagent_end for e in events if e.WhichOneof("payload") == "subagent_end"]
+    assert end.status == pb.SESSION_STATUS_FAILED and "timed out" in end.error
+
+    async def canceled() -> bool:
+        (task,) = peer.tasks()
+        return task.status.state == TaskState.TASK_STATE_CANCELED
+
+    await assert_eventually(canceled, timeout_s=15)
