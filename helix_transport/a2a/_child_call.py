@@ -23,6 +23,7 @@ from a2a.types import (
     TaskState,
     TaskStatus,
 )
+from google.protobuf.json_format import MessageToDict
 from google.protobuf.struct_pb2 import Value
 
 from helix_transport._events import SessionStatus
@@ -37,6 +38,7 @@ from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.a2a._child_client import A2AChildClient, a2a_address, call_context
 from helix_transport.a2a._child_projection import (
     ASKING_STATES,
+    PEER_SEQUENCE_KEY,
     ChildIdentity,
     Cursor,
     message_text,
@@ -44,7 +46,7 @@ from helix_transport.a2a._child_projection import (
     state_name,
     task_output_json,
 )
-from helix_transport.a2a.mapping import TERMINAL_TASK_STATES, session_status
+from helix_transport.a2a.mapping import METADATA_KEY, TERMINAL_TASK_STATES, session_status
 from helix_transport.agent.blockage import BlockedChild
 from helix_transport.agent.tools import ToolContext, ToolError, derived_session_id, reserve_children
 from helix_transport.delegation.cascade import Cascade
@@ -54,6 +56,9 @@ from helix_transport.log.subtree import child_totals
 from helix_transport.store import SubSessionRef, pages
 
 _TRACE_KEYS = ("traceparent", "tracestate")
+FROM_SEQUENCE_HEADER = "helix-from-sequence"
+"""A helix peer's ``SubscribeToTask`` replays only what follows this sequence (its
+A2A endpoint's own header, ``helix_transport.a2a.handler``)."""
 
 
 def child_session_id(parent_session_id: str, tool_call_id: str, scope: str) -> str:
@@ -173,7 +178,12 @@ class A2AChildCall:
             yield task
             if task.status.state in TERMINAL_TASK_STATES:
                 return
-            stream = a2a.subscribe(SubscribeToTaskRequest(id=self.task_id), context=context)
+            # A helix peer replays its turn on a subscribe; from here, only what is new.
+            after = {FROM_SEQUENCE_HEADER: str(self.cursor.peer_sequence)}
+            resume = (
+                call_context({**self.headers, **after}) if self.cursor.peer_sequence else context
+            )
+            stream = a2a.subscribe(SubscribeToTaskRequest(id=self.task_id), context=resume)
         elif self.cursor.messages:  # its message reached it once: never send it again
             raise SessionNotFound(self.child_id)
         else:
@@ -188,6 +198,9 @@ class A2AChildCall:
     async def _apply(self, response: StreamResponse, task: Task | None, message: Message) -> Task:
         """``task`` moved on by ``response``, as the agent's own task store does it."""
         which = response.WhichOneof("payload")
+        sequence = peer_sequence(response)
+        if task is not None and sequence and sequence <= self.cursor.peer_sequence:
+            return task  # a helix peer replaying what this call has applied already
         named = {
             "task": response.task.id,
             "status_update": response.status_update.task_id,
@@ -219,6 +232,11 @@ class A2AChildCall:
             task.status.CopyFrom(update.status)
         elif which == "artifact_update":
             apply_artifact(task, response.artifact_update)
+            if sequence:
+                for artifact in task.artifacts:
+                    if artifact.artifact_id == response.artifact_update.artifact.artifact_id:
+                        artifact.metadata[PEER_SEQUENCE_KEY] = sequence
+        self.cursor.peer_sequence = max(self.cursor.peer_sequence, sequence)
         return task
 
     def _forward(self, task: Task) -> bool:
@@ -326,6 +344,20 @@ class A2AChildCall:
         await self._stop(reason)
         with contextlib.suppress(ToolError):
             await self._end(SessionStatus.FAILED, error=f"{self.agent_type} {reason}")
+
+
+def peer_sequence(response: StreamResponse) -> int:
+    """The sequence a helix peer's stream event carries (``metadata.helix.sequence``,
+    ``mapping``); 0 for any other agent's."""
+    which = response.WhichOneof("payload")
+    if which not in ("status_update", "artifact_update"):
+        return 0
+    update = response.status_update if which == "status_update" else response.artifact_update
+    helix = MessageToDict(update.metadata).get(METADATA_KEY) if update.metadata else None
+    sequence = helix.get("sequence") if isinstance(helix, dict) else None
+    if isinstance(sequence, int | float) and sequence >= 0:  # a Struct's numbers are floats
+        return int(sequence)
+    return int(sequence) if isinstance(sequence, str) and sequence.isdigit() else 0
 
 
 def apply_artifact(task: Task, update: TaskArtifactUpdateEvent) -> None:

@@ -40,6 +40,10 @@ INPUT_TOOL = "a2a_input"
 """``InputRequired.tool_name`` of an A2A child's request for input (or for
 authentication: both are answered by a follow-up message on the task)."""
 
+PEER_SEQUENCE_KEY = "helix_peer_sequence"
+"""Set (on the follower's own copy of a task) on an artifact last updated by a helix
+peer's event: that event's sequence, kept with the artifact parts it forwards."""
+
 ASKING_STATES = frozenset(
     state for state, status in SESSION_STATUSES.items() if status is SessionStatus.SUSPENDED
 )
@@ -67,6 +71,9 @@ class Cursor:
     for an agent that keeps no history, which current status message is new."""
     said_id: str = ""
     """That message's id, when known (this run forwarded it, or it asked for input)."""
+    peer_sequence: int = 0
+    """For a helix peer (its events carry ``metadata.helix.sequence``): the last of its
+    sequences applied, at least as far as the artifact parts forwarded say."""
     ended: bool = False
     """The child's terminal event was forwarded."""
 
@@ -87,8 +94,9 @@ class Cursor:
                 self.messages += 1
         elif kind == "tool_end" and event.tool_end.tool_name == ARTIFACT_TOOL:
             artifact_id, start, _ = event.tool_end.tool_call_id.rsplit(":", 2)
-            count = len(json.loads(event.tool_end.result_json).get("parts", []))
-            self.parts[artifact_id] = int(start) + count
+            result = json.loads(event.tool_end.result_json)
+            self.parts[artifact_id] = int(start) + len(result.get("parts", []))
+            self.peer_sequence = max(self.peer_sequence, int(result.get("peer_sequence", 0)))
         elif kind in ("completed", "failed", "interrupted", "terminated"):
             self.ended = True
 
@@ -230,9 +238,12 @@ def _artifact(artifact: Artifact, cursor: Cursor, add: Any) -> None:
         )
     )
     parts = [part_json(p) for p in artifact.parts[start:]]
+    result: dict[str, Any] = {"parts": parts}
+    if PEER_SEQUENCE_KEY in artifact.metadata:  # a helix peer's: where its log was
+        result["peer_sequence"] = int(MessageToDict(artifact.metadata)[PEER_SEQUENCE_KEY])
     add(
         tool_end=pb.ToolEnd(
-            tool_call_id=call_id, tool_name=ARTIFACT_TOOL, result_json=json.dumps({"parts": parts})
+            tool_call_id=call_id, tool_name=ARTIFACT_TOOL, result_json=json.dumps(result)
         )
     )
 

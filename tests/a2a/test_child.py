@@ -20,16 +20,23 @@ from a2a.types import (
     Role,
     SendMessageConfiguration,
     SendMessageRequest,
+    StreamResponse,
     Task,
+    TaskArtifactUpdateEvent,
     TaskState,
 )
 from google.protobuf.struct_pb2 import Value
 
 from helix_transport import AgentClient
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
-from helix_transport.a2a._child_call import first_message, message_id_of
+from helix_transport.a2a._child_call import (
+    apply_artifact,
+    first_message,
+    message_id_of,
+    peer_sequence,
+)
 from helix_transport.a2a._child_client import a2a_address
-from helix_transport.a2a._child_projection import ChildIdentity, Cursor, project
+from helix_transport.a2a._child_projection import PEER_SEQUENCE_KEY, ChildIdentity, Cursor, project
 from helix_transport.a2a.child import (
     TEXT_SCHEMA,
     a2a_agent_tool,
@@ -325,3 +332,19 @@ async def test_a_call_that_times_out_cancels_its_task(peer: PeerProcess) -> None
         return task.status.state == TaskState.TASK_STATE_CANCELED
 
     await assert_eventually(canceled, timeout_s=15)
+
+
+def test_a_helix_peers_sequence_is_kept_with_the_parts_it_forwarded() -> None:
+    # A helix service's A2A events carry its log's sequence; a subscribe replays its
+    # turn unless told where to start (helix-from-sequence). The sequence of the last
+    # artifact update applied is kept with the parts forwarded, so a restarted parent
+    # subscribes from there and no replayed append adds a part twice.
+    update = TaskArtifactUpdateEvent(artifact=Artifact(artifact_id="text", parts=[Part(text="a")]))
+    update.metadata.update({"helix": {"sequence": 12, "kind": "text_delta"}})
+    assert peer_sequence(StreamResponse(artifact_update=update)) == 12
+    assert peer_sequence(StreamResponse(artifact_update=TaskArtifactUpdateEvent())) == 0
+    task = _task(_message("m0", Role.ROLE_USER, "go"))
+    apply_artifact(task, update)  # an append to an artifact not seen yet creates it
+    task.artifacts[0].metadata.update({PEER_SEQUENCE_KEY: 12})
+    events = project(task, Cursor(), IDENTITY)
+    assert _replayed(events).peer_sequence == 12

@@ -23,8 +23,10 @@ from helix_transport.agent.scripted import (
     steps_taken,
     user_input,
 )
+from helix_transport.server._identity import Principal
+from helix_transport.server._ownership import storage_id
 from helix_transport.server.auth import AuthConfig
-from helix_transport.store import MemoryStore, open_store
+from helix_transport.store import MemoryStore, open_store, pages
 from helix_transport.transport import ClientAuth
 from tests.agents.a2a_tree import Brief, Relayed, mailer_alone
 
@@ -35,6 +37,13 @@ def _relay(messages: list[dict[str, Any]]) -> ScriptedTurn:
     if steps_taken(messages) == 0:
         return ScriptedTurn(tool_calls=(call("email", **user_input(messages)),))
     return finish(result=[value for _, value in step_results(messages)])
+
+
+async def _log(store: Any, session_id: str) -> Any:
+    async for events in pages(store, session_id):
+        for event in events:
+            if event.WhichOneof("payload") == "text_delta":
+                yield event
 
 
 def _inner(event: pb.StreamEvent) -> pb.StreamEvent:
@@ -94,6 +103,8 @@ async def test_a_helix_service_over_a2a_is_a_child_that_asks(
             )
             assert reply.applied
             events = [e async for e in client.stream("root")]
+        key = storage_id(Principal(name="parent"), asked.path[1])  # the mailer's own session
+        said = [e.text_delta.text async for e in _log(store, key)]
     await store.aclose()
     assert events[-1].WhichOneof("payload") == "completed", events[-1]
     (result,) = json.loads(events[-1].completed.output_json)["result"]
@@ -101,5 +112,13 @@ async def test_a_helix_service_over_a2a_is_a_child_that_asks(
     assert len(outbox.read_text().splitlines()) == 1  # sent once
     child = [e.child_event.event for e in events if e.WhichOneof("payload") == "child_event"]
     assert [e.sequence for e in child] == list(range(1, len(child) + 1))
+    # What the mailer said streamed as its `text` artifact: each part once, across the
+    # break of its stream at input-required and the rejoin after the answer.
+    chunks = [
+        json.loads(e.tool_end.result_json)["parts"]
+        for e in child
+        if e.WhichOneof("payload") == "tool_end" and e.tool_end.tool_call_id.startswith("text:")
+    ]
+    assert [part for chunk in chunks for part in chunk] == said
     answered = [e for e in child if e.WhichOneof("payload") == "input_answered"]
     assert [a.input_answered.request_id for a in answered] == [asked.request_id]
