@@ -201,6 +201,7 @@ class A2AChildCall:
         sequence = peer_sequence(response)
         if task is not None and sequence and sequence <= self.cursor.peer_sequence:
             return task  # a helix peer replaying what this call has applied already
+        self.cursor.peer_sequence = max(self.cursor.peer_sequence, sequence)
         named = {
             "task": response.task.id,
             "status_update": response.status_update.task_id,
@@ -236,7 +237,6 @@ class A2AChildCall:
                 for artifact in task.artifacts:
                     if artifact.artifact_id == response.artifact_update.artifact.artifact_id:
                         artifact.metadata[PEER_SEQUENCE_KEY] = sequence
-        self.cursor.peer_sequence = max(self.cursor.peer_sequence, sequence)
         return task
 
     def _forward(self, task: Task) -> bool:
