@@ -45,12 +45,9 @@ from helix_transport.a2a._child_client import (
     remember_card,
     split_address,
 )
+from helix_transport.a2a.card import SCHEMA_EXTENSION
 from helix_transport.agent.tools import Tool, ToolContext, ToolError
 from helix_transport.registry import resolve_address
-
-SCHEMA_EXTENSION = "urn:helix-mesh:a2a:schemas:v1"
-"""The card extension whose params give each skill's ``input_schema`` (by skill id):
-a helix service's card has it; any other agent's card may."""
 
 TEXT_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -181,8 +178,8 @@ def _registry_url(agent_type: str) -> str:
 
 
 def _card_schema(card: AgentCard, skill_id: str) -> dict[str, Any] | None:
-    """The skill's input schema, from the card's ``SCHEMA_EXTENSION`` (A2A's skill
-    has no schema field of its own)."""
+    """The skill's input schema, from the card's ``SCHEMA_EXTENSION`` (a helix
+    service's card has it, any other agent's may: A2A's skill has no schema field)."""
     for extension in card.capabilities.extensions:
         if extension.uri == SCHEMA_EXTENSION:
             schemas = MessageToDict(extension.params)
