@@ -4,7 +4,8 @@ Looked up, in order, in the environment (``HELIX_AGENT_ADDRESS_<TYPE>``, the typ
 upper-cased with ``-`` as ``_``, e.g. ``HELIX_AGENT_ADDRESS_RESEARCHER=127.0.0.1:50061``)
 and in a JSON registry file named by ``HELIX_REGISTRY_FILE``
 (``{"researcher": "dns:///researcher-headless.helix.svc:50051"}``). On Kubernetes
-the same variables point at headless Services.
+the same variables point at headless Services. An entry ``a2a:http://host:port`` names
+an A2A agent (``helix_transport.a2a.child.a2a_agent_tool``).
 """
 
 from __future__ import annotations

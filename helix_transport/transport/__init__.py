@@ -10,7 +10,7 @@ from helix_transport.transport._auth import (
     set_bearer_token,
 )
 from helix_transport.transport._errors import map_grpc_errors
-from helix_transport.transport._pool import ClientPool
+from helix_transport.transport._pool import ClientFactory, ClientPool, register_address_scheme
 from helix_transport.transport.client import AgentClient
 from helix_transport.transport.stream import EventStream
 
@@ -19,10 +19,12 @@ __all__ = [
     "SUBSTITUTE",
     "AgentClient",
     "ClientAuth",
+    "ClientFactory",
     "ClientPool",
     "EventStream",
     "map_grpc_errors",
     "open_channel",
     "read_token_file",
+    "register_address_scheme",
     "set_bearer_token",
 ]

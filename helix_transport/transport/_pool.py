@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import grpc
 
@@ -11,6 +11,22 @@ from helix_transport._config import ClientConfig
 from helix_transport._exceptions import UsageError
 from helix_transport.transport._auth import ClientAuth
 from helix_transport.transport.client import AgentClient
+
+ClientFactory = Callable[[str, "ClientPool"], Awaitable[AgentClient]]
+"""Makes the client for an address of another protocol (``register_address_scheme``)."""
+
+_SCHEMES: dict[str, ClientFactory] = {}
+
+
+def register_address_scheme(prefix: str, factory: ClientFactory) -> None:
+    """Let every pool reach addresses starting with ``prefix`` through ``factory``.
+
+    A child of another protocol (an A2A agent, ``helix_transport.a2a``) is a child ref
+    like any other: the outbox's interrupts, answers passed down and status probes get
+    its client from the pool by the ref's address, and the factory gives one that
+    speaks that protocol. The mesh itself depends on no such protocol.
+    """
+    _SCHEMES[prefix] = factory
 
 
 class ClientPool:
@@ -49,6 +65,9 @@ class ClientPool:
             if self._closed:
                 raise UsageError(f"the client pool is closed; not connecting to {address}")
             client = self._clients.get(address)
+            factory = next((f for p, f in _SCHEMES.items() if address.startswith(p)), None)
+            if client is None and factory is not None:
+                client = self._clients[address] = await factory(address, self)
             if client is None:
                 client = await AgentClient.connect(
                     address,
