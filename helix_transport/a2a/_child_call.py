@@ -50,9 +50,8 @@ from helix_transport.a2a.mapping import METADATA_KEY, TERMINAL_TASK_STATES, sess
 from helix_transport.agent.blockage import BlockedChild
 from helix_transport.agent.tools import ToolContext, ToolError, derived_session_id, reserve_children
 from helix_transport.delegation.cascade import Cascade
-from helix_transport.delegation.children import subagent_ended, subagent_started
-from helix_transport.delegation.forwarded import forwarded_so_far
-from helix_transport.log.subtree import child_totals
+from helix_transport.delegation.child_records import subagent_ended, subagent_started
+from helix_transport.delegation.forwarding import forwarded_so_far
 from helix_transport.store import SubSessionRef, pages
 
 _TRACE_KEYS = ("traceparent", "tracestate")
@@ -251,7 +250,7 @@ class A2AChildCall:
                 )
             )
             if event.WhichOneof("payload") in ("completed", "failed", "interrupted"):
-                child_totals(ctx.run.cache).note(event)
+                ctx.run.cache.child_totals.note(event)
         blockage, call_id = ctx.run.blockage, ctx.tool_call_id
         if task.status.state in ASKING_STATES and self.cursor.request_id:
             child = BlockedChild(
