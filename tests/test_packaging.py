@@ -268,8 +268,12 @@ def test_the_core_imports_without_any_extra_and_a_missing_one_is_named(tmp_path:
     outcome = json.loads(result.stdout)
     # Only the modules of an extra's feature refuse, each naming its extra and the command.
     assert {name: extra for name, (extra, _) in outcome.items()} == {
+        "helix_transport.a2a": "a2a",
+        "helix_transport.bench.a2a": "a2a",
         "helix_transport.cli.inspector": "inspect",
         "helix_transport.store.postgres": "postgres",
+        "helix_transport.testing.conformance._a2a": "a2a",
+        "helix_transport.testing.conformance._a2a_kit": "a2a",
         "helix_transport.store.redis": "redis",
     }, outcome
     for name, (extra, message) in outcome.items():

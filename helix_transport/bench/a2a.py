@@ -16,15 +16,19 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import httpx
-import uvicorn
-from a2a.client import ClientConfig, create_client
-from a2a.server.agent_execution import AgentExecutor, RequestContext
-from a2a.server.events import EventQueue
-from a2a.server.request_handlers import DefaultRequestHandler
-from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
-from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
-from a2a.types import a2a_pb2 as a2a
-from starlette.applications import Starlette
+
+from helix_transport._optional import requires
+
+with requires("a2a", "the A2A bench rows"):
+    import uvicorn
+    from a2a.client import ClientConfig, create_client
+    from a2a.server.agent_execution import AgentExecutor, RequestContext
+    from a2a.server.events import EventQueue
+    from a2a.server.request_handlers import DefaultRequestHandler
+    from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
+    from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
+    from a2a.types import a2a_pb2 as a2a
+    from starlette.applications import Starlette
 
 from helix_transport._config import ServerConfig
 from helix_transport.bench._measure import Ids

@@ -29,10 +29,14 @@ import json
 import uuid
 from typing import Any
 
-from a2a.client.card_resolver import A2ACardResolver
-from a2a.types import a2a_pb2 as a2a
-from a2a.utils.constants import TransportProtocol
-from a2a.utils.errors import InvalidParamsError, TaskNotCancelableError, TaskNotFoundError
+from helix_transport._optional import requires
+
+with requires("a2a", "the conformance kit's a2a section"):
+    from a2a.client.card_resolver import A2ACardResolver
+    from a2a.types import a2a_pb2 as a2a
+    from a2a.utils.constants import TransportProtocol
+    from a2a.utils.errors import InvalidParamsError, TaskNotCancelableError, TaskNotFoundError
+
 from google.protobuf import json_format
 
 from helix_transport.testing.conformance._a2a_kit import (

@@ -16,10 +16,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
-from a2a.client import ClientCallContext, ClientConfig, create_client
-from a2a.client.client import Client
-from a2a.types import a2a_pb2 as a2a
-from a2a.utils.errors import A2AError
+
+from helix_transport._optional import requires
+
+with requires("a2a", "the conformance kit's a2a section"):
+    from a2a.client import ClientCallContext, ClientConfig, create_client
+    from a2a.client.client import Client
+    from a2a.types import a2a_pb2 as a2a
+    from a2a.utils.errors import A2AError
+
 from google.protobuf import json_format
 
 from helix_transport.testing.conformance._contract import Failed, Skipped, require

@@ -7,9 +7,8 @@ from __future__ import annotations
 import json
 from collections.abc import Collection
 
+from helix_transport._optional import requires
 from helix_transport._proto.helix.agent.v1 import agent_pb2_grpc as pb_grpc
-from helix_transport.testing.conformance._a2a import run_a2a
-from helix_transport.testing.conformance._a2a_kit import A2AKit
 from helix_transport.testing.conformance._abort import check_abort_running, check_abort_suspended
 from helix_transport.testing.conformance._continue import check_continue
 from helix_transport.testing.conformance._contract import SESSION_CHECKS
@@ -85,6 +84,11 @@ async def run_conformance(
             address, input_json, bad_input_json, input_required_json, timeout_s, auth
         )
     if A2A in chosen and a2a_url is not None:
+        # The a2a section needs the a2a extra; the contract section runs without it.
+        with requires("a2a", "the conformance kit's a2a section"):
+            from helix_transport.testing.conformance._a2a import run_a2a
+            from helix_transport.testing.conformance._a2a_kit import A2AKit
+
         kit = A2AKit(
             a2a_url,
             input_json=input_json,
