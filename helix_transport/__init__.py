@@ -58,6 +58,7 @@ if TYPE_CHECKING:
         UsageError,
     )
     from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
+    from helix_transport.agent.close_policy import ClosePolicy
     from helix_transport.agent.definition import Agent
     from helix_transport.agent.tools import Tool, ToolContext, client_tool, tool
     from helix_transport.delegation.companions import PersistentChild, with_companions
@@ -84,6 +85,7 @@ _LAZY = {
     "AuthConfig": "helix_transport.server.auth",
     "ClientAuth": "helix_transport.transport",
     "ClientConfig": "helix_transport._config",
+    "ClosePolicy": "helix_transport.agent.close_policy",
     "ConnectError": "helix_transport._exceptions",
     "ConnectionAge": "helix_transport._config",
     "DeadlineExceeded": "helix_transport._exceptions",
@@ -147,6 +149,7 @@ __all__ = [
     "AuthConfig",
     "ClientAuth",
     "ClientConfig",
+    "ClosePolicy",
     "ConnectError",
     "ConnectionAge",
     "DeadlineExceeded",

@@ -191,6 +191,26 @@ def _turn_started(event: pb.StreamEvent) -> Summary:
     return Summary(f"turn {turn.turn}{fresh}", f" message={_short(turn.message)}", Tone.STRONG)
 
 
+_CLOSE_ACTIONS = {
+    pb.CLOSE_ACTION_TERMINATED: ("terminated", Tone.WARN),
+    pb.CLOSE_ACTION_WAITED: ("waited for", Tone.NOTE),
+    pb.CLOSE_ACTION_ABANDONED: ("abandoned", Tone.WARN),
+    pb.CLOSE_ACTION_ABORTED: ("aborted", Tone.WARN),
+}
+
+
+def _close_policy_applied(event: pb.StreamEvent) -> Summary:
+    applied = event.close_policy_applied
+    action, tone = _CLOSE_ACTIONS.get(applied.action, ("closed", Tone.NOTE))
+    undelivered = applied.undelivered_messages
+    dropped = f", {undelivered} queued message(s) not delivered" if undelivered else ""
+    return Summary(
+        f"⇠ {applied.child_agent_type} {action} by the close policy",
+        f" ({applied.child_session_id}{dropped})",
+        tone,
+    )
+
+
 _KINDS = (
     EventKind(
         name="run_started",
@@ -262,6 +282,7 @@ _KINDS = (
     EventKind(name="input_required", summary=_input_required),
     EventKind(name="input_answered", summary=_input_answered),
     EventKind(name="suspended", status=SessionStatus.SUSPENDED, summary=_suspended),
+    EventKind(name="close_policy_applied", summary=_close_policy_applied),
 )
 
 EVENT_KINDS: Mapping[str, EventKind] = {kind.name: kind for kind in _KINDS}

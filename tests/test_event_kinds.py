@@ -61,6 +61,14 @@ def _sample_payloads() -> dict[str, Message]:
             request_id="call_7", outcome=pb.INPUT_OUTCOME_DENIED, reason="not today"
         ),
         "suspended": pb.Suspended(request_ids=["call_7"]),
+        "close_policy_applied": pb.ClosePolicyApplied(
+            child_session_id="root-agent-critic-0123456789abcdef",
+            child_agent_type="critic",
+            policy=pb.CLOSE_POLICY_TERMINATE,
+            action=pb.CLOSE_ACTION_TERMINATED,
+            reason="parent root completed",
+            undelivered_messages=2,
+        ),
     }
 
 

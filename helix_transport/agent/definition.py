@@ -12,6 +12,13 @@ from typing import Any
 from pydantic import BaseModel
 
 from helix_transport._exceptions import UsageError
+from helix_transport.agent.close_policy import (
+    ChildDeclaration,
+    ChildKind,
+    ClosePolicy,
+    child_kind,
+    declared_policies,
+)
 from helix_transport.agent.hooks import RunHooks
 from helix_transport.agent.model import Model, model_name
 from helix_transport.agent.model_config import ModelConfig, type_env_suffix
@@ -30,6 +37,12 @@ StepHook = Callable[[ToolContext, list[dict[str, Any]]], Awaitable[list[dict[str
 """Runs before each model call of a fresh step with the conversation so far (read-only);
 returns messages to add first. It may wait (the run is parked; an interrupt still stops
 it) and may raise ``AgentRunError`` to fail the run."""
+
+FinishHook = Callable[[ToolContext, list[dict[str, Any]]], Awaitable[list[dict[str, Any]]]]
+"""Runs when the model's ``__finish__`` would complete the run, with the conversation
+so far (read-only). Returning messages holds the finish: they join the conversation
+and the run goes on with one more pass (a ``WAIT`` close policy: the results of the
+tasks it waited for). It may wait (an interrupt still stops it)."""
 
 HooksFactory = Callable[["Agent", SessionRecord], RunHooks]
 """Makes the hooks of one run (a server calls it once per run it starts or resumes)."""
@@ -90,6 +103,14 @@ class Agent:
     """Children (remote calls, companions, ``run_subagent`` tasks) one session may have
     running at once; a call that would start more gets an error result. 0: no limit."""
 
+    children: Sequence[ChildDeclaration] = ()
+    """The close policy of each kind and type of child the agent may have (``with_dispatch``
+    and ``with_companions`` add theirs; a remote agent tool's is its ``Tool.child``). A
+    child not declared is terminated when the parent's turn ends."""
+    finish_hooks: Sequence[FinishHook] = ()
+    """Called, in order, when a ``__finish__`` would complete the run; the first that
+    returns messages holds it (see ``FinishHook``)."""
+
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):
             raise UsageError(f"agent name {self.name!r} must match {_NAME.pattern}")
@@ -113,6 +134,28 @@ class Agent:
                     f"agent {self.name!r}: tool name {t.name!r} is reserved (names starting "
                     "with '__' or 'companion__' are the library's own tools)"
                 )
+        try:
+            self._close_policies  # noqa: B018 (validated at definition, then cached)
+        except UsageError as exc:
+            raise UsageError(f"agent {self.name!r}: {exc}") from None
+
+    @functools.cached_property
+    def _close_policies(self) -> dict[tuple[ChildKind, str], ClosePolicy]:
+        tools = [t.child for t in self.tools if t.child is not None]
+        return declared_policies([*self.children, *tools])
+
+    def close_policy(self, kind: ChildKind | None, agent_type: str) -> ClosePolicy:
+        """The declared close policy of a child of ``kind`` and ``agent_type``
+        (``TERMINATE`` when none is declared)."""
+        if kind is None:
+            return ClosePolicy.TERMINATE
+        return self._close_policies.get((kind, agent_type), ClosePolicy.TERMINATE)
+
+    def close_policy_of(
+        self, parent_session_id: str, child_session_id: str, agent_type: str
+    ) -> ClosePolicy:
+        """The close policy of a recorded child (its kind read from its id)."""
+        return self.close_policy(child_kind(parent_session_id, child_session_id), agent_type)
 
     def _defined_model_config(self) -> ModelConfig:
         return ModelConfig(

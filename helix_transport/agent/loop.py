@@ -32,6 +32,7 @@ from helix_transport._exceptions import AgentRunError, HelixError, ModelAPIError
 from helix_transport._metadata import split_metadata
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._secrets import redact
+from helix_transport.agent._closing import close_children
 from helix_transport.agent._start import RunStart
 from helix_transport.agent._step_inputs import StepInputs, suspended_event
 from helix_transport.agent._steps import (
@@ -65,6 +66,7 @@ from helix_transport.agent.tools import FINISH_TOOL, RunServices, ToolContext
 from helix_transport.log import SessionWriter
 from helix_transport.store import (
     Checkpoint,
+    ChildCommand,
     Interrupt,
     SessionRecord,
     SessionUpdate,
@@ -137,6 +139,9 @@ class RunLoop:
             hooks=self.hooks,
         )
         self._blockage = Blockage()  # the current step's (see _run_calls)
+        self.closing: list[ChildCommand] = []
+        """The outbox commands the run's end recorded for its children (its close
+        policies): the server delivers them once the end is written."""
 
     async def run(self, *, resume_reason: str = "") -> SessionStatus:
         """Run (or resume) the session until it completes, fails or is interrupted."""
@@ -174,7 +179,19 @@ class RunLoop:
                     return await self._end_interrupted(state, await self._taken(taking))
                 case FinalOutput(output_json=output_json):
                     state.step = step
-                    return await self._complete(state, output_json)
+                    try:
+                        held = await self._race(self._held(state))
+                    except WaitingForChildren as parked:  # its tasks all wait for people
+                        blocked = {c.child_session_id: c for c in parked.children}
+                        return await self._suspend(state, blocked)
+                    if isinstance(held, Interrupted):
+                        taking = asyncio.ensure_future(self.store.take_interrupt(self.session_id))
+                        return await self._end_interrupted(state, await self._taken(taking))
+                    if not held:
+                        return await self._complete(state, output_json)
+                    # Held (a WAIT close policy): one more pass, with what it waited for.
+                    state.messages.extend(held)
+                    interrupt = await self._boundary(state)
                 case RunAgain():
                     state.step = step
                     interrupt = await self._boundary(state)
@@ -318,6 +335,28 @@ class RunLoop:
         blocked = {cid: cancelled[cid] for cid, t in tasks.items() if t.cancelled()}
         return outcomes, blocked
 
+    async def _held(self, state: RunProgress) -> list[dict[str, Any]]:
+        """The messages of the first finish hook that holds the run's completion."""
+        for hook in self.agent.finish_hooks:
+            held = await hook(self._tool_context(state, ""), state.messages)
+            if held:
+                return held
+        return []
+
+    async def record_close(self, state: RunProgress | None, status: SessionStatus) -> None:
+        """Each running child's close policy, durable before the end (``agent._closing``);
+        its events go in the terminal write (emitted deferred: no await may follow)."""
+        closing = await close_children(
+            self.agent,
+            self.store,
+            session_id=self.session_id,
+            status=status,
+            run=None if state is None else state.run,
+        )
+        self.closing = closing.commands
+        for event in closing.events:
+            self.writer.emit(event, defer=True)
+
     async def _call_model(self, state: RunProgress) -> ModelResponse:
         emit = self.writer.emit
         try:
@@ -453,6 +492,7 @@ class RunLoop:
 
     async def _complete(self, state: RunProgress, output_json: str) -> SessionStatus:
         usage = await self._usage(state)  # before the deferred output: no await between
+        await self.record_close(state, SessionStatus.COMPLETED)
         self.writer.emit(pb.StreamEvent(output=pb.Output(output_json=output_json)), defer=True)
         await self.writer.finish(
             pb.StreamEvent(completed=pb.Completed(output_json=output_json, **usage)),
@@ -488,6 +528,7 @@ class RunLoop:
             extra={"status": SessionStatus.FAILED.value, "reason": reason, "error": error},
         )
         usage = await self._usage(state)
+        await self.record_close(state, SessionStatus.FAILED)
         await self.writer.finish(
             pb.StreamEvent(failed=pb.Failed(error=error, failure_reason=reason, **usage)),
             SessionUpdate(
@@ -508,6 +549,7 @@ class RunLoop:
         else:
             event = pb.StreamEvent(interrupted=pb.Interrupted(reason=interrupt.reason, **usage))
             status = SessionStatus.INTERRUPTED
+        await self.record_close(state, status)
         await self.writer.finish(
             event, SessionUpdate(status=status, step_count=state.step, usage=state.usage)
         )

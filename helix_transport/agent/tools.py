@@ -18,6 +18,7 @@ from helix_transport._exceptions import UsageError
 from helix_transport._metadata import SessionLineage
 from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
 from helix_transport.agent.blockage import Blockage
+from helix_transport.agent.close_policy import ChildDeclaration
 from helix_transport.agent.hooks import NO_HOOKS, RunHooks
 from helix_transport.agent.run_cache import RunCache
 from helix_transport.agent.state import RunState
@@ -198,6 +199,8 @@ class Tool:
     input_timeout_s: float | None = None
     """Seconds a call may wait for its approval or client result before it becomes an
     error result the model sees; ``None``: it waits as long as it takes."""
+    child: ChildDeclaration | None = None
+    """The child a call starts and its close policy (a remote agent tool)."""
 
     def __post_init__(self) -> None:
         if self.client and self.approval is not False:

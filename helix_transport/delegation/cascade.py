@@ -10,6 +10,12 @@ down for minutes is still stopped when it is back, and a parent process that die
 meanwhile loses nothing, since the next process finds the row. Interrupts are
 idempotent, so two replicas asking at once do no harm.
 
+A ``close`` command (a parent's close policy, ``agent._closing``) is written before
+the parent's terminal write and delivered only once the parent's session is not
+running or suspended: a parent killed between the two writes is resumed and may go
+on, and its children must not be stopped by accident meanwhile. Once it has ended
+(or is gone) the command is an interrupt like any other.
+
 A child the service does not know is asked again for ``ClientConfig.rpc_timeout``
 from when the command was written: parents record a child before they start it, so
 its ``Start`` may still be on its way. Past that the child was never created.
@@ -22,9 +28,11 @@ import contextlib
 import logging
 import time
 from collections.abc import Sequence
+from typing import Protocol
 
+from helix_transport._events import SessionStatus
 from helix_transport._exceptions import HelixError, SessionNotFound
-from helix_transport.store import ChildCommand, OutboxStore, SubSessionRef
+from helix_transport.store import ChildCommand, OutboxStore, SessionStore, SubSessionRef
 from helix_transport.transport import ClientPool
 
 logger = logging.getLogger(__name__)
@@ -43,10 +51,17 @@ gone for good) would keep newer ones from their retries (each still gets its fir
 _CONCURRENCY = 16
 
 
+class CascadeStore(OutboxStore, SessionStore, Protocol):
+    """The roles the outbox uses: its commands, and a parent's status (``close``)."""
+
+
+_GOING_ON = frozenset({SessionStatus.RUNNING, SessionStatus.SUSPENDED})
+
+
 class Cascade:
     """The outbox of one store: records commands for children and delivers them."""
 
-    def __init__(self, store: OutboxStore, clients: ClientPool) -> None:
+    def __init__(self, store: CascadeStore, clients: ClientPool) -> None:
         self._store = store
         self._clients = clients
         self._next_attempt: dict[tuple[str, str, str], float] = {}
@@ -123,6 +138,13 @@ class Cascade:
 
     async def _attempt(self, command: ChildCommand) -> None:
         try:
+            if command.kind == "close":
+                parent = await self._store.get_session(command.parent_session_id)
+                if parent is not None and parent.status in _GOING_ON:
+                    # Not ended (yet, or again: resumed after a crash before its end, or
+                    # continued); the policy applies when it ends.
+                    await self._retry_later(command, quiet=True)
+                    return
             client = await self._clients.get(command.address)
             await client.interrupt(
                 command.child_session_id, reason=command.reason, abort=command.kind == "abort"
@@ -154,11 +176,11 @@ class Cascade:
         with contextlib.suppress(HelixError):
             await self._store.delete_command(command)
 
-    async def _retry_later(self, command: ChildCommand) -> None:
+    async def _retry_later(self, command: ChildCommand, *, quiet: bool = False) -> None:
         attempts = command.attempts + 1
         delay = min(MAX_BACKOFF_S, 0.25 * 2 ** min(attempts, 8))
         self._next_attempt[_key(command)] = time.monotonic() + delay
-        if attempts in (1, 10) or attempts % 100 == 0:
+        if not quiet and (attempts in (1, 10) or attempts % 100 == 0):
             logger.warning(
                 "session %s: child %s at %s not reached yet (attempt %d); still trying",
                 command.parent_session_id,

@@ -29,11 +29,14 @@ to give a partial answer; a run still going after that pass fails with
 (``RunState.dispatch``), checkpointed with the conversation that holds them,
 as for the companion tools (``helix_transport.delegation.companions``).
 
-A parent that finishes (``__finish__``) while tasks are out completes; those
-children keep running, and a next turn (``Continue``) can still get their results
-(not a ``fresh`` one: it starts without the conversation that dispatched them). A parent
-that fails interrupts them (the server does, for every child a failed run left
-running).
+**A parent's end** follows each type's ``close_policy`` (``ClosePolicy``):
+``TERMINATE`` (the default) interrupts the tasks still out when the parent's turn
+ends, however it ends; ``WAIT`` holds a ``__finish__`` while the type's tasks are out:
+the run parks until they end (or the deadline passes), their batch reaches the model
+as ``[sub-agent results before finishing]`` and the model answers once more, in the same
+run; ``ABANDON`` leaves them running (a next turn, ``Continue``, can still get their
+results; not a ``fresh`` one). The parent's log records, per task, what was done
+(``close_policy_applied``); ``helix_transport.agent._closing`` makes it crash-safe.
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ from helix_transport._events import SessionStatus
 from helix_transport._exceptions import AgentRunError, HelixError, SessionNotFound
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.agent.blockage import BlockedChild, WaitingForChildren
+from helix_transport.agent.close_policy import ChildDeclaration, ChildKind, ClosePolicy, applied
 from helix_transport.agent.definition import Agent
 from helix_transport.agent.loop import NUDGE
 from helix_transport.agent.state import DispatchBatch, DispatchState, DispatchTask
@@ -122,6 +126,17 @@ class SubagentType:
     address: str | None = None
     """The child service's address; ``None`` looks it up at call time."""
     description: str = ""
+    close_policy: ClosePolicy = ClosePolicy.TERMINATE
+    """What the parent's end does to this type's tasks still out (module docstring)."""
+
+    def __post_init__(self) -> None:
+        self.declaration()  # a wrong policy fails at definition
+
+    def declaration(self) -> ChildDeclaration:
+        """The type's close policy, as the parent ``Agent`` declares it."""
+        return ChildDeclaration(
+            kind=ChildKind.TASK, agent_type=self.agent_type, close_policy=self.close_policy
+        )
 
 
 class Task(BaseModel):
@@ -175,7 +190,11 @@ class Dispatcher:
     def attach(self, agent: Agent) -> Agent:
         """``agent`` with the dispatch tool and its step hook."""
         return dataclasses.replace(
-            agent, tools=[*agent.tools, self.tool()], step_hooks=[*agent.step_hooks, self.step]
+            agent,
+            tools=[*agent.tools, self.tool()],
+            step_hooks=[*agent.step_hooks, self.step],
+            children=[*agent.children, *(t.declaration() for t in self.types.values())],
+            finish_hooks=[*agent.finish_hooks, self.hold_finish],
         )
 
     # --- the tool ---------------------------------------------------------------------
@@ -298,6 +317,49 @@ class Dispatcher:
             return await self._deadline(ctx, out, state)
         ready = [b for b in out if all(t.status != "running" for t in b.tasks)]
         return await self._deliver(ctx, ready, heading="[sub-agent results]")
+
+    async def hold_finish(
+        self, ctx: ToolContext, messages: list[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
+        """A ``__finish__`` while ``WAIT`` tasks are out: park until their batches are
+        done (or the deadline passes), then give them to the model for one more pass."""
+        state = ctx.run.state.dispatch
+        waiting = [
+            b
+            for b in state.batches
+            if not b.delivered
+            and any(t.status == "running" and self._policy(t) is ClosePolicy.WAIT for t in b.tasks)
+        ]
+        if not waiting:
+            return []
+        started = state.started_at or time.time()
+        deadline = None if self.run_deadline_s is None else started + self.run_deadline_s
+        while any(t.status == "running" for b in waiting for t in b.tasks):
+            if deadline is not None and time.time() >= deadline:
+                break
+            await self._park(ctx, [b for b in waiting if not _done(b)], deadline)
+        if not all(_done(b) for b in waiting):  # the deadline: its own pass, as unheld
+            return await self._deadline(ctx, waiting, state)
+        for task in (t for b in waiting for t in b.tasks if self._policy(t) is ClosePolicy.WAIT):
+            ctx.emit(
+                applied(
+                    child_session_id=task.session_id,
+                    agent_type=task.agent_type,
+                    policy=ClosePolicy.WAIT,
+                    action=pb.CLOSE_ACTION_WAITED,
+                    reason="the parent's __finish__ waited for it",
+                )
+            )
+        held = await self._deliver(ctx, waiting, heading="[sub-agent results before finishing]")
+        held[0]["content"] += (
+            "\nYour __finish__ was held until these tasks ended: finish again with their "
+            "results in mind."
+        )
+        return held
+
+    def _policy(self, task: DispatchTask) -> ClosePolicy:
+        config = self.types.get(task.agent_type)
+        return ClosePolicy.TERMINATE if config is None else config.close_policy
 
     async def _park(
         self, ctx: ToolContext, batches: list[DispatchBatch], deadline: float | None
@@ -451,6 +513,10 @@ class Dispatcher:
         task.error = status.error
         await _save_ref(ctx, task)
         _end_span(ctx, task)
+
+
+def _done(batch: DispatchBatch) -> bool:
+    return all(t.status != "running" for t in batch.tasks)
 
 
 def _report(task: DispatchTask) -> dict[str, Any]:

@@ -37,6 +37,7 @@ from helix_transport._exceptions import (
     StoreUnavailable,
 )
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
+from helix_transport.agent.close_policy import ChildDeclaration, ChildKind, ClosePolicy
 from helix_transport.agent.tools import (
     Tool,
     ToolContext,
@@ -76,6 +77,7 @@ def remote_agent_tool(
     parameters: dict[str, Any] | None = None,
     description: str = "",
     timeout_s: float | None = None,
+    close_policy: ClosePolicy = ClosePolicy.TERMINATE,
 ) -> Tool:
     """A tool that delegates to the agent service for ``agent_type``.
 
@@ -90,6 +92,8 @@ def remote_agent_tool(
             (see ``remote_agent_tool_from_service``).
         description: what the parent's model is told the tool does.
         timeout_s: give up on the child after this long, interrupting it.
+        close_policy: what the parent's end (a failure, an interrupt: a call waits
+            for its child otherwise) does to the child: ``TERMINATE`` or ``ABANDON``.
 
     The tool returns the child's output JSON; a child that fails, times out or
     cannot be reached becomes ``{"error": ...}`` for the model.
@@ -101,6 +105,9 @@ def remote_agent_tool(
         args_model=input_model,
         parameters=parameters,
         fn=delegate,
+        child=ChildDeclaration(
+            kind=ChildKind.REMOTE, agent_type=agent_type, close_policy=close_policy
+        ),
     )
 
 

@@ -24,11 +24,11 @@ from helix_transport.server._logging import bind as bind_log_context
 from helix_transport.server._ownership import caller_id
 from helix_transport.server._wakeups import wake_reason
 from helix_transport.store import (
+    ChildCommand,
     InterruptLookup,
     SessionRecord,
     SessionUpdate,
     Store,
-    SubSessionRef,
 )
 from helix_transport.transport import ClientPool
 
@@ -291,8 +291,6 @@ class SessionRunner:
     async def _run(self, loop: RunLoop, resume_reason: str) -> None:
         session_id = loop.session_id
         bind_log_context(session_id=session_id)  # this task's lines, and its tools'
-        ended: SessionStatus | None = None  # a durable end whose children must stop
-        children: list[SubSessionRef] = []
         suspended = False
         try:
             status = await loop.run(resume_reason=resume_reason)
@@ -303,15 +301,6 @@ class SessionRunner:
                 "suspended" if suspended else f"ended {status}",
                 extra={"status": status.value},
             )
-            if status in (
-                SessionStatus.FAILED,
-                SessionStatus.INTERRUPTED,
-                SessionStatus.TERMINATED,
-            ):
-                ended = status
-                # Listed while the lease is still held: once it is released a new turn
-                # may start (here or on another replica), with children of its own.
-                children = await self._children(session_id)
         except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
             raise
         except BaseException as exc:  # a library's own BaseException is a crash too
@@ -325,9 +314,7 @@ class SessionRunner:
                 logger.warning("session %s: paused, the store is unavailable (%s)", session_id, exc)
             else:
                 logger.exception("session %s: run loop crashed", session_id)
-                if await self._fail_internal(loop):
-                    ended = SessionStatus.FAILED
-                    children = await self._children(session_id)
+                await self._fail_internal(loop)
         finally:
             self._runs.pop(session_id, None)
             loop.writer.close()
@@ -335,8 +322,8 @@ class SessionRunner:
             with contextlib.suppress(Exception):
                 await asyncio.shield(self.store.release_lease(session_id, self.owner))
         # After the release: a Continue does not wait for the children's services.
-        if ended is not None and children:
-            await self._stop_children(session_id, children, ended)
+        if loop.closing:
+            await self._stop_children(session_id, loop.closing)
         if suspended:
             await self._wake_if_due(session_id)
 
@@ -392,16 +379,11 @@ class SessionRunner:
                 woken += 1
         return woken
 
-    async def _children(self, session_id: str) -> list[SubSessionRef]:
+    async def _fail_internal(self, loop: RunLoop) -> None:
+        """End the run failed (``internal``), its children closed by their policies; if
+        that write does not go through, the session stays running, to be resumed."""
         try:
-            return await self.store.list_subsession_refs(session_id)
-        except Exception:  # best effort, as the cascade of an Interrupt
-            logger.warning("session %s: could not list its children", session_id, exc_info=True)
-            return []
-
-    async def _fail_internal(self, loop: RunLoop) -> bool:
-        """End the run failed (``internal``); False if that write did not go through."""
-        try:
+            await loop.record_close(None, SessionStatus.FAILED)
             await loop.writer.finish(
                 pb.StreamEvent(failed=pb.Failed(error="internal error", failure_reason="internal")),
                 SessionUpdate(
@@ -409,34 +391,26 @@ class SessionRunner:
                 ),
             )
         except Exception:
-            return False
-        return True
+            loop.closing = []  # recorded in the outbox, if at all: delivered once it ends
 
-    async def _stop_children(
-        self, session_id: str, children: list[SubSessionRef], status: SessionStatus
-    ) -> None:
-        """Interrupt the children a failed or interrupted run left running (abort
-        them, for an aborted one: the whole subtree ends TERMINATED).
+    async def _stop_children(self, session_id: str, commands: list[ChildCommand]) -> None:
+        """Deliver what the run's end recorded for its children (their close policies:
+        interrupts, or aborts for an aborted run; ``agent._closing``).
 
-        The turn that wanted their results is over (a failed session's next turn
-        starts its conversation fresh). Only once that end is durable: a run stopped
-        any other way (a crash, a lost lease, a drain) is resumed later, and rejoins
-        its children. An ``Interrupt`` has cascaded already, but only to the children
-        recorded when it did: the run, still going until it saw the interrupt (at once
-        on this replica, within a poll interval from another), may have started more.
-        The children it reached are asked again and answer that they have stopped: one
-        more ``Interrupt`` each, after the run's end.
+        Only once that end is durable: the commands were written before it, and a run
+        stopped any other way (a crash, a lost lease, a drain) is resumed later and
+        rejoins its children. An ``Interrupt`` has cascaded already, but only to the
+        children recorded when it did: the run, still going until it saw the interrupt,
+        may have started more. The children it reached are asked again and answer that
+        they have stopped: one more ``Interrupt`` each, after the run's end. What is not
+        delivered here stays in the outbox, for ``Cascade.run``.
         """
         try:
             async with asyncio.timeout(CASCADE_TIMEOUT_S):
-                await self.cascade.interrupt_refs(
-                    children,
-                    reason=f"parent {session_id} {status.value}",
-                    abort=status is SessionStatus.TERMINATED,
-                )
+                await self.cascade.deliver(commands)
         except TimeoutError:
             pass  # the first asks were slow; they go on in the background
-        except Exception:  # best effort, as the cascade of an Interrupt
+        except Exception:  # the outbox asks again
             logger.warning(
                 "session %s: interrupting its children failed", session_id, exc_info=True
             )

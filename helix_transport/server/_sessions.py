@@ -23,6 +23,7 @@ from helix_transport._exceptions import (
     SessionExists,
     SessionNotFound,
 )
+from helix_transport.agent.close_policy import ClosePolicy
 from helix_transport.agent.definition import Agent
 from helix_transport.delegation.cascade import CASCADE_TIMEOUT_S
 from helix_transport.log import EventHub, follow
@@ -167,6 +168,14 @@ class Sessions:
         # cascades to its own), so the whole tree stops.
         cascade = self.runner.cascade
         refs = await self.store.list_subsession_refs(key)
+        if not abort:  # an abort ends the whole subtree; an interrupt spares ABANDON children
+            agent = self.runner.agent
+            refs = [
+                r
+                for r in refs
+                if agent.close_policy_of(key, r.child_session_id, r.agent_type)
+                is not ClosePolicy.ABANDON
+            ]
         commands = await cascade.record(refs, reason=reason, abort=abort)
         await self.store.set_interrupt(key, reason, abort=abort)
         self.runner.signal_interrupt(key)

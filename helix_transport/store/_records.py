@@ -178,10 +178,11 @@ class Interrupt:
     never replaced by a plain interrupt, so a later "stop" cannot soften it."""
 
 
-COMMAND_KINDS = frozenset({"interrupt", "abort"})
+COMMAND_KINDS = frozenset({"interrupt", "abort", "close"})
 """The kinds of ``ChildCommand`` a parent may record (an ``abort`` is an interrupt
-with ``abort=True`` cascading to a child); a kind no delivery loop knows would wait
-in the outbox forever, so others are refused."""
+with ``abort=True`` cascading to a child; a ``close`` is an interrupt delivered once
+the parent's session has ended, its close policy's); a kind no delivery loop knows
+would wait in the outbox forever, so others are refused."""
 
 _ATTEMPTS_MAX = 2**63 - 1
 """The most attempts every backend stores (SQLite's and PostgreSQL's 64-bit integers)."""

@@ -156,6 +156,7 @@ async def test_every_command_obeys_the_exit_code_table(
 ) -> None:
     address = server.address
     missing_db = tmp_path / "missing.db"
+    (tmp_path / "a-file").write_text("")
     # What each command must exit with, per docs/cli.md: a wrong request is 2 (usage),
     # one the command could do is 0, a session not ended is 5.
     walk: dict[str, list[tuple[list[str], ExitCode]]] = {
@@ -179,6 +180,11 @@ async def test_every_command_obeys_the_exit_code_table(
         ],
         "sessions": [(["sessions", address, "--json"], ExitCode.COMPLETED)],
         "bench": [(["bench", "--scenarios", "99"], ExitCode.USAGE)],
+        "proto": [
+            (["proto", "--out", str(tmp_path / "proto"), "--json"], ExitCode.COMPLETED),
+            # A directory under a file cannot be made.
+            (["proto", "--out", str(tmp_path / "a-file" / "proto")], ExitCode.USAGE),
+        ],
     }
     assert set(walk) == set(_commands()), "a command the walk does not cover"
     for name in walk:

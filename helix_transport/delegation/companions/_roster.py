@@ -10,6 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, field_validator
 
+from helix_transport.agent.close_policy import ChildDeclaration, ChildKind, ClosePolicy
 from helix_transport.agent.state import CompanionChild, CompanionsState
 from helix_transport.agent.tools import (
     ToolContext,
@@ -43,6 +44,19 @@ class PersistentChild:
     """The child service's address; ``None`` looks it up at call time."""
     description: str = ""
     """What the type does, for the parent's model."""
+    close_policy: ClosePolicy = ClosePolicy.TERMINATE
+    """What the parent's end does to a child of this type still running: ``TERMINATE``
+    (interrupted, its queued messages reported not delivered) or ``ABANDON`` (runs on);
+    ``WAIT`` is refused (``helix_transport.agent.close_policy``)."""
+
+    def __post_init__(self) -> None:
+        self.declaration()  # a wrong policy fails at definition
+
+    def declaration(self) -> ChildDeclaration:
+        """The type's close policy, as the parent ``Agent`` declares it."""
+        return ChildDeclaration(
+            kind=ChildKind.COMPANION, agent_type=self.agent_type, close_policy=self.close_policy
+        )
 
 
 def child_session_id(parent_session_id: str, name: str, scope: str) -> str:

@@ -105,6 +105,7 @@ class Companions(Delivery):
             agent,
             tools=[*agent.tools, *self.tools()],
             step_hooks=[*agent.step_hooks, self.deliver_finished],
+            children=[*agent.children, *(c.declaration() for c in self.types.values())],
         )
 
     # --- tools -----------------------------------------------------------------------

@@ -256,6 +256,76 @@ INPUT_OUTCOME_EXPIRED: InputOutcome.ValueType  # 5
 """The deadline passed first; the model sees an error result."""
 Global___InputOutcome: _TypeAlias = InputOutcome  # noqa: Y015
 
+class _ClosePolicy:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ClosePolicyEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ClosePolicy.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    CLOSE_POLICY_UNSPECIFIED: _ClosePolicy.ValueType  # 0
+    """Never sent."""
+    CLOSE_POLICY_TERMINATE: _ClosePolicy.ValueType  # 1
+    """The child is interrupted when the parent's turn ends."""
+    CLOSE_POLICY_WAIT: _ClosePolicy.ValueType  # 2
+    """The parent's completion waits for the child (a batch of dispatched tasks)."""
+    CLOSE_POLICY_ABANDON: _ClosePolicy.ValueType  # 3
+    """The child runs on."""
+
+class ClosePolicy(_ClosePolicy, metaclass=_ClosePolicyEnumTypeWrapper):
+    """What a parent's end does to a child still running: declared per child kind
+    and agent type by the parent.
+    """
+
+CLOSE_POLICY_UNSPECIFIED: ClosePolicy.ValueType  # 0
+"""Never sent."""
+CLOSE_POLICY_TERMINATE: ClosePolicy.ValueType  # 1
+"""The child is interrupted when the parent's turn ends."""
+CLOSE_POLICY_WAIT: ClosePolicy.ValueType  # 2
+"""The parent's completion waits for the child (a batch of dispatched tasks)."""
+CLOSE_POLICY_ABANDON: ClosePolicy.ValueType  # 3
+"""The child runs on."""
+Global___ClosePolicy: _TypeAlias = ClosePolicy  # noqa: Y015
+
+class _CloseAction:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _CloseActionEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_CloseAction.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    CLOSE_ACTION_UNSPECIFIED: _CloseAction.ValueType  # 0
+    """Never sent."""
+    CLOSE_ACTION_TERMINATED: _CloseAction.ValueType  # 1
+    """An interrupt is on its way to the child (through the parent's outbox): logged
+    in the same write as the parent's terminal event.
+    """
+    CLOSE_ACTION_WAITED: _CloseAction.ValueType  # 2
+    """The parent's `__finish__` was held until the child ended; its result went to
+    the parent for one more pass.
+    """
+    CLOSE_ACTION_ABANDONED: _CloseAction.ValueType  # 3
+    """The child was left running."""
+    CLOSE_ACTION_ABORTED: _CloseAction.ValueType  # 4
+    """The parent was aborted: the whole subtree ends, whatever the policy."""
+
+class CloseAction(_CloseAction, metaclass=_CloseActionEnumTypeWrapper):
+    """What was done to one child by its parent's close policy."""
+
+CLOSE_ACTION_UNSPECIFIED: CloseAction.ValueType  # 0
+"""Never sent."""
+CLOSE_ACTION_TERMINATED: CloseAction.ValueType  # 1
+"""An interrupt is on its way to the child (through the parent's outbox): logged
+in the same write as the parent's terminal event.
+"""
+CLOSE_ACTION_WAITED: CloseAction.ValueType  # 2
+"""The parent's `__finish__` was held until the child ended; its result went to
+the parent for one more pass.
+"""
+CLOSE_ACTION_ABANDONED: CloseAction.ValueType  # 3
+"""The child was left running."""
+CLOSE_ACTION_ABORTED: CloseAction.ValueType  # 4
+"""The parent was aborted: the whole subtree ends, whatever the policy."""
+Global___CloseAction: _TypeAlias = CloseAction  # noqa: Y015
+
 @_typing.final
 class StartRequest(_message.Message):
     """Request of `Start`."""
@@ -493,6 +563,7 @@ class StreamEvent(_message.Message):
     INPUT_REQUIRED_FIELD_NUMBER: _builtins.int
     INPUT_ANSWERED_FIELD_NUMBER: _builtins.int
     SUSPENDED_FIELD_NUMBER: _builtins.int
+    CLOSE_POLICY_APPLIED_FIELD_NUMBER: _builtins.int
     sequence: _builtins.int
     """Position in the session's log: 1, 2, 3, ... with no gaps."""
     session_id: _builtins.str
@@ -581,6 +652,12 @@ class StreamEvent(_message.Message):
     def suspended(self) -> Global___Suspended:
         """The session stopped running until input arrives (its own, or a sub-agent's)."""
 
+    @_builtins.property
+    def close_policy_applied(self) -> Global___ClosePolicyApplied:
+        """A child still running when this session's turn ended, and what the
+        parent's close policy did with it (terminated, waited for, abandoned).
+        """
+
     def __init__(
         self,
         *,
@@ -608,12 +685,13 @@ class StreamEvent(_message.Message):
         input_required: Global___InputRequired | None = ...,
         input_answered: Global___InputAnswered | None = ...,
         suspended: Global___Suspended | None = ...,
+        close_policy_applied: Global___ClosePolicyApplied | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["child_event", b"child_event", "completed", b"completed", "error", b"error", "failed", b"failed", "input_answered", b"input_answered", "input_required", b"input_required", "interrupted", b"interrupted", "output", b"output", "payload", b"payload", "run_resumed", b"run_resumed", "run_started", b"run_started", "step_started", b"step_started", "subagent_end", b"subagent_end", "subagent_start", b"subagent_start", "suspended", b"suspended", "terminated", b"terminated", "text_delta", b"text_delta", "time", b"time", "tool_end", b"tool_end", "tool_start", b"tool_start", "turn_started", b"turn_started"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["child_event", b"child_event", "close_policy_applied", b"close_policy_applied", "completed", b"completed", "error", b"error", "failed", b"failed", "input_answered", b"input_answered", "input_required", b"input_required", "interrupted", b"interrupted", "output", b"output", "payload", b"payload", "run_resumed", b"run_resumed", "run_started", b"run_started", "step_started", b"step_started", "subagent_end", b"subagent_end", "subagent_start", b"subagent_start", "suspended", b"suspended", "terminated", b"terminated", "text_delta", b"text_delta", "time", b"time", "tool_end", b"tool_end", "tool_start", b"tool_start", "turn_started", b"turn_started"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_type", b"agent_type", "child_event", b"child_event", "completed", b"completed", "error", b"error", "failed", b"failed", "input_answered", b"input_answered", "input_required", b"input_required", "interrupted", b"interrupted", "output", b"output", "payload", b"payload", "run_resumed", b"run_resumed", "run_started", b"run_started", "sequence", b"sequence", "session_id", b"session_id", "step", b"step", "step_started", b"step_started", "subagent_end", b"subagent_end", "subagent_start", b"subagent_start", "suspended", b"suspended", "terminated", b"terminated", "text_delta", b"text_delta", "time", b"time", "tool_end", b"tool_end", "tool_start", b"tool_start", "turn_started", b"turn_started"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_type", b"agent_type", "child_event", b"child_event", "close_policy_applied", b"close_policy_applied", "completed", b"completed", "error", b"error", "failed", b"failed", "input_answered", b"input_answered", "input_required", b"input_required", "interrupted", b"interrupted", "output", b"output", "payload", b"payload", "run_resumed", b"run_resumed", "run_started", b"run_started", "sequence", b"sequence", "session_id", b"session_id", "step", b"step", "step_started", b"step_started", "subagent_end", b"subagent_end", "subagent_start", b"subagent_start", "suspended", b"suspended", "terminated", b"terminated", "text_delta", b"text_delta", "time", b"time", "tool_end", b"tool_end", "tool_start", b"tool_start", "turn_started", b"turn_started"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_payload: _TypeAlias = _typing.Literal["run_started", "step_started", "text_delta", "tool_start", "tool_end", "subagent_start", "subagent_end", "output", "error", "interrupted", "completed", "failed", "run_resumed", "terminated", "child_event", "turn_started", "input_required", "input_answered", "suspended"]  # noqa: Y015
+    _WhichOneofReturnType_payload: _TypeAlias = _typing.Literal["run_started", "step_started", "text_delta", "tool_start", "tool_end", "subagent_start", "subagent_end", "output", "error", "interrupted", "completed", "failed", "run_resumed", "terminated", "child_event", "turn_started", "input_required", "input_answered", "suspended", "close_policy_applied"]  # noqa: Y015
     _WhichOneofArgType_payload: _TypeAlias = _typing.Literal["payload", b"payload"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_payload) -> _WhichOneofReturnType_payload | None: ...
 
@@ -989,6 +1067,48 @@ class SubagentEnd(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___SubagentEnd: _TypeAlias = SubagentEnd  # noqa: Y015
+
+@_typing.final
+class ClosePolicyApplied(_message.Message):
+    """A parent's close policy applied to one of its children."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CHILD_SESSION_ID_FIELD_NUMBER: _builtins.int
+    CHILD_AGENT_TYPE_FIELD_NUMBER: _builtins.int
+    POLICY_FIELD_NUMBER: _builtins.int
+    ACTION_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    UNDELIVERED_MESSAGES_FIELD_NUMBER: _builtins.int
+    child_session_id: _builtins.str
+    """The child's session id."""
+    child_agent_type: _builtins.str
+    """The child's agent type."""
+    policy: Global___ClosePolicy.ValueType
+    """The policy the parent declared for the child's kind and type."""
+    action: Global___CloseAction.ValueType
+    """What was done."""
+    reason: _builtins.str
+    """Why, in words (the parent's end)."""
+    undelivered_messages: _builtins.int
+    """Messages queued for a companion that never reached it."""
+    def __init__(
+        self,
+        *,
+        child_session_id: _builtins.str = ...,
+        child_agent_type: _builtins.str = ...,
+        policy: Global___ClosePolicy.ValueType = ...,
+        action: Global___CloseAction.ValueType = ...,
+        reason: _builtins.str = ...,
+        undelivered_messages: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "child_agent_type", b"child_agent_type", "child_session_id", b"child_session_id", "policy", b"policy", "reason", b"reason", "undelivered_messages", b"undelivered_messages"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ClosePolicyApplied: _TypeAlias = ClosePolicyApplied  # noqa: Y015
 
 @_typing.final
 class ChildEvent(_message.Message):
