@@ -289,6 +289,15 @@ class DispatchTask:
     """A session status's value, or ``timed_out`` (the dispatcher's own word)."""
     output_json: str = ""
     error: str = ""
+    turn: int = 1
+    """The child's turn the task is: 1 starts its conversation, a later one continues
+    it (``conversation_key``)."""
+    from_sequence: int = 0
+    """Where the turn begins in the child's log (0 for turn 1)."""
+    conversation_key: str = ""
+    """What a later task passes to continue the conversation."""
+    virtual: bool = False
+    """A one-shot child of the parent's own type (the task named no agent)."""
 
 
 @dataclass(kw_only=True)
