@@ -7,7 +7,8 @@
   new notetaker conversation, inheriting the delegator's context), ``again <note>`` (the
   last conversation again, by its key), ``key <key> <note>`` (a key given to it),
   ``virtual`` (a task naming no agent: a delegator like itself, which calls the
-  delegator's ``lookup`` tool and tries ``run_subagent``, which it must not have).
+  delegator's ``lookup`` tool and tries ``run_subagent``, which it must not have),
+  ``nap <note>`` (a ``sleeper``: one slow, silent model call).
 """
 
 from __future__ import annotations
@@ -60,6 +61,21 @@ notetaker = Agent(
     input_model=NoteInput,
     output_model=Notes,
     model=register_script("notetaker", _notetaker),
+    max_steps=3,
+)
+
+
+def _sleeper(messages: list[dict[str, Any]]) -> ScriptedTurn:
+    # One slow model call: its stream, and its parent's parked on it, stay quiet meanwhile.
+    return ScriptedTurn(latency_s=1.5, tool_calls=_notetaker(messages).tool_calls)
+
+
+sleeper = Agent(
+    name="sleeper",
+    description="Takes a note slowly, in silence.",
+    input_model=NoteInput,
+    output_model=Notes,
+    model=register_script("sleeper", _sleeper),
     max_steps=3,
 )
 
@@ -130,6 +146,8 @@ def _delegator(messages: list[dict[str, Any]]) -> ScriptedTurn:
     words = (json.loads(said)["goal"] if messages[start - 1] is first else said).split(" ", 2)
     if words[0] == "new":
         tasks = [{"agent": "notetaker", "message": words[-1], "context": "inherit"}]
+    elif words[0] == "nap":
+        tasks = [{"agent": "sleeper", "message": words[-1]}]
     elif words[0] == "again":
         tasks = [{"message": f"note {words[1]}", "conversation_key": _keys(messages)[-1]}]
     elif words[0] == "key":
@@ -149,6 +167,9 @@ delegator = with_dispatch(
         model=register_script("delegator", _delegator),
         max_steps=8,
     ),
-    [SubagentType(agent_type="notetaker", input_field="note", description=notetaker.description)],
+    [
+        SubagentType(agent_type="notetaker", input_field="note", description=notetaker.description),
+        SubagentType(agent_type="sleeper", input_field="note", description=sleeper.description),
+    ],
     virtual=VirtualTasks(input_field="message"),
 )
