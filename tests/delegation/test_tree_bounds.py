@@ -214,13 +214,14 @@ async def test_start_checks_a_subagent_s_options(monkeypatch: pytest.MonkeyPatch
 
         await start("virtual", ("pong", "ping"), virtual=True)
         await start("context", ("pong",), context_json='[{"role": "user", "content": "hi"}]')
-        for session_id, path, options, field in [
+        cases: list[tuple[str, tuple[str, ...], dict[str, Any], str]] = [
             ("v1", ("pong",), {"virtual": True}, "subagent.virtual"),
             ("v2", ("ping",), {"virtual": True, "tools": ["nope"]}, "subagent.tools[0]"),
             ("v3", ("pong",), {"tools": ["nope"]}, "subagent.tools"),
             ("c1", ("pong",), {"context_json": '{"role": "user"}'}, "subagent.context_json"),
             ("c2", ("pong",), {"context_json": "[{"}, "subagent.context_json"),
-        ]:
+        ]
+        for session_id, path, options, field in cases:
             with pytest.raises(grpc.aio.AioRpcError) as invalid:
                 await start(session_id, path, **options)
             assert invalid.value.code() == grpc.StatusCode.INVALID_ARGUMENT, session_id
