@@ -300,6 +300,20 @@ class DispatchTask:
     """A one-shot child of the parent's own type (the task named no agent)."""
 
 
+_TASK_FIELDS = frozenset(f.name for f in dataclasses.fields(DispatchTask))
+_LATER_TASK_FIELDS = {"turn": 1, "from_sequence": 0, "conversation_key": "", "virtual": False}
+"""Task fields added after the first typed run state, with their defaults."""
+
+
+def _task_json(task: DispatchTask) -> dict[str, Any]:
+    # A later field at its default is left out: a version before it (a rollback) reads
+    # the task as it wrote it. A conversation's later turn it cannot read, nor run.
+    stored = dataclasses.asdict(task)
+    return {
+        k: v for k, v in stored.items() if k not in _LATER_TASK_FIELDS or _LATER_TASK_FIELDS[k] != v
+    }
+
+
 @dataclass(kw_only=True)
 class DispatchBatch:
     """The tasks of one ``run_subagent`` call, delivered together."""
@@ -312,7 +326,7 @@ class DispatchBatch:
     def to_json(self) -> dict[str, Any]:
         return {
             "tool_call_id": self.tool_call_id,
-            "tasks": [dataclasses.asdict(t) for t in self.tasks],
+            "tasks": [_task_json(t) for t in self.tasks],
             "delivered": self.delivered,
         }
 
@@ -320,7 +334,10 @@ class DispatchBatch:
     def from_json(cls, raw: Mapping[str, Any]) -> DispatchBatch:
         return cls(
             tool_call_id=str(raw["tool_call_id"]),
-            tasks=[DispatchTask(**t) for t in raw.get("tasks", ())],
+            tasks=[
+                DispatchTask(**{k: v for k, v in t.items() if k in _TASK_FIELDS})
+                for t in raw.get("tasks", ())
+            ],
             delivered=bool(raw.get("delivered", False)),
         )
 
