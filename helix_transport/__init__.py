@@ -62,7 +62,7 @@ if TYPE_CHECKING:
     from helix_transport.agent.definition import Agent
     from helix_transport.agent.tools import Tool, ToolContext, client_tool, tool
     from helix_transport.delegation.companions import PersistentChild, with_companions
-    from helix_transport.delegation.dispatch import SubagentType, with_dispatch
+    from helix_transport.delegation.dispatch import SubagentType, VirtualTasks, with_dispatch
     from helix_transport.delegation.remote import remote_agent_tool, remote_agent_tool_from_service
     from helix_transport.metrics import MetricsConfig, start_metrics
     from helix_transport.server.app import AgentServer, create_server
@@ -120,6 +120,7 @@ _LAZY = {
     "StreamEvent": "helix_transport._proto.helix.agent.v1.agent_pb2",
     "StreamInterrupted": "helix_transport._exceptions",
     "SubagentType": "helix_transport.delegation.dispatch",
+    "VirtualTasks": "helix_transport.delegation.dispatch",
     "Tool": "helix_transport.agent.tools",
     "ToolContext": "helix_transport.agent.tools",
     "ToolTimeoutError": "helix_transport._exceptions",
@@ -192,6 +193,7 @@ __all__ = [
     "TreeUsage",
     "Unauthenticated",
     "UsageError",
+    "VirtualTasks",
     "client_tool",
     "create_server",
     "fold_events",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 ROOT_SESSION_KEY: Final = "helix.root_session_id"
 """Metadata key carrying the root session id down a delegation tree."""
@@ -36,8 +36,25 @@ TRACE_CONTEXT_KEYS: Final = frozenset({"traceparent", "tracestate"})
 """The W3C trace context a session's metadata records: a parent's delegation span, or
 the caller's context of a joined root ``Start``."""
 
+VIRTUAL_TOOLS_KEY: Final = "helix.virtual_tools"
+"""Metadata key of a virtual sub-agent's tools (``SubagentOptions.tools``, a JSON list),
+set by the server that took the ``Start``; absent for every other session."""
+
+INHERITED_CONTEXT_KEY: Final = "helix.inherited_context"
+"""Metadata key of the parent's conversation a sub-agent's first turn is shown
+(``SubagentOptions.context_json``), set by the server that took the ``Start``. Stored
+with the session (not bounded like a caller's value), left out of ``run_started``."""
+
 LIBRARY_KEYS: Final = frozenset(
-    {ROOT_SESSION_KEY, SESSION_PATH_KEY, DELEGATION_PATH_KEY, TRACE_MODE_KEY} | TRACE_CONTEXT_KEYS
+    {
+        ROOT_SESSION_KEY,
+        SESSION_PATH_KEY,
+        DELEGATION_PATH_KEY,
+        TRACE_MODE_KEY,
+        VIRTUAL_TOOLS_KEY,
+        INHERITED_CONTEXT_KEY,
+    }
+    | TRACE_CONTEXT_KEYS
 )
 """The session metadata keys the library sets and reads; the rest is the caller's."""
 
@@ -58,6 +75,10 @@ class SessionLineage:
     """``TRACE_MODE_KEY``'s value (``parent``: a joined root)."""
     trace_context: Mapping[str, str] = field(default_factory=dict)
     """The recorded W3C trace context (``TRACE_CONTEXT_KEYS``)."""
+    virtual_tools: tuple[str, ...] | None = None
+    """A virtual sub-agent's tools (``VIRTUAL_TOOLS_KEY``); ``None``: not a virtual one."""
+    inherited_context: tuple[dict[str, Any], ...] = ()
+    """The parent's messages its first turn is shown (``INHERITED_CONTEXT_KEY``)."""
 
     @classmethod
     def of(cls, metadata: Mapping[str, str]) -> SessionLineage:
@@ -68,6 +89,10 @@ class SessionLineage:
             delegation_path=_json_list(metadata.get(DELEGATION_PATH_KEY, "")),
             trace_mode=metadata.get(TRACE_MODE_KEY, ""),
             trace_context={k: v for k, v in metadata.items() if k in TRACE_CONTEXT_KEYS},
+            virtual_tools=(
+                _json_list(metadata[VIRTUAL_TOOLS_KEY]) if VIRTUAL_TOOLS_KEY in metadata else None
+            ),
+            inherited_context=_messages(metadata.get(INHERITED_CONTEXT_KEY, "")),
         )
 
 
@@ -83,3 +108,14 @@ def _json_list(raw: str) -> tuple[str, ...]:
     except ValueError:
         return ()
     return tuple(str(v) for v in value) if isinstance(value, list) else ()
+
+
+def _messages(raw: str) -> tuple[dict[str, Any], ...]:
+    """The chat messages of a JSON array (checked by the server that stored it)."""
+    try:
+        value = json.loads(raw) if raw else []
+    except ValueError:
+        return ()
+    if not isinstance(value, list):
+        return ()
+    return tuple(m for m in value if isinstance(m, dict))

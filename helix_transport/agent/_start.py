@@ -12,6 +12,7 @@ import logging
 from typing import Any
 
 from helix_transport._exceptions import HelixError
+from helix_transport._metadata import INHERITED_CONTEXT_KEY
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.agent._steps import FINISH_INSTRUCTIONS, RunProgress, resumed_event
 from helix_transport.agent.definition import Agent
@@ -57,7 +58,11 @@ class RunStart:
                     run_started=pb.RunStarted(
                         input_json=record.input_json,
                         parent_session_id=record.parent_session_id,
-                        metadata=record.metadata,
+                        # A sub-agent's inherited context is not the log's to repeat
+                        # (its parent forwards this event into its own log).
+                        metadata={
+                            k: v for k, v in record.metadata.items() if k != INHERITED_CONTEXT_KEY
+                        },
                     )
                 )
             )

@@ -22,6 +22,7 @@ matches on it. Where a run begins is ``agent._start``; running one tool call is
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Awaitable
@@ -106,6 +107,10 @@ class RunLoop:
         hooks: RunHooks = NO_HOOKS,
         max_result_bytes: int = MAX_RESULT_BYTES,
     ) -> None:
+        self._metadata, self._lineage = split_metadata(record.metadata)
+        if self._lineage.virtual_tools is not None:  # a virtual sub-agent: its parent's subset
+            keep = set(self._lineage.virtual_tools)
+            agent = dataclasses.replace(agent, tools=[t for t in agent.tools if t.name in keep])
         self.agent = agent
         self.max_result_bytes = max_result_bytes
         """Tool results and outputs above this are refused, as errors the model sees."""
@@ -127,7 +132,6 @@ class RunLoop:
             hooks=self.hooks,
             max_result_bytes=max_result_bytes,
         )
-        self._metadata, self._lineage = split_metadata(record.metadata)
         self._path = [*self._lineage.session_path, writer.event_session_id]
         self.inputs = StepInputs(
             agent,
@@ -365,12 +369,13 @@ class RunLoop:
             raise ModelAPIError(model_name(self.agent.model), str(exc)) from exc
         model = config.model
         completer: Model = self.agent.plugged_model() or LitellmModel(model)
-        self.hooks.on_generation_start(model=model, messages=state.messages)
+        shown = self._shown(state)
+        self.hooks.on_generation_start(model=model, messages=shown)
         started = time.monotonic()
         response: ModelResponse | None = None
         try:
             response = await completer.complete(
-                state.messages,
+                shown,
                 tools=self.agent.tool_schemas(),
                 on_text=lambda text: emit(pb.StreamEvent(text_delta=pb.TextDelta(text=text))),
                 # Retries, timeout and fallbacks (per type, by env) over the extras.
@@ -385,6 +390,16 @@ class RunLoop:
         finally:
             latency_s = time.monotonic() - started
             self.hooks.on_generation_end(model=model, output=response, latency_s=latency_s)
+
+    def _shown(self, state: RunProgress) -> list[dict[str, Any]]:
+        """The messages the model is sent: the conversation, and in a sub-agent's first
+        turn the parent's context it inherited, after the system prompt. Never stored:
+        a later turn, or the session's history, holds only its own conversation."""
+        inherited = self._lineage.inherited_context
+        if not inherited or state.run.turns.turn != 1:
+            return state.messages
+        head = 1 if state.messages and state.messages[0].get("role") == "system" else 0
+        return [*state.messages[:head], *inherited, *state.messages[head:]]
 
     def _tool_context(self, state: RunProgress, tool_call_id: str) -> ToolContext:
         return ToolContext(
@@ -406,6 +421,7 @@ class RunLoop:
                 blockage=self._blockage,
                 session_path=tuple(self._path),
                 lineage=self._lineage,
+                conversation=state.messages,
             ),
             state=state.state,
             cache=self._cache,

@@ -289,6 +289,29 @@ class DispatchTask:
     """A session status's value, or ``timed_out`` (the dispatcher's own word)."""
     output_json: str = ""
     error: str = ""
+    turn: int = 1
+    """The child's turn the task is: 1 starts its conversation, a later one continues
+    it (``conversation_key``)."""
+    from_sequence: int = 0
+    """Where the turn begins in the child's log (0 for turn 1)."""
+    conversation_key: str = ""
+    """What a later task passes to continue the conversation."""
+    virtual: bool = False
+    """A one-shot child of the parent's own type (the task named no agent)."""
+
+
+_TASK_FIELDS = frozenset(f.name for f in dataclasses.fields(DispatchTask))
+_LATER_TASK_FIELDS = {"turn": 1, "from_sequence": 0, "conversation_key": "", "virtual": False}
+"""Task fields added after the first typed run state, with their defaults."""
+
+
+def _task_json(task: DispatchTask) -> dict[str, Any]:
+    # A later field at its default is left out: a version before it (a rollback) reads
+    # the task as it wrote it. A conversation's later turn it cannot read, nor run.
+    stored = dataclasses.asdict(task)
+    return {
+        k: v for k, v in stored.items() if k not in _LATER_TASK_FIELDS or _LATER_TASK_FIELDS[k] != v
+    }
 
 
 @dataclass(kw_only=True)
@@ -303,7 +326,7 @@ class DispatchBatch:
     def to_json(self) -> dict[str, Any]:
         return {
             "tool_call_id": self.tool_call_id,
-            "tasks": [dataclasses.asdict(t) for t in self.tasks],
+            "tasks": [_task_json(t) for t in self.tasks],
             "delivered": self.delivered,
         }
 
@@ -311,7 +334,10 @@ class DispatchBatch:
     def from_json(cls, raw: Mapping[str, Any]) -> DispatchBatch:
         return cls(
             tool_call_id=str(raw["tool_call_id"]),
-            tasks=[DispatchTask(**t) for t in raw.get("tasks", ())],
+            tasks=[
+                DispatchTask(**{k: v for k, v in t.items() if k in _TASK_FIELDS})
+                for t in raw.get("tasks", ())
+            ],
             delivered=bool(raw.get("delivered", False)),
         )
 

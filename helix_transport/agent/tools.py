@@ -64,6 +64,9 @@ class RunServices:
     lineage: SessionLineage = field(default_factory=SessionLineage)
     """The library's entries of the session's metadata (its root, its delegation path,
     the trace it continues), which ``ToolContext.metadata`` leaves out."""
+    conversation: Sequence[dict[str, Any]] = ()
+    """The run's conversation as the step began (read-only): what ``run_subagent``'s
+    ``context: "inherit"`` passes to a child."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,10 +1,16 @@
 """Non-blocking dispatch: one tool call sends tasks to several remote children at once.
 
-``with_dispatch(agent, [SubagentType(...)])`` gives the parent's model a
-``run_subagent`` tool taking ``{"tasks": [{"agent": ..., "message": ...}, ...]}``.
-It starts every task's child (session ``{parent}-task-{tool_call_id}-{i}-{scope}``, so a
-re-run after a crash rejoins the same children) and returns their task ids at
-once; the parent's model pass goes on. The results of one call's tasks — one
+``with_dispatch(agent, [SubagentType(...)], virtual=VirtualTasks())`` gives the parent's
+model a ``run_subagent`` tool taking ``{"tasks": [{"agent": ..., "message": ...,
+"conversation_key": ..., "context": "new" | "inherit"}, ...]}``, its description listing
+every type with what it does (``delegation.subagent_types``). It starts every task's
+child (session ``{parent}-task-{tool_call_id}-{i}-{scope}``, so a re-run after a crash
+rejoins the same children) and returns their task ids and conversation keys at once;
+the parent's model pass goes on. A task naming no agent is *virtual*: a child of the
+parent's own type and service, with a subset of its tools. A ``conversation_key`` task is
+that child's next turn (``Continue``), checked against the parent's ref of it
+(``delegation.conversation_keys``). ``inherit`` sends the parent's conversation, shown in
+the child's first turn's model calls and never stored as its history. The results of one call's tasks — one
 *batch* — reach the model together, as a single message at the start of a
 parent step:
 
@@ -48,16 +54,13 @@ import functools
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
-
-from pydantic import BaseModel, Field, field_validator
 
 from helix_transport._events import SessionStatus
 from helix_transport._exceptions import AgentRunError, HelixError, SessionNotFound
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.agent.blockage import BlockedChild, WaitingForChildren
-from helix_transport.agent.close_policy import ChildDeclaration, ChildKind, ClosePolicy, applied
+from helix_transport.agent.close_policy import ClosePolicy, applied
 from helix_transport.agent.definition import Agent
 from helix_transport.agent.loop import NUDGE
 from helix_transport.agent.state import DispatchBatch, DispatchState, DispatchTask
@@ -70,10 +73,9 @@ from helix_transport.agent.tools import (
 )
 from helix_transport.delegation.child_records import (
     child_metadata,
-    save_child_ref,
-    subagent_ended,
     subagent_started,
 )
+from helix_transport.delegation.conversation_keys import conversation_of, key_of
 from helix_transport.delegation.forwarding import (
     UNFINISHED,
     ends_logged,
@@ -83,13 +85,30 @@ from helix_transport.delegation.forwarding import (
     status_of,
 )
 from helix_transport.delegation.spans import end_delegation, open_delegation, reopen_delegations
+from helix_transport.delegation.subagent_types import (
+    MAX_TASKS,
+    DispatchArgs,
+    SubagentType,
+    Task,
+    VirtualTasks,
+    inherited_context,
+    tool_description,
+    virtual_tool_names,
+)
+from helix_transport.delegation.task_records import (
+    done,
+    end_event,
+    end_span,
+    latest,
+    report,
+    save_ref,
+)
 from helix_transport.registry import resolve_address
 
 UNREACHABLE_PAUSE_S = 0.25
 """While parked, the pause before waiting again for a task whose service stayed
 unreachable past the client's reconnect deadline."""
-MAX_TASKS = 64
-"""Tasks one call may dispatch."""
+__all__ = ["MAX_TASKS", "Dispatcher", "RunDeadlineExceeded", "SubagentType", "VirtualTasks"]
 DEADLINE_TAIL_S = 5.0
 """At the run's deadline, how long to forward an interrupted task's last events."""
 
@@ -115,46 +134,6 @@ class RunDeadlineExceeded(AgentRunError):
         return {"deadline_s": self.deadline_s}
 
 
-@dataclass(frozen=True, kw_only=True)
-class SubagentType:
-    """An agent type ``run_subagent`` may dispatch to, by registry name."""
-
-    agent_type: str
-    input_field: str | None = "message"
-    """A task's message becomes the child's input ``{input_field: message}``; with
-    ``None`` the message must be the child's input JSON."""
-    address: str | None = None
-    """The child service's address; ``None`` looks it up at call time."""
-    description: str = ""
-    close_policy: ClosePolicy = ClosePolicy.TERMINATE
-    """What the parent's end does to this type's tasks still out (module docstring)."""
-
-    def __post_init__(self) -> None:
-        self.declaration()  # a wrong policy fails at definition
-
-    def declaration(self) -> ChildDeclaration:
-        """The type's close policy, as the parent ``Agent`` declares it."""
-        return ChildDeclaration(
-            kind=ChildKind.TASK, agent_type=self.agent_type, close_policy=self.close_policy
-        )
-
-
-class Task(BaseModel):
-    agent: str = Field(description="The agent type to run the task.")
-    message: str = Field(description="The task for that agent.")
-
-    @field_validator("message")
-    @classmethod
-    def _not_blank(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("must not be empty")
-        return value
-
-
-class DispatchArgs(BaseModel):
-    tasks: list[Task] = Field(min_length=1, max_length=MAX_TASKS)
-
-
 class Dispatcher:
     """The ``run_subagent`` tool and the step hook that delivers and parks."""
 
@@ -164,31 +143,37 @@ class Dispatcher:
         *,
         tool_name: str = "run_subagent",
         run_deadline_s: float | None = None,
+        virtual: VirtualTasks | None = None,
     ) -> None:
-        if not types or len({t.agent_type for t in types}) != len(types):
-            raise ValueError("declare each sub-agent type once, and at least one")
+        if not (types or virtual) or len({t.agent_type for t in types}) != len(types):
+            raise ValueError("declare each sub-agent type once, and at least one (or virtual)")
         if run_deadline_s is not None and run_deadline_s <= 0:
             raise ValueError("run_deadline_s must be positive")
         self.types = {t.agent_type: t for t in types}
         self.tool_name = tool_name
         self.run_deadline_s = run_deadline_s
+        self.virtual = virtual
+        self._virtual_tools: tuple[str, ...] = ()
+        """A virtual child's tools (``attach`` settles them against the parent's)."""
 
     def tool(self) -> Tool:
         """The model-facing dispatch tool."""
-        kinds = ", ".join(self.types)
         return Tool(
             name=self.tool_name,
-            description=(
-                f"Run tasks on sub-agents ({kinds}) in the background; returns task ids at "
-                "once. Their results arrive together in one message when all are done; "
-                "finish your current work meanwhile, or stop calling tools to wait."
-            ),
+            description=tool_description(self.types, self.virtual),
             args_model=DispatchArgs,
             fn=self._dispatch,
         )
 
     def attach(self, agent: Agent) -> Agent:
-        """``agent`` with the dispatch tool and its step hook."""
+        """``agent`` with the dispatch tool and its step hook.
+
+        Raises:
+            UsageError: virtual tasks name a tool ``agent`` lacks (or this one), or an
+                input field its input model lacks.
+        """
+        if self.virtual is not None:
+            self._virtual_tools = virtual_tool_names(agent, self.virtual, self.tool_name)
         return dataclasses.replace(
             agent,
             tools=[*agent.tools, self.tool()],
@@ -200,47 +185,109 @@ class Dispatcher:
     # --- the tool ---------------------------------------------------------------------
 
     async def _dispatch(self, ctx: ToolContext, args: DispatchArgs) -> dict[str, Any]:
-        unknown = sorted({t.agent for t in args.tasks} - set(self.types))
-        if unknown:
-            raise ToolError(f"unknown sub-agent type(s) {unknown} (known: {', '.join(self.types)})")
-        tasks = []
-        for index, task in enumerate(args.tasks):
-            config = self.types[task.agent]
-            try:
-                address = config.address or resolve_address(config.agent_type)
-            except HelixError as exc:
-                raise ToolError(f"{config.agent_type}: {exc.message}") from exc
-            task_id = f"{ctx.tool_call_id}-{index}"
-            tasks.append(
-                DispatchTask(
-                    task_id=task_id,
-                    agent_type=task.agent,
-                    session_id=derived_session_id(ctx.session_id, "task", task_id, ctx.child_scope),
-                    address=address,
-                )
-            )
+        keys = [t.conversation_key for t in args.tasks if t.conversation_key]
+        if len(set(keys)) != len(keys):
+            raise ToolError("one task per conversation_key in a call")
+        tasks = [
+            await self._task(ctx, task, f"{ctx.tool_call_id}-{index}")
+            for index, task in enumerate(args.tasks)
+        ]
         await reserve_children(ctx, [t.session_id for t in tasks])
-        inputs = [
-            t.message if self.types[t.agent].input_field is None else json.dumps(
-                {self.types[t.agent].input_field: t.message}
-            )
-            for t in args.tasks
-        ]  # fmt: skip
-        await asyncio.gather(*(self._start(ctx, t, i) for t, i in zip(tasks, inputs, strict=True)))
+        await asyncio.gather(
+            *(self._start(ctx, t, a) for t, a in zip(tasks, args.tasks, strict=True))
+        )
         batches = ctx.run.state.dispatch.batches
         # A re-run of this call (a resumed parent) replaces its own batch, never adds one.
         batches[:] = [b for b in batches if b.tool_call_id != ctx.tool_call_id]
         batches.append(DispatchBatch(tool_call_id=ctx.tool_call_id, tasks=tasks))
         return {
             "tasks": [
-                {"task_id": t.task_id, "agent": t.agent_type, "status": t.status} for t in tasks
+                {
+                    "task_id": t.task_id,
+                    "agent": t.agent_type,
+                    "status": t.status,
+                    "conversation_key": t.conversation_key,
+                }
+                for t in tasks
             ],
             "note": "the results will arrive together in one message when every task is done",
         }
 
-    async def _start(self, ctx: ToolContext, task: DispatchTask, input_json: str) -> None:
-        """Start one task; a failure marks it failed, never the batch: the batch is
-        recorded whatever happens to each task, so no started child goes unrecorded."""
+    async def _task(self, ctx: ToolContext, task: Task, task_id: str) -> DispatchTask:
+        """The task ``task`` asks for: a new child, or the next turn of a conversation.
+
+        Raises:
+            ToolError: an unknown type, no agent without virtual tasks, a key that is not
+                this session's, or ``inherit`` on a continued conversation.
+        """
+        if task.conversation_key:
+            if task.context == "inherit":
+                raise ToolError(
+                    "context 'inherit' is for a new conversation; a continued one has its "
+                    "own memory (omit context, or start a new conversation)"
+                )
+            ref = await conversation_of(ctx, task.conversation_key, task_id=task_id)
+            if task.agent is not None and task.agent != ref.agent_type:
+                raise ToolError(
+                    f"conversation_key is a conversation with {ref.agent_type!r}, not with "
+                    f"{task.agent!r}"
+                )
+            earlier = latest(ctx.run.state.dispatch, ref.child_session_id)
+            return DispatchTask(
+                task_id=task_id,
+                agent_type=ref.agent_type,
+                session_id=ref.child_session_id,
+                address=ref.address,
+                turn=(earlier.turn if earlier else 1) + 1,
+                conversation_key=task.conversation_key,
+                virtual=bool(earlier and earlier.virtual),
+            )
+        virtual = task.agent is None
+        if virtual and self.virtual is None:
+            raise ToolError(f"name an agent for each task (one of: {', '.join(self.types)})")
+        if task.agent is not None and task.agent not in self.types:
+            known = ", ".join(self.types) or "none: omit agent"
+            raise ToolError(f"unknown sub-agent type {task.agent!r} (known: {known})")
+        agent_type = ctx.agent_type if virtual else str(task.agent)
+        configured = self.virtual.address if self.virtual else None
+        if not virtual:
+            configured = self.types[agent_type].address
+        try:
+            address = configured or resolve_address(agent_type)
+        except HelixError as exc:
+            raise ToolError(f"{agent_type}: {exc.message}") from exc
+        session_id = derived_session_id(ctx.session_id, "task", task_id, ctx.child_scope)
+        return DispatchTask(
+            task_id=task_id,
+            agent_type=agent_type,
+            session_id=session_id,
+            address=address,
+            conversation_key=key_of(ctx, session_id),
+            virtual=virtual,
+        )
+
+    def _input(self, task: DispatchTask, asked: Task) -> str:
+        """What the child is sent: a new child's input JSON, or the next turn's message."""
+        if task.turn > 1:
+            return asked.message
+        field = (
+            (self.virtual.input_field if self.virtual else None)
+            if task.virtual
+            else self.types[task.agent_type].input_field
+        )
+        return asked.message if field is None else json.dumps({field: asked.message})
+
+    def _options(self, ctx: ToolContext, task: DispatchTask, asked: Task) -> pb.SubagentOptions:
+        options = pb.SubagentOptions(virtual=task.virtual)
+        options.tools.extend(self._virtual_tools if task.virtual else ())
+        if asked.context == "inherit":
+            options.context_json = json.dumps(inherited_context(ctx.run.conversation))
+        return options
+
+    async def _start(self, ctx: ToolContext, task: DispatchTask, asked: Task) -> None:
+        """Start one task (or its conversation's next turn); a failure marks it failed,
+        never the batch: the batch is recorded whatever happens to each task, so no
+        started child goes unrecorded."""
         # Its delegation span, ended when the parent records how the task ended (_record).
         trace_context = open_delegation(
             ctx, child_session_id=task.session_id, agent_type=task.agent_type
@@ -251,25 +298,37 @@ class Dispatcher:
             client = await ctx.run.clients.get(task.address)
             # A task re-run by a resumed parent: its subagent_start may be in the log.
             rejoined = await ctx.run.store.get_subsession_ref(ctx.session_id, task.session_id)
-            logged = rejoined is not None and await start_logged(ctx, task.session_id)
+            logged = rejoined is not None and await start_logged(
+                ctx, task.session_id, turn=task.turn
+            )
             if rejoined is None:
                 new_child(ctx, task.session_id)
             # The ref before the Start, so that an interrupt cascading while the Start
             # is in flight finds the child (see cascade.Cascade).
-            await _save_ref(ctx, task)
-            await client.start(
-                input_json,
-                session_id=task.session_id,
-                parent_session_id=ctx.session_id,
-                metadata=metadata,
-                # An unreachable service is not a failed task: the run's deadline bounds it.
-                retry=client.config.reconnect.until_cancelled(),
-                delegation_path=ctx.child_delegation_path,
-            )
+            await save_ref(ctx, task)
+            # An unreachable service is not a failed task: the run's deadline bounds it.
+            retry = client.config.reconnect.until_cancelled()
+            if task.turn > 1:
+                # Idempotent on the turn: a re-run by a resumed parent rejoins it.
+                reply = await client.continue_session(
+                    task.session_id, self._input(task, asked), turn=task.turn, retry=retry
+                )
+                task.from_sequence = reply.from_sequence
+            else:
+                await client.start(
+                    self._input(task, asked),
+                    session_id=task.session_id,
+                    parent_session_id=ctx.session_id,
+                    metadata=metadata,
+                    retry=retry,
+                    delegation_path=ctx.child_delegation_path,
+                    subagent=self._options(ctx, task, asked),
+                )
         except HelixError as exc:
-            task.status, task.error = "failed", f"could not start: {exc.message}"
+            verb = "continue" if task.turn > 1 else "start"
+            task.status, task.error = "failed", f"could not {verb}: {exc.message}"
             with contextlib.suppress(HelixError):  # the batch records it failed anyway
-                await _save_ref(ctx, task)
+                await save_ref(ctx, task)
             end_delegation(
                 ctx, child_session_id=task.session_id, status=SessionStatus.FAILED, error=task.error
             )
@@ -337,8 +396,8 @@ class Dispatcher:
         while any(t.status == "running" for b in waiting for t in b.tasks):
             if deadline is not None and time.time() >= deadline:
                 break
-            await self._park(ctx, [b for b in waiting if not _done(b)], deadline)
-        if not all(_done(b) for b in waiting):  # the deadline: its own pass, as unheld
+            await self._park(ctx, [b for b in waiting if not done(b)], deadline)
+        if not all(done(b) for b in waiting):  # the deadline: its own pass, as unheld
             return await self._deadline(ctx, waiting, state)
         for task in (t for b in waiting for t in b.tasks if self._policy(t) is ClosePolicy.WAIT):
             ctx.emit(
@@ -422,6 +481,7 @@ class Dispatcher:
                     tool_call_id=tool_call_id,
                     client=client,
                     retry=client.config.reconnect.until_cancelled(),
+                    past=task.from_sequence,  # a continued conversation: this turn's end
                     rejoining=True,  # a task parked before may wait for input already
                     blocked=functools.partial(note, task.session_id),
                 )
@@ -451,8 +511,8 @@ class Dispatcher:
                         ctx, child_id=task.session_id, tool_call_id=tool_call_id, client=client
                     )
             task.status, task.error = "timed_out", "the run's deadline passed"
-            await _save_ref(ctx, task)
-            _end_span(ctx, task)
+            await save_ref(ctx, task)
+            end_span(ctx, task)
 
         await asyncio.gather(*(stop(t, call) for t, call in late))
         delivered = await self._deliver(ctx, batches, heading="[sub-agent results at the deadline]")
@@ -474,9 +534,9 @@ class Dispatcher:
         for batch in batches:
             batch.delivered = True  # durable with the conversation that holds it
             for task in batch.tasks:
-                reports.append(_report(task))
-                if not logged[task.session_id]:
-                    _end_event(ctx, batch.tool_call_id, task)
+                reports.append(report(task))
+                if logged[task.session_id] < task.turn:
+                    end_event(ctx, batch.tool_call_id, task)
         return [{"role": "user", "content": f"{heading}\n{json.dumps(reports)}"}]
 
     async def _refresh(self, ctx: ToolContext, batches: list[DispatchBatch]) -> None:
@@ -511,73 +571,23 @@ class Dispatcher:
         task.status = SessionStatus.from_proto(status.status).value
         task.output_json = status.output_json
         task.error = status.error
-        await _save_ref(ctx, task)
-        _end_span(ctx, task)
-
-
-def _done(batch: DispatchBatch) -> bool:
-    return all(t.status != "running" for t in batch.tasks)
-
-
-def _report(task: DispatchTask) -> dict[str, Any]:
-    """What the parent's model is shown of ``task``."""
-    shown: dict[str, Any] = {
-        "task_id": task.task_id,
-        "agent": task.agent_type,
-        "status": task.status,
-    }
-    if task.output_json:
-        shown["output"] = json.loads(task.output_json)
-    if task.error:
-        shown["error"] = task.error
-    return shown
-
-
-def _end_span(ctx: ToolContext, task: DispatchTask) -> None:
-    # After the ref's write: a resumed run opens the span again only while the ref says
-    # running (see helix_transport.delegation.spans), so it is never exported twice.
-    end_delegation(
-        ctx,
-        child_session_id=task.session_id,
-        status=_session_status(task),
-        error=task.error,
-    )
-
-
-def _end_event(ctx: ToolContext, tool_call_id: str, task: DispatchTask) -> None:
-    ctx.emit(
-        subagent_ended(
-            tool_call_id=tool_call_id,
-            child_id=task.session_id,
-            agent_type=task.agent_type,
-            status=_session_status(task),
-            output_json=task.output_json,
-            error=task.error,
-        )
-    )
-
-
-async def _save_ref(ctx: ToolContext, task: DispatchTask) -> None:
-    # A running task's ref also makes the stream's heartbeat count it.
-    await save_child_ref(
-        ctx,
-        child_id=task.session_id,
-        agent_type=task.agent_type,
-        tool_call_id=task.task_id,
-        status=_session_status(task),
-        address=task.address,
-        output_json=task.output_json,
-        error=task.error,
-    )
-
-
-def _session_status(task: DispatchTask) -> SessionStatus:
-    # "timed_out" is the dispatcher's own word; the log and the ref say failed.
-    return SessionStatus.FAILED if task.status == "timed_out" else SessionStatus(task.status)
+        await save_ref(ctx, task)
+        end_span(ctx, task)
 
 
 def with_dispatch(
-    agent: Agent, types: Sequence[SubagentType], *, run_deadline_s: float | None = None
+    agent: Agent,
+    types: Sequence[SubagentType],
+    *,
+    run_deadline_s: float | None = None,
+    virtual: VirtualTasks | None = None,
 ) -> Agent:
-    """``agent`` with the ``run_subagent`` tool (see the module docstring)."""
-    return Dispatcher(types, run_deadline_s=run_deadline_s).attach(agent)
+    """``agent`` with the ``run_subagent`` tool (see the module docstring).
+
+    Args:
+        agent: the parent.
+        types: the agent types a task may name, with their descriptions.
+        run_deadline_s: the run's deadline per turn (see "Deadline").
+        virtual: let a task name no agent: a one-shot child of ``agent``'s own type.
+    """
+    return Dispatcher(types, run_deadline_s=run_deadline_s, virtual=virtual).attach(agent)

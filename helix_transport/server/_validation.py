@@ -17,7 +17,12 @@ from google.protobuf.duration_pb2 import Duration
 from pydantic import BaseModel, ValidationError
 
 from helix_transport._exceptions import InvalidArgument, SessionStateConflict
-from helix_transport._metadata import DELEGATION_PATH_KEY, MAX_METADATA_VALUE
+from helix_transport._metadata import (
+    DELEGATION_PATH_KEY,
+    INHERITED_CONTEXT_KEY,
+    MAX_METADATA_VALUE,
+    VIRTUAL_TOOLS_KEY,
+)
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.agent.definition import Agent
 from helix_transport.agent.tools import MAX_SESSION_ID, SESSION_ID
@@ -68,6 +73,7 @@ def delegation_path(
     agent: Agent,
     limits: Limits,
     session_id: str,
+    virtual: bool = False,
 ) -> dict[str, str]:
     """``metadata`` with the checked ``delegation_path`` kept under ``DELEGATION_PATH_KEY``
     (a caller's own entry under that key is replaced: the path is the field's).
@@ -75,7 +81,8 @@ def delegation_path(
     Raises:
         InvalidArgument: an entry is not an agent name, or the path is absurdly long.
         SessionStateConflict: (FAILED_PRECONDITION) the path is ``max_delegation_depth``
-            long already, or holds ``agent``'s type and ``agent`` is not recursive.
+            long already, or holds ``agent``'s type and ``agent`` is not recursive (a
+            ``virtual`` child's path may end with it: its parent is of its type).
     """
     if len(path) > MAX_DELEGATION_PATH:
         raise InvalidArgument("delegation_path", f"more than {MAX_DELEGATION_PATH} entries")
@@ -90,7 +97,9 @@ def delegation_path(
             f"cannot start: delegation path {shown} is {len(path) + 1} levels deep, more "
             f"than this service's maximum of {most}",
         )
-    if agent.name in path and not agent.recursive:
+    # A virtual child has no run_subagent of its own: its one return to the type ends there.
+    above = path[:-1] if virtual and path and path[-1] == agent.name else path
+    if agent.name in above and not agent.recursive:
         raise SessionStateConflict(
             session_id,
             f"cannot start: delegation path {shown} returns to {agent.name!r}, which does not "
@@ -104,10 +113,69 @@ def start_metadata(
     request: pb.StartRequest, session_id: str, *, agent: Agent, limits: Limits
 ) -> dict[str, str]:
     """A ``Start``'s metadata checked, with its checked ``delegation_path`` in it."""
-    checked = metadata(dict(request.metadata))
+    checked = subagent_options(request, metadata(dict(request.metadata)), agent=agent)
     return delegation_path(
-        request.delegation_path, checked, agent=agent, limits=limits, session_id=session_id
+        request.delegation_path,
+        checked,
+        agent=agent,
+        limits=limits,
+        session_id=session_id,
+        virtual=request.subagent.virtual,
     )
+
+
+MAX_CONTEXT_BYTES = 1 << 20
+"""The longest ``SubagentOptions.context_json`` a server accepts."""
+
+
+def subagent_options(
+    request: pb.StartRequest, metadata: dict[str, str], *, agent: Agent
+) -> dict[str, str]:
+    """``metadata`` with the checked ``StartRequest.subagent`` kept under its library
+    keys (a caller's own entries under them are dropped: they are the field's).
+
+    Raises:
+        InvalidArgument: a virtual child not started by a parent of this agent type,
+            tools without ``virtual`` or not this agent's, or ``context_json`` that is
+            not a JSON array of messages within 1 MiB.
+    """
+    options = request.subagent
+    kept = {
+        k: v for k, v in metadata.items() if k not in (VIRTUAL_TOOLS_KEY, INHERITED_CONTEXT_KEY)
+    }
+    if options.virtual:
+        path = request.delegation_path
+        if not path or path[-1] != agent.name:
+            raise InvalidArgument(
+                "subagent.virtual", f"a virtual child's parent must be of type {agent.name!r}"
+            )
+        known = {t.name for t in agent.tools}
+        for index, name in enumerate(options.tools):
+            if name not in known:
+                raise InvalidArgument(f"subagent.tools[{index}]", f"{name!r} is not a tool here")
+        kept[VIRTUAL_TOOLS_KEY] = json.dumps(list(options.tools))
+    elif options.tools:
+        raise InvalidArgument("subagent.tools", "only a virtual child's tools are chosen")
+    if options.context_json:
+        kept[INHERITED_CONTEXT_KEY] = _context(options.context_json)
+    return kept
+
+
+def _context(text: str) -> str:
+    field = "subagent.context_json"
+    if len(text.encode()) > MAX_CONTEXT_BYTES:
+        raise InvalidArgument(field, f"larger than {MAX_CONTEXT_BYTES} bytes")
+    if "\x00" in text:  # PostgreSQL refuses NUL
+        raise InvalidArgument(field, "must not contain NUL characters")
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise InvalidArgument(field, f"not JSON: {exc}") from None
+    if not isinstance(value, list) or not all(
+        isinstance(m, dict) and isinstance(m.get("role"), str) for m in value
+    ):
+        raise InvalidArgument(field, "must be a JSON array of messages with a role")
+    return text
 
 
 def json_depth_exceeds(text: str, max_depth: int) -> bool:

@@ -174,6 +174,7 @@ class AgentClient:
         metadata: Mapping[str, str] | None = None,
         retry: RetryConfig | None = None,
         delegation_path: Sequence[str] = (),
+        subagent: pb.SubagentOptions | None = None,
     ) -> pb.StartResponse:
         """Start a session (idempotent on ``session_id``).
 
@@ -187,6 +188,8 @@ class AgentClient:
 
         ``delegation_path``: for a child, the agent types from the root down to its
         parent (``ToolContext.child_delegation_path``); the server bounds trees by it.
+        ``subagent``: how a ``run_subagent`` child's run differs (a virtual child, the
+        parent's context), stored with the session.
         """
         self._check_open()
         # Name the session here, not on the server: then every Start is idempotent and
@@ -198,6 +201,7 @@ class AgentClient:
             parent_session_id=parent_session_id,
             metadata=dict(metadata or {}),
             delegation_path=delegation_path,
+            subagent=subagent,
         )
         return await self._idempotent(self._stub.Start, request, session_id, retry=retry)
 

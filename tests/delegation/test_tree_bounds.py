@@ -27,7 +27,11 @@ import pytest
 from helix_transport import Agent, AgentClient, ServerConfig, create_server
 from helix_transport._events import SessionStatus
 from helix_transport._exceptions import SessionNotFound, UsageError
-from helix_transport._metadata import DELEGATION_PATH_KEY
+from helix_transport._metadata import (
+    DELEGATION_PATH_KEY,
+    INHERITED_CONTEXT_KEY,
+    VIRTUAL_TOOLS_KEY,
+)
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._proto.helix.agent.v1 import agent_pb2_grpc as pb_grpc
 from helix_transport.agent.tools import Tool, ToolContext, child_scope
@@ -184,6 +188,53 @@ async def test_start_checks_the_path_it_is_given(monkeypatch: pytest.MonkeyPatch
     assert sorted(records) == ["ok", "root"]
     assert json.loads(records["ok"].metadata[DELEGATION_PATH_KEY]) == ["pong"]
     assert DELEGATION_PATH_KEY not in records["root"].metadata
+
+
+async def test_start_checks_a_subagent_s_options(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``StartRequest.subagent``: a virtual child may return to its parent's type once
+    (not when the type is further up), picks among the agent's tools, and its inherited
+    context is a JSON array of messages; each refusal names the field."""
+    async with (
+        services(ping, monkeypatch=monkeypatch) as stores,
+        grpc.aio.insecure_channel(address(ping)) as channel,
+    ):
+        stub = pb_grpc.AgentServiceStub(channel)
+
+        async def start(session_id: str, path: tuple[str, ...], **options: Any) -> None:
+            await stub.Start(
+                pb.StartRequest(
+                    session_id=session_id,
+                    input_json="{}",
+                    delegation_path=path,
+                    subagent=pb.SubagentOptions(**options),
+                    metadata={VIRTUAL_TOOLS_KEY: '["forged"]'},
+                ),
+                timeout=10,
+            )
+
+        await start("virtual", ("pong", "ping"), virtual=True)
+        await start("context", ("pong",), context_json='[{"role": "user", "content": "hi"}]')
+        cases: list[tuple[str, tuple[str, ...], dict[str, Any], str]] = [
+            ("v1", ("pong",), {"virtual": True}, "subagent.virtual"),
+            ("v2", ("ping",), {"virtual": True, "tools": ["nope"]}, "subagent.tools[0]"),
+            ("v3", ("pong",), {"tools": ["nope"]}, "subagent.tools"),
+            ("c1", ("pong",), {"context_json": '{"role": "user"}'}, "subagent.context_json"),
+            ("c2", ("pong",), {"context_json": "[{"}, "subagent.context_json"),
+        ]
+        for session_id, path, options, field in cases:
+            with pytest.raises(grpc.aio.AioRpcError) as invalid:
+                await start(session_id, path, **options)
+            assert invalid.value.code() == grpc.StatusCode.INVALID_ARGUMENT, session_id
+            assert (invalid.value.details() or "").startswith(field), invalid.value.details()
+        with pytest.raises(grpc.aio.AioRpcError) as cycle:  # ping is further up: a cycle
+            await start("v4", ("ping", "pong", "ping"), virtual=True)
+        assert cycle.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        virtual = await stores["ping"].get_session("virtual")
+        context = await stores["ping"].get_session("context")
+    assert virtual is not None and context is not None
+    assert json.loads(virtual.metadata[VIRTUAL_TOOLS_KEY]) == []  # the field's, not forged
+    assert VIRTUAL_TOOLS_KEY not in context.metadata
+    assert json.loads(context.metadata[INHERITED_CONTEXT_KEY])[0]["content"] == "hi"
 
 
 async def test_a_parent_starts_no_more_than_its_live_children_cap(

@@ -47,14 +47,18 @@ class Companions(Delivery):
 
     def tools(self) -> list[Tool]:
         """The tools the parent's model gets (``wait_for_result`` only with a blocking type)."""
-        kinds = ", ".join(f"{t} ({c.mode})" for t, c in self.types.items())
+        kinds = "\n".join(
+            f"- {t} ({c.mode}): {c.description or '(no description)'}"
+            for t, c in self.types.items()
+        )
         tools = [
             Tool(
                 name=f"{PREFIX}spawn_agent",
                 description=(
-                    f"Start a persistent child agent ({kinds}), or re-consult an existing one "
-                    "by name: a completed child remembers earlier rounds. A blocking child's "
-                    "result comes back here; a non-blocking child's arrives later as a message."
+                    "Start a persistent child agent, or re-consult an existing one by name: "
+                    "a completed child remembers earlier rounds. A blocking child's result "
+                    "comes back here; a non-blocking child's arrives later as a message.\n"
+                    f"Child agents (agent (mode): what it does):\n{kinds}"
                 ),
                 args_model=SpawnArgs,
                 fn=self._spawn,
@@ -62,9 +66,10 @@ class Companions(Delivery):
             Tool(
                 name=f"{PREFIX}send_message",
                 description=(
-                    "Send a child a new message. A finished child starts a new turn with it "
-                    "at once; a running one gets it, with any others queued, as its next turn "
-                    "when its current turn ends."
+                    "Send a child a new message. A completed or interrupted child starts a "
+                    "new turn with it at once (delivered: true), its memory kept; a running "
+                    "one gets it, with any others queued, as its next turn when its current "
+                    "turn ends (delivered: false until then)."
                 ),
                 args_model=SendArgs,
                 fn=self._send,
@@ -187,12 +192,16 @@ class Companions(Delivery):
             return {
                 "name": child.name,
                 "status": "running",
+                "delivered": False,  # not yet: it waits for the turn to end
                 "queued": len(child.inbox),
                 "detail": "queued: the child gets it as its next turn when this one ends",
             }
-        if child.status != "completed":
+        # An interrupted child goes on with its memory, as a completed one does (Continue
+        # allows both); a failed or terminated one's conversation is over.
+        if child.status not in ("completed", "interrupted"):
             raise ToolError(
-                f"child {child.name!r} {child.status}; use {PREFIX}spawn_agent to re-spawn it"
+                f"child {child.name!r} {child.status}: its conversation cannot go on with its "
+                f"memory; use {PREFIX}spawn_agent to re-spawn it fresh"
             )
         previous = self._unseen_outcome(ctx, child)
         message = "\n\n".join([*child.inbox, args.message])  # queued ones first, in order

@@ -357,6 +357,7 @@ class StartRequest(_message.Message):
     PARENT_SESSION_ID_FIELD_NUMBER: _builtins.int
     METADATA_FIELD_NUMBER: _builtins.int
     DELEGATION_PATH_FIELD_NUMBER: _builtins.int
+    SUBAGENT_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """Caller-chosen id; the server generates one when empty. See "Sessions"."""
     input_json: _builtins.str
@@ -385,6 +386,12 @@ class StartRequest(_message.Message):
         their own type, so every level is counted and a cycle is seen where it closes.
         """
 
+    @_builtins.property
+    def subagent(self) -> Global___SubagentOptions:
+        """Set by a parent's `run_subagent` on the children it starts (see `SubagentOptions`);
+        unset for every other session, whose runs are its agent type's as defined.
+        """
+
     def __init__(
         self,
         *,
@@ -393,14 +400,60 @@ class StartRequest(_message.Message):
         parent_session_id: _builtins.str = ...,
         metadata: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         delegation_path: _abc.Iterable[_builtins.str] | None = ...,
+        subagent: Global___SubagentOptions | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["subagent", b"subagent"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["delegation_path", b"delegation_path", "input_json", b"input_json", "metadata", b"metadata", "parent_session_id", b"parent_session_id", "session_id", b"session_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["delegation_path", b"delegation_path", "input_json", b"input_json", "metadata", b"metadata", "parent_session_id", b"parent_session_id", "session_id", b"session_id", "subagent", b"subagent"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___StartRequest: _TypeAlias = StartRequest  # noqa: Y015
+
+@_typing.final
+class SubagentOptions(_message.Message):
+    """How a sub-agent's run differs from its agent type's own runs (`StartRequest.subagent`).
+    Stored with the session: a resumed run keeps it.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VIRTUAL_FIELD_NUMBER: _builtins.int
+    TOOLS_FIELD_NUMBER: _builtins.int
+    CONTEXT_JSON_FIELD_NUMBER: _builtins.int
+    virtual: _builtins.bool
+    """A one-shot child of its parent's own agent type (a `run_subagent` task that names
+    no agent): the delegation path may end with this service's agent type even when
+    the agent does not allow recursion (once: not when the type is further up too),
+    and the run may call only `tools`.
+    """
+    context_json: _builtins.str
+    """The parent's conversation so far, as a JSON array of chat messages (objects with a
+    `role`; reasoning stripped by the parent): shown to the model after the system
+    prompt in every model call of the session's first turn, never stored as its
+    conversation (its checkpoints and later turns do not hold it). At most 1 MiB.
+    """
+    @_builtins.property
+    def tools(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """With `virtual`: the agent's tools the run may call, by name (each one of the
+        agent's tools, else INVALID_ARGUMENT naming it); the finish tool always stays.
+        Without `virtual` it must be empty.
+        """
+
+    def __init__(
+        self,
+        *,
+        virtual: _builtins.bool = ...,
+        tools: _abc.Iterable[_builtins.str] | None = ...,
+        context_json: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["context_json", b"context_json", "tools", b"tools", "virtual", b"virtual"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SubagentOptions: _TypeAlias = SubagentOptions  # noqa: Y015
 
 @_typing.final
 class StartResponse(_message.Message):
