@@ -86,6 +86,7 @@ class RunStart:
             usage=checkpoint.usage,
             state=user,
             run=run,
+            from_sequence=checkpoint.last_sequence,
         )
         return state, False
 

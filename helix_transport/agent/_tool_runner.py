@@ -70,8 +70,15 @@ class ToolRunner:
         self.hooks = hooks
         self.max_result_bytes = max_result_bytes
 
-    async def run(self, call: ToolCall, context: Callable[[str], ToolContext]) -> ToolOutcome:
-        """Run ``call`` (``context`` makes its ``ToolContext`` from its id)."""
+    async def run(
+        self, call: ToolCall, context: Callable[[str], ToolContext], *, record: bool = False
+    ) -> ToolOutcome:
+        """Run ``call`` (``context`` makes its ``ToolContext`` from its id).
+
+        With ``record`` (a call that runs at most once) its ``tool_end`` is durable in
+        the log before this returns: a run resumed after a crash that cut the step off
+        takes the result from there instead of calling it unknown.
+        """
         # The finish tool's events, its output and the run's end go in one write.
         finishing = call.name == FINISH_TOOL
         self.writer.emit(
@@ -131,6 +138,8 @@ class ToolRunner:
         self.hooks.on_tool_end(
             name=call.name, tool_call_id=call.id, result_json=result, is_error=is_error
         )
+        if record:
+            await self.writer.flush()
         message = {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": result}
         return ToolOutcome(message=message, output_json=output_json)
 
