@@ -27,16 +27,13 @@ from helix_transport.agent.definition import Agent
 from helix_transport.agent.hooks import RunHooks
 from helix_transport.agent.inputs import Answer, InputState, Request, request_event
 from helix_transport.agent.model import ToolCall
+from helix_transport.agent.state import OUTCOME_UNKNOWN
 from helix_transport.agent.tools import FINISH_TOOL, ToolArgumentError
 from helix_transport.log import SessionWriter
 from helix_transport.store import Store, pages
 
 logger = logging.getLogger("helix.loop")
 
-OUTCOME_UNKNOWN = (
-    "the call's outcome is unknown: the service stopped while it ran, and this tool "
-    "never runs twice (approved, or declared once); check its effect before calling it again"
-)
 OUTCOME_UNKNOWN_CODE = "outcome_unknown"
 """The ``Error.code`` logged beside such a call's result, for operators."""
 FINISH_WITH_INPUT = (

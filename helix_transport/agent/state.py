@@ -134,6 +134,14 @@ class WaitingChild:
         )
 
 
+OUTCOME_UNKNOWN = (
+    "the call's outcome is unknown: the service stopped while it ran, and this tool "
+    "never runs twice (approved, or declared once); check its effect before calling it again"
+)
+"""What the model sees for an at-most-once call (``InputState.started``) that has no
+result: it may have run, or not, and will not run again."""
+
+
 @dataclass(kw_only=True)
 class InputState:
     """What a step waiting for input keeps in its checkpoint (``RunState.inputs``)."""

@@ -33,7 +33,7 @@ from helix_transport.agent.scripted import (
 from helix_transport.agent.state import InputState, RunState, TurnState, joined_state, split_state
 from helix_transport.agent.tools import RunServices, Tool, ToolContext
 from helix_transport.log import EventHub, SessionWriter
-from helix_transport.store import Checkpoint, SessionRecord
+from helix_transport.store import Checkpoint, SessionRecord, SessionUpdate
 from helix_transport.store.memory import MemoryStore
 from helix_transport.transport._pool import ClientPool
 
@@ -194,6 +194,35 @@ async def test_a_resumed_step_takes_the_result_a_once_call_logged() -> None:
     assert not [e for e in log if e.WhichOneof("payload") == "error"]
     ends = [e for e in log if e.WhichOneof("payload") == "tool_end"]
     assert sum(e.tool_end.tool_call_id == "call_c" for e in ends) == 1  # not logged again
+
+
+async def test_a_turn_after_an_interrupt_says_a_cut_off_once_call_is_unknown() -> None:
+    """An ordinary call an interrupt cut off was "interrupted" (the model may call it
+    again); a ``once`` call may have had its effect: "unknown", never "interrupted"."""
+    RUNS.clear()
+    await _cut_off_after_the_model_call("continued", charge_logged=False)
+    last = (await STORE.read("continued"))[-1].sequence
+    ended = pb.StreamEvent(interrupted=pb.Interrupted(reason="stop"))
+    last = await STORE.append(
+        "continued",
+        [ended],
+        expected_sequence=last,
+        update=SessionUpdate(status=SessionStatus.INTERRUPTED),
+    )
+    turn = pb.StreamEvent(turn_started=pb.TurnStarted(turn=2, message="go on"))
+    await STORE.append(
+        "continued",
+        [turn],
+        expected_sequence=last,
+        update=SessionUpdate(status=SessionStatus.RUNNING),
+    )
+    await _run("continued")
+    assert RUNS == []
+    saved = await STORE.load_checkpoint("continued")
+    assert saved is not None
+    results = {m["tool_call_id"]: m["content"] for m in saved.messages if m["role"] == "tool"}
+    assert "outcome is unknown" in json.loads(results["call_c"])["error"]
+    assert json.loads(results["call_l"]) == {"error": "interrupted"}
 
 
 async def _noop(ctx: ToolContext, args: Any) -> Any:
