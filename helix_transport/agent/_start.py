@@ -91,6 +91,7 @@ class RunStart:
             usage=checkpoint.usage,
             state=user,
             run=run,
+            from_sequence=checkpoint.last_sequence,
         )
         return state, False
 
@@ -111,6 +112,7 @@ class RunStart:
         """Start a continued session's new turn (see ``helix_transport.agent.turns``)."""
         # Steps go on numbering across turns; the budget counts from the turn's start.
         base = max(checkpoint.step, self.record.step_count)
+        user, run = split_state(checkpoint.state)
         if turn.fresh:
             messages = self._first_messages(turn.message)
         else:
@@ -120,9 +122,9 @@ class RunStart:
                 list(checkpoint.messages),
                 from_sequence=checkpoint.last_sequence,
                 until=turn.sequence,
+                started=frozenset(run.inputs.started),
             )
             messages.append({"role": "user", "content": turn.message})
-        user, run = split_state(checkpoint.state)
         turns = TurnState(
             turn=turn.turn,
             base_step=base,

@@ -80,6 +80,9 @@ class RunProgress:
     """The library's state of the run, checkpointed beside ``state`` (``agent.state``)."""
     error: str = ""
     """Why the run failed, for the hooks (the log and the record have it already)."""
+    from_sequence: int = 0
+    """Where the log ended at the checkpoint this run began from (0: none): what a
+    crash cut off was logged after it."""
 
 
 class _StateNotJSON(AgentRunError):

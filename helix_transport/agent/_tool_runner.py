@@ -70,8 +70,15 @@ class ToolRunner:
         self.hooks = hooks
         self.max_result_bytes = max_result_bytes
 
-    async def run(self, call: ToolCall, context: Callable[[str], ToolContext]) -> ToolOutcome:
-        """Run ``call`` (``context`` makes its ``ToolContext`` from its id)."""
+    async def run(
+        self, call: ToolCall, context: Callable[[str], ToolContext], *, record: bool = False
+    ) -> ToolOutcome:
+        """Run ``call`` (``context`` makes its ``ToolContext`` from its id).
+
+        With ``record`` (a call that runs at most once) its ``tool_end`` is durable in
+        the log before this returns: a run resumed after a crash that cut the step off
+        takes the result from there instead of calling it unknown.
+        """
         # The finish tool's events, its output and the run's end go in one write.
         finishing = call.name == FINISH_TOOL
         self.writer.emit(
@@ -85,6 +92,28 @@ class ToolRunner:
         self.hooks.on_tool_start(
             name=call.name, tool_call_id=call.id, arguments_json=call.arguments_json
         )
+        result, is_error, output_json = await self._outcome(call, context, finishing=finishing)
+        self.writer.emit(
+            pb.StreamEvent(
+                tool_end=pb.ToolEnd(
+                    tool_call_id=call.id, tool_name=call.name, result_json=result, is_error=is_error
+                )
+            ),
+            defer=output_json is not None,  # the run ends with this step: its end writes it
+        )
+        self.hooks.on_tool_end(
+            name=call.name, tool_call_id=call.id, result_json=result, is_error=is_error
+        )
+        if record:
+            await self.writer.flush()
+        message = {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": result}
+        return ToolOutcome(message=message, output_json=output_json)
+
+    async def _outcome(
+        self, call: ToolCall, context: Callable[[str], ToolContext], *, finishing: bool
+    ) -> tuple[str, bool, str | None]:
+        """What ``call`` gave: its result, whether that is an error, and the run's
+        output when it is the finish tool's and valid."""
         output_json: str | None = None
         try:
             if finishing:
@@ -120,19 +149,7 @@ class ToolRunner:
                 "tool %s failed in session %s", call.name, self.session_id, exc_info=True
             )
             result, is_error = json.dumps({"error": clipped(f"{type(exc).__name__}: {exc}")}), True
-        self.writer.emit(
-            pb.StreamEvent(
-                tool_end=pb.ToolEnd(
-                    tool_call_id=call.id, tool_name=call.name, result_json=result, is_error=is_error
-                )
-            ),
-            defer=output_json is not None,  # the run ends with this step: its end writes it
-        )
-        self.hooks.on_tool_end(
-            name=call.name, tool_call_id=call.id, result_json=result, is_error=is_error
-        )
-        message = {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": result}
-        return ToolOutcome(message=message, output_json=output_json)
+        return result, is_error, output_json
 
     def answered(self, call: ToolCall, result: str, *, is_error: bool) -> ToolOutcome:
         """``call`` ended by its request's answer, not by running the tool: a client

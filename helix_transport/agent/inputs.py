@@ -134,7 +134,7 @@ def only(waiting: InputState, call_ids: set[str]) -> None:
     what an earlier step, cut off by an interrupt, kept is over."""
     waiting.pending = {k: v for k, v in waiting.pending.items() if k in call_ids}
     waiting.results = {k: v for k, v in waiting.results.items() if k in call_ids}
-    waiting.approved = [k for k in waiting.approved if k in call_ids]
+    waiting.started = [k for k in waiting.started if k in call_ids]
     if not any(r.get("name") == FINISH_TOOL for r in waiting.results.values()):
         waiting.output_json = None
 

@@ -300,12 +300,12 @@ class RunLoop:
         waiting = InputState.of(state.run)
         only(waiting, {c.id for c in calls})
         before = (len(waiting.pending), len(waiting.results))
-        ready = await self.inputs.resolve(waiting, calls)
+        ready = await self.inputs.resolve(waiting, calls, from_sequence=state.from_sequence)
         if (len(waiting.pending), len(waiting.results)) != before:
             # Answers applied, approved calls handed over: never again after a crash.
             waiting.save(state.run)
             await self._checkpoint(state, step=state.step)
-        outcomes, blocked = await self._run_calls(state, ready)
+        outcomes, blocked = await self._run_calls(state, ready, set(waiting.started))
         for call_id, outcome in outcomes.items():
             waiting.results[call_id] = outcome.message
             if outcome.output_json is not None:
@@ -319,17 +319,22 @@ class RunLoop:
         return RunAgain() if output is None else FinalOutput(output)
 
     async def _run_calls(
-        self, state: RunProgress, calls: list[ToolCall]
+        self, state: RunProgress, calls: list[ToolCall], at_most_once: set[str]
     ) -> tuple[dict[str, ToolOutcome], dict[str, BlockedChild]]:
         """Run ``calls`` concurrently until each has an outcome or waits only for a
-        suspended child; returns the outcomes and the blocked calls."""
+        suspended child; returns the outcomes and the blocked calls. The results of
+        ``at_most_once`` calls are durable as soon as they return."""
         if not calls:
             return {}, {}
         blockage = self._blockage = Blockage()
         async with asyncio.TaskGroup() as group:
             tasks = {
                 c.id: group.create_task(
-                    self.tools.run(c, lambda call_id: self._tool_context(state, call_id))
+                    self.tools.run(
+                        c,
+                        lambda call_id: self._tool_context(state, call_id),
+                        record=c.id in at_most_once,
+                    )
                 )
                 for c in calls
             }

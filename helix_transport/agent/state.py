@@ -134,6 +134,14 @@ class WaitingChild:
         )
 
 
+OUTCOME_UNKNOWN = (
+    "the call's outcome is unknown: the service stopped while it ran, and this tool "
+    "never runs twice (approved, or declared once); check its effect before calling it again"
+)
+"""What the model sees for an at-most-once call (``InputState.started``) that has no
+result: it may have run, or not, and will not run again."""
+
+
 @dataclass(kw_only=True)
 class InputState:
     """What a step waiting for input keeps in its checkpoint (``RunState.inputs``)."""
@@ -143,10 +151,13 @@ class InputState:
     results: dict[str, dict[str, Any]] = field(default_factory=dict)
     """The tool messages of the step's calls that have finished, by call id: a resumed
     step runs only the others."""
-    approved: list[str] = field(default_factory=list)
-    """Approved calls handed to their tool: checkpointed before the tool runs, so a run
-    resumed after a crash never runs an approved tool twice (at most once: a call still
-    here without a result gets an error saying its outcome is unknown)."""
+    started: list[str] = field(default_factory=list)
+    """Calls handed to a tool that runs at most once (approved calls, and calls of
+    ``once`` tools): checkpointed before the tool runs, so a run resumed after a crash
+    never runs one twice. A call here without a result uses the result its run logged
+    (``tool_end``), else gets an error saying its outcome is unknown. Stored as
+    ``approved``, its name when only approved calls were at most once, so checkpoints
+    load across versions both ways."""
     output_json: str | None = None
     """The finish tool's valid output, when it ran in a step that then waited (for a
     suspended child): the step ends the run once the rest is in."""
@@ -169,7 +180,7 @@ class InputState:
         return not (
             self.pending
             or self.results
-            or self.approved
+            or self.started
             or self.children
             or self.suspended_at
             or self.output_json is not None
@@ -179,7 +190,7 @@ class InputState:
         return {
             "pending": [r.to_json() for r in self.pending.values()],
             "results": self.results,
-            "approved": self.approved,
+            "approved": self.started,
             "output_json": self.output_json,
             "children": [c.to_json() for c in self.children],
             "suspended_at": self.suspended_at,
@@ -190,7 +201,7 @@ class InputState:
         return cls(
             pending={r["request_id"]: Request.from_json(r) for r in raw.get("pending", ())},
             results=dict(raw.get("results") or {}),
-            approved=list(raw.get("approved") or ()),
+            started=list(raw.get("approved") or ()),
             output_json=raw.get("output_json"),
             children=[WaitingChild.from_json(c) for c in raw.get("children", ())],
             suspended_at=raw.get("suspended_at"),

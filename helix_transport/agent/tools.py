@@ -98,6 +98,29 @@ class ToolContext:
     """The tenant of ``principal``."""
 
     @property
+    def idempotency_key(self) -> str:
+        """A key for the effects of this call in other systems (a payment API's
+        ``Idempotency-Key``, a database's unique request id).
+
+        The same for every run of this call, a resume after a crash included, and
+        different for every other call: other sessions, other turns, other owners'
+        sessions of the same id. 32 hex digits (a digest of the agent type, the
+        session's owner, its id, the turn and ``tool_call_id``), short enough for the
+        APIs that limit their keys.
+        """
+        call = json.dumps(
+            [
+                self.agent_type,
+                self.tenant,
+                self.principal or "anonymous",
+                self.session_id,
+                self.run.state.turns.turn,
+                self.tool_call_id,
+            ]
+        )
+        return hashlib.sha256(call.encode()).hexdigest()[:32]
+
+    @property
     def child_scope(self) -> str:
         """What ends the id of every child this session starts (see ``child_scope``)."""
         return child_scope(self.agent_type, self.principal, self.tenant)
@@ -204,12 +227,28 @@ class Tool:
     error result the model sees; ``None``: it waits as long as it takes."""
     child: ChildDeclaration | None = None
     """The child a call starts and its close policy (a remote agent tool)."""
+    once: bool | None = None
+    """Whether a call runs at most once, crashes included (``docs/crash-recovery.md``).
+
+    ``True``: the call is recorded as started in the store before the tool runs, and
+    its result as soon as it returns; a run resumed after a crash never runs it again:
+    it uses the recorded result, or tells the model the call's outcome is unknown.
+    ``None`` (the default): at most once when every call waits for an approval
+    (``approval=True``) or is a client's (``client``), else at least once (a call a
+    crash cut off runs again when the session resumes). ``False`` is that "at least
+    once", and is refused where every call is at most once already."""
 
     def __post_init__(self) -> None:
         if self.client and self.approval is not False:
             raise UsageError(
                 f"tool {self.name!r}: a client tool cannot also require approval "
                 "(the client that runs it decides)"
+            )
+        if self.once is False and (self.client or self.approval is True):
+            what = "a client tool's result is recorded" if self.client else "an approved call runs"
+            raise UsageError(
+                f"tool {self.name!r}: once=False cannot be declared: {what} at most once, "
+                "never again after a crash"
             )
         if self.input_timeout_s is not None and not self.input_timeout_s > 0:
             raise UsageError(f"tool {self.name!r}: input_timeout_s must be positive")
@@ -303,6 +342,7 @@ def tool(
     timeout_s: float | None = None,
     approval: bool | Callable[[Any], bool] = False,
     input_timeout_s: float | None = None,
+    once: bool | None = None,
 ) -> Callable[[ToolFn], Tool]: ...
 
 
@@ -314,6 +354,7 @@ def tool(
     timeout_s: float | None = None,
     approval: bool | Callable[[Any], bool] = False,
     input_timeout_s: float | None = None,
+    once: bool | None = None,
 ) -> Tool | Callable[[ToolFn], Tool]:
     """Make a ``Tool`` from ``async def fn(ctx: ToolContext, args: SomeModel) -> result``.
 
@@ -321,6 +362,10 @@ def tool(
     argument model to the annotation of its second parameter. The result may be a
     pydantic model or anything ``json.dumps`` accepts. Usable bare (``@tool``) or
     with options (``@tool(timeout_s=5)``, ``@tool(approval=True, input_timeout_s=3600)``).
+
+    ``@tool(once=True)`` declares a tool with effects that must not happen twice (a
+    payment, an email): each call runs at most once, crashes included (``Tool.once``);
+    pass ``ctx.idempotency_key`` to the systems it calls.
     """
 
     def build(f: ToolFn) -> Tool:
@@ -339,6 +384,7 @@ def tool(
             timeout_s=timeout_s,
             approval=approval,
             input_timeout_s=input_timeout_s,
+            once=once,
         )
 
     return build(fn) if fn is not None else build

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
-from helix_transport.agent.state import split_state
+from helix_transport.agent.state import OUTCOME_UNKNOWN, split_state
 from helix_transport.store import EventLogStore, Store, pages
 
 
@@ -132,6 +132,7 @@ async def heal(
     *,
     from_sequence: int,
     until: int,
+    started: frozenset[str] = frozenset(),
 ) -> list[dict[str, Any]]:
     """``messages`` with results for the tool calls its last assistant message left open.
 
@@ -139,7 +140,9 @@ async def heal(
     checkpoint's sequence) and ``until`` (the new turn's ``turn_started``); a
     call retried after a crash was logged twice, and the last result counts. A call
     with none was cut off: ``{"error": "interrupted"}`` when an interrupt ended the
-    turn (the event just before ``until``), else ``{"error": "no result"}``.
+    turn (the event just before ``until``), else ``{"error": "no result"}``; but a call
+    in ``started`` (at most once, see ``InputState.started``) may have had its effect
+    and the model must not take it for one that never ran: its outcome is unknown.
     """
     last = messages[-1] if messages else {}
     if last.get("role") != "assistant" or not last.get("tool_calls"):
@@ -156,10 +159,14 @@ async def heal(
         if events[-1].sequence >= until:
             break
     missing = json.dumps({"error": "interrupted" if ended == "interrupted" else "no result"})
+    unknown = json.dumps({"error": OUTCOME_UNKNOWN})
     healed = list(messages)
     for call in last["tool_calls"]:
         end = results.get(call["id"])
-        content = end.result_json if end is not None else missing
+        if end is not None:
+            content = end.result_json
+        else:
+            content = unknown if call["id"] in started else missing
         name = call["function"]["name"]
         healed.append(
             {"role": "tool", "tool_call_id": call["id"], "name": name, "content": content}
