@@ -13,6 +13,9 @@ idempotent, so two replicas asking at once do no harm.
 A child the service does not know is asked again for ``ClientConfig.rpc_timeout``
 from when the command was written: parents record a child before they start it, so
 its ``Start`` may still be on its way. Past that the child was never created.
+
+Each call is made on behalf of the parent (``on_behalf_of``): a traced service gives
+it a CLIENT span in the parent's trace, however far from any run of it the call is.
 """
 
 from __future__ import annotations
@@ -22,9 +25,12 @@ import contextlib
 import logging
 import time
 from collections.abc import Sequence
+from functools import partial
+from typing import Protocol
 
 from helix_transport._exceptions import HelixError, SessionNotFound
-from helix_transport.store import ChildCommand, OutboxStore, SubSessionRef
+from helix_transport._trace_context import on_behalf_of
+from helix_transport.store import ChildCommand, OutboxStore, SessionStore, SubSessionRef
 from helix_transport.transport import ClientPool
 
 logger = logging.getLogger(__name__)
@@ -43,10 +49,14 @@ gone for good) would keep newer ones from their retries (each still gets its fir
 _CONCURRENCY = 16
 
 
+class CascadeStore(OutboxStore, SessionStore, Protocol):
+    """The roles a cascade uses: the outbox, and the parents' records (their traces)."""
+
+
 class Cascade:
     """The outbox of one store: records commands for children and delivers them."""
 
-    def __init__(self, store: OutboxStore, clients: ClientPool) -> None:
+    def __init__(self, store: CascadeStore, clients: ClientPool) -> None:
         self._store = store
         self._clients = clients
         self._next_attempt: dict[tuple[str, str, str], float] = {}
@@ -124,9 +134,10 @@ class Cascade:
     async def _attempt(self, command: ChildCommand) -> None:
         try:
             client = await self._clients.get(command.address)
-            await client.interrupt(
-                command.child_session_id, reason=command.reason, abort=command.kind == "abort"
-            )
+            with on_behalf_of(partial(self._store.get_session, command.parent_session_id)):
+                await client.interrupt(
+                    command.child_session_id, reason=command.reason, abort=command.kind == "abort"
+                )
         except SessionNotFound:
             patience = self._clients.config.rpc_timeout.total_seconds()
             if time.time() - command.created_at >= patience:
