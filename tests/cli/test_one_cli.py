@@ -179,6 +179,7 @@ async def test_every_command_obeys_the_exit_code_table(
         ],
         "sessions": [(["sessions", address, "--json"], ExitCode.COMPLETED)],
         "bench": [(["bench", "--scenarios", "99"], ExitCode.USAGE)],
+        "proto": [(["proto", "--out", str(tmp_path / "proto"), "--json"], ExitCode.COMPLETED)],
     }
     assert set(walk) == set(_commands()), "a command the walk does not cover"
     for name in walk:
