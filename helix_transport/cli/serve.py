@@ -211,24 +211,7 @@ def _listen_options(parser: argparse.ArgumentParser) -> None:
         default=env.health_port(),  # converted as --port's
         help="plaintext health-only port, 0 to pick one (HELIX_HEALTH_PORT)",
     )
-    # A2A (docs/a2a.md): the same agent, sessions and auth, for any A2A client.
-    parser.add_argument(
-        "--a2a-port",
-        type=int,
-        default=env.a2a_port(),  # converted as --port's
-        help="also serve A2A (JSON-RPC, HTTP+JSON) on this port, 0 to pick one (HELIX_A2A_PORT)",
-    )
-    parser.add_argument(
-        "--a2a-grpc-port",
-        type=int,
-        default=None,
-        help="also serve A2A's gRPC binding on this port, 0 to pick one (with --a2a-port)",
-    )
-    parser.add_argument(
-        "--a2a-url",
-        default=env.a2a_url(),
-        help="base URL the Agent Card names, behind a proxy (HELIX_A2A_URL)",
-    )
+    _a2a_options(parser, env)
     retention_option(parser, what="remove sessions finished this long ago; unset: keep them")
     admin_option(parser)
     parser.add_argument(
@@ -249,6 +232,27 @@ def _listen_options(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="accept a Redis store that keeps nothing on disk, which a Redis restart "
         "empties (HELIX_ALLOW_VOLATILE_STORE=1; throwaway data only)",
+    )
+
+
+def _a2a_options(parser: argparse.ArgumentParser, env: Environment) -> None:
+    """A2A (docs/a2a.md): the same agent, sessions and auth, for any A2A client."""
+    parser.add_argument(
+        "--a2a-port",
+        type=int,
+        default=env.a2a_port(),  # converted as --port's
+        help="also serve A2A (JSON-RPC, HTTP+JSON) on this port, 0 to pick one (HELIX_A2A_PORT)",
+    )
+    parser.add_argument(
+        "--a2a-grpc-port",
+        type=int,
+        default=None,
+        help="also serve A2A's gRPC binding on this port, 0 to pick one (with --a2a-port)",
+    )
+    parser.add_argument(
+        "--a2a-url",
+        default=env.a2a_url(),
+        help="base URL the Agent Card names, behind a proxy (HELIX_A2A_URL)",
     )
 
 
