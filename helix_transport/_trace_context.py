@@ -9,11 +9,18 @@ costs a context lookup per call, and no SDK is imported.
 ``TRACE_HEADER: parent`` asks the server to make the caller's context the parent of
 its spans (see ``docs/tracing.md``); without it, the session's trace stays its own,
 keyed on the root session id, and the caller's span becomes a link.
+
+A call a service makes for one of its sessions outside any span (the outbox's
+interrupts) names that session (``on_behalf_of``): its CLIENT span goes in the
+session's trace.
 """
 
 from __future__ import annotations
 
-from typing import Final
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Final, Protocol
 
 from opentelemetry import propagate
 
@@ -33,3 +40,39 @@ def outgoing(*, parent: bool = False) -> list[tuple[str, str]]:
     if entries and parent:
         entries.append((TRACE_HEADER, PARENT))
     return entries
+
+
+class TracedSession(Protocol):
+    """What a session's trace follows from (a ``SessionRecord`` is one)."""
+
+    @property
+    def session_id(self) -> str: ...
+
+    @property
+    def parent_session_id(self) -> str: ...
+
+    @property
+    def metadata(self) -> Mapping[str, str]: ...
+
+
+SessionLoader = Callable[[], Awaitable[TracedSession | None]]
+"""Reads a session from its store (``None``: gone)."""
+
+_ON_BEHALF: ContextVar[SessionLoader | None] = ContextVar("helix_on_behalf", default=None)
+
+
+@contextmanager
+def on_behalf_of(load: SessionLoader) -> Iterator[None]:
+    """Calls made within are made for the session ``load`` reads, outside any of its
+    runs (the outbox's interrupts): a traced service's CLIENT span puts them in that
+    session's trace. ``load`` is awaited only then, so an untraced service reads nothing."""
+    token = _ON_BEHALF.set(load)
+    try:
+        yield
+    finally:
+        _ON_BEHALF.reset(token)
+
+
+def on_behalf() -> SessionLoader | None:
+    """The session the calls of the current context are made for (``on_behalf_of``)."""
+    return _ON_BEHALF.get()

@@ -32,6 +32,10 @@ if TYPE_CHECKING:
 
 SCENARIOS = ("1", "2", "3", "4", "5", "6", "7", "8", "10")
 
+logger = logging.getLogger("helix.bench")
+_json_lines: list[bool] = []
+"""Set by ``_configure_logging``: whether lines on stderr are JSON."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class Params:
@@ -102,6 +106,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run")
     parser.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default=None,
+        help="stderr's lines (progress, logs) as text, or one JSON object per line, as "
+        "serve's (default $HELIX_LOG_FORMAT, else text)",
+    )
+    parser.add_argument(
         "--metrics",
         choices=("off", "on", "both"),
         default="off",
@@ -129,6 +140,9 @@ def _int_list(text: str) -> tuple[int, ...]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the selected scenarios and print the table (or JSON); 0 unless one crashed."""
     args = _parser().parse_args(argv)
+    if (problem := _configure_logging(args.log_format)) is not None:
+        print(f"helix-mesh bench: {problem}", file=sys.stderr)
+        return 2
     base = QUICK if args.quick else Params()
     overrides = {k: getattr(args, k) for k in base.__dict__ if getattr(args, k) is not None}
     params = Params(**{**base.__dict__, **overrides})
@@ -137,7 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from helix_transport.bench.streams import STORES
 
     if unknown := (scenarios - set(SCENARIOS)) | (set(stores) - set(STORES)):
-        print(f"helix-mesh bench: unknown scenario or store {sorted(unknown)}", file=sys.stderr)
+        fatal(f"unknown scenario or store {sorted(unknown)}")
         return 2
     saved = None
     if args.compare:  # read now: a bad file should not cost a whole run
@@ -146,11 +160,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 saved = json.load(f)
             compare(saved, Report())
         except (OSError, ValueError) as exc:
-            print(f"helix-mesh bench: --compare {args.compare}: {exc}", file=sys.stderr)
+            fatal(f"--compare {args.compare}: {exc}")
             return 2
     progress(f"scenarios {','.join(sorted(scenarios))}; results when all have run")
-    logging.basicConfig(level=logging.WARNING)
-    logging.getLogger("LiteLLM").setLevel(logging.WARNING)
     started = time.perf_counter()
     report = Report()
     failed = asyncio.run(_run(report, params, scenarios, stores, metrics=args.metrics))
@@ -314,10 +326,42 @@ def _metrics(on: bool) -> Iterator[None]:
         endpoint.shutdown()
 
 
+def _configure_logging(log_format: str | None) -> str | None:
+    """Log as ``serve`` does (its formatter, secrets redacted), on stderr, at
+    ``$HELIX_LOG_LEVEL``, else WARNING (the in-process services' INFO lines would
+    drown the progress); the problem when the format is unknown, else None."""
+    from helix_transport._exceptions import UsageError
+    from helix_transport.config import Environment
+    from helix_transport.server.app import configure_logging
+
+    env = Environment()
+    chosen = (log_format or env.log_format() or "text").lower()
+    try:
+        configure_logging(chosen)
+    except UsageError as exc:
+        return str(exc)
+    logging.getLogger().setLevel(env.get("HELIX_LOG_LEVEL").upper() or logging.WARNING)
+    logger.setLevel(logging.INFO)  # progress, whatever the level
+    _json_lines[:] = [chosen == "json"]
+    return None
+
+
 def progress(text: str) -> None:
     """One line of progress on standard error: standard output keeps only the results
-    (a table, or the JSON document), which come at the end."""
-    print(f"helix-mesh bench: {text}", file=sys.stderr, flush=True)
+    (a table, or the JSON document), which come at the end. ``helix-mesh bench: text``,
+    or a JSON line (logger ``helix.bench``) under ``--log-format json``."""
+    if _json_lines and _json_lines[0]:
+        logger.info(text)
+    else:
+        print(f"helix-mesh bench: {text}", file=sys.stderr, flush=True)
+
+
+def fatal(text: str) -> None:
+    """Why the bench does not run, on standard error, as ``progress`` says things."""
+    if _json_lines and _json_lines[0]:
+        logger.error(text)
+    else:
+        print(f"helix-mesh bench: {text}", file=sys.stderr, flush=True)
 
 
 async def _attempt(report: Report, name: str, scenario: Awaitable[object]) -> bool:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib.metadata
+import logging
 import os
 import sys
 from collections.abc import Callable, Coroutine, Sequence
@@ -91,8 +92,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return serve.run(args)
         return asyncio.run(_COMMANDS[args.command](args))
     except HelixError as exc:
-        print(f"helix-mesh: {exc}{_hint(exc, args)}", file=sys.stderr)
-        return for_error(exc)
+        code = for_error(exc)
+        _fatal(f"{exc}{_hint(exc, args)}", args, code)
+        return code
     except KeyboardInterrupt:
         return ExitCode.CTRL_C
     except BrokenPipeError:
@@ -100,6 +102,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         # /dev/null so the interpreter's last flush does not fail again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return ExitCode.BROKEN_PIPE
+
+
+def _fatal(message: str, args: argparse.Namespace, code: int) -> None:
+    """Why the command ends, on stderr: ``helix-mesh: message``, or for a ``serve``
+    logging JSON (``--log-format``, else ``$HELIX_LOG_FORMAT``) one JSON line like its
+    others, with the exit code, so a collector that parses every line loses none."""
+    if args.command == "serve":
+        chosen = (args.log_format or Environment().log_format()).lower()
+        if chosen == "json":
+            from helix_transport.server.app import configure_logging
+
+            configure_logging("json")  # again: the error may have come before it
+            logging.getLogger("helix.cli").error(message, extra={"exit_code": int(code)})
+            return
+    print(f"helix-mesh: {message}", file=sys.stderr)
 
 
 def _version() -> str:

@@ -19,6 +19,9 @@ on, and its children must not be stopped by accident meanwhile. Once it has ende
 A child the service does not know is asked again for ``ClientConfig.rpc_timeout``
 from when the command was written: parents record a child before they start it, so
 its ``Start`` may still be on its way. Past that the child was never created.
+
+Each call is made on behalf of the parent (``on_behalf_of``): a traced service gives
+it a CLIENT span in the parent's trace, however far from any run of it the call is.
 """
 
 from __future__ import annotations
@@ -28,10 +31,12 @@ import contextlib
 import logging
 import time
 from collections.abc import Sequence
+from functools import partial
 from typing import Protocol
 
 from helix_transport._events import SessionStatus
 from helix_transport._exceptions import HelixError, SessionNotFound
+from helix_transport._trace_context import on_behalf_of
 from helix_transport.store import ChildCommand, OutboxStore, SessionStore, SubSessionRef
 from helix_transport.transport import ClientPool
 
@@ -52,7 +57,8 @@ _CONCURRENCY = 16
 
 
 class CascadeStore(OutboxStore, SessionStore, Protocol):
-    """The roles the outbox uses: its commands, and a parent's status (``close``)."""
+    """The roles a cascade uses: the outbox, and the parents' records (a ``close``
+    waits for its parent's end; a call joins the parent's trace)."""
 
 
 _GOING_ON = frozenset({SessionStatus.RUNNING, SessionStatus.SUSPENDED})
@@ -146,9 +152,10 @@ class Cascade:
                     await self._retry_later(command, quiet=True)
                     return
             client = await self._clients.get(command.address)
-            await client.interrupt(
-                command.child_session_id, reason=command.reason, abort=command.kind == "abort"
-            )
+            with on_behalf_of(partial(self._store.get_session, command.parent_session_id)):
+                await client.interrupt(
+                    command.child_session_id, reason=command.reason, abort=command.kind == "abort"
+                )
         except SessionNotFound:
             patience = self._clients.config.rpc_timeout.total_seconds()
             if time.time() - command.created_at >= patience:

@@ -49,7 +49,6 @@ from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from helix_transport._events import SessionStatus
-from helix_transport._metadata import ROOT_SESSION_KEY, TRACE_MODE_KEY
 from helix_transport._optional import requires
 from helix_transport.agent.hooks import RunHooks
 from helix_transport.store import Usage
@@ -59,6 +58,7 @@ from helix_transport.tracing.rpc import (
     SessionKey,
     caller_span_context,
     client_spans,
+    session_trace,
 )
 
 if TYPE_CHECKING:
@@ -211,21 +211,10 @@ class SpanHooks:
         self.tracer = tracer
         self.agent_type = agent_type
         self.record = record
-        # A root session is its own root, whatever its metadata says: the trace of a
-        # session id is derived from it, so a caller naming another's root id (or its
-        # trace, in a `traceparent`) would have put its run in that trace.
-        child = bool(record.parent_session_id)
-        inherited = record.metadata if child else {}
-        self.root_session_id = inherited.get(ROOT_SESSION_KEY) or record.session_id
-        # A root session joins its caller's trace only when the caller asked, at Start
-        # (``helix-trace: parent``; see tracing.rpc): the context recorded then.
-        self.joined = not child and record.metadata.get(TRACE_MODE_KEY) == "parent"
-        remote = _PROPAGATOR.extract(carrier=dict(record.metadata if self.joined else inherited))
-        if trace.get_current_span(remote).get_span_context().is_valid:
-            self._parent: Context | None = remote
-        else:
-            self._parent = None  # a root run: its trace id is forced
-            self.joined = False
+        where = session_trace(record)
+        self.root_session_id = where.root_session_id
+        self.joined = where.joined
+        self._parent: Context | None = where.parent  # None: a root run, its trace id forced
         self._attached: Token[Context] | None = None
         self._common: dict[str, str] = {
             "session.id": self.root_session_id,

@@ -16,8 +16,11 @@ A SERVER span's place depends on what the caller asked (``helix-trace`` metadata
   id derived from the session key, as the runs') and *links* to the caller's span;
   the root run started by that ``Start`` links to it too.
 
-A call made outside of any span (the outbox's interrupts) gets no CLIENT span; its
-SERVER span is then the session's, unlinked.
+A call a service makes outside of any span gets a CLIENT span only when it names
+the session it is made for (``_trace_context.on_behalf_of``: the outbox's interrupts
+to a session's children): the span goes in that session's trace, where its runs'
+spans go (``session_trace``). Any other gets none; its SERVER span is then the
+session's, unlinked.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import asyncio
 import contextvars
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -33,9 +37,10 @@ from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from helix_transport._metadata import ROOT_SESSION_KEY, TRACE_MODE_KEY
-from helix_transport._trace_context import PARENT, TRACE_HEADER
+from helix_transport._trace_context import PARENT, TRACE_HEADER, TracedSession, on_behalf
 from helix_transport.tracing.ids import forced_ids, trace_id_for
 
 logger = logging.getLogger("helix.tracing")
@@ -55,6 +60,39 @@ def caller_span_context() -> SpanContext | None:
 
 SessionKey = Callable[[str], str]
 """Maps a request's session id to the session's key (the caller's namespace)."""
+
+_W3C = TraceContextTextMapPropagator()
+"""The form a session's metadata records its trace context in."""
+
+
+@dataclass(frozen=True)
+class SessionTrace:
+    """Where a session's spans go."""
+
+    root_session_id: str
+    """The tree's root: the trace's id is derived from it when there is no ``parent``."""
+    parent: Context | None
+    """The remote parent of its runs (a child's delegation span, a joined root's
+    caller), or ``None``: they are roots of the trace keyed on ``root_session_id``."""
+    joined: bool
+    """A root session in its caller's trace (``helix-trace: parent`` at its Start)."""
+
+
+def session_trace(session: TracedSession) -> SessionTrace:
+    """Where ``session``'s spans go, from its stored record."""
+    # A root session is its own root, whatever its metadata says: the trace of a
+    # session id is derived from it, so a caller naming another's root id (or its
+    # trace, in a `traceparent`) would have put its run in that trace.
+    child = bool(session.parent_session_id)
+    inherited = session.metadata if child else {}
+    root = inherited.get(ROOT_SESSION_KEY) or session.session_id
+    # A root session joins its caller's trace only when the caller asked, at Start
+    # (``helix-trace: parent``): the context recorded then.
+    joined = not child and session.metadata.get(TRACE_MODE_KEY) == PARENT
+    remote = _W3C.extract(carrier=dict(session.metadata if joined else inherited))
+    if trace.get_current_span(remote).get_span_context().is_valid:
+        return SessionTrace(root, remote, joined)
+    return SessionTrace(root, None, False)  # a root run: its trace id is forced
 
 
 class ServerSpans(grpc.aio.ServerInterceptor):
@@ -249,20 +287,27 @@ class _ClientSpans:
     def __init__(self, tracer: trace.Tracer) -> None:
         self.tracer = tracer
 
-    def _begin(
+    async def _begin(
         self, details: grpc.aio.ClientCallDetails
     ) -> tuple[Span | None, grpc.aio.ClientCallDetails]:
-        current = otel_context.get_current()
-        if not trace.get_current_span(current).get_span_context().is_valid:
-            return None, details
         method = details.method.decode() if isinstance(details.method, bytes) else details.method
         service, _, name = method.strip("/").rpartition("/")
-        span = self.tracer.start_span(
-            f"{service}/{name}",
-            context=current,
-            kind=SpanKind.CLIENT,
-            attributes={"rpc.system": "grpc", "rpc.service": service, "rpc.method": name},
-        )
+        attributes = {"rpc.system": "grpc", "rpc.service": service, "rpc.method": name}
+        current = otel_context.get_current()
+        trace_id: int | None = None
+        if not trace.get_current_span(current).get_span_context().is_valid:
+            load = on_behalf()
+            session = await load() if load is not None else None
+            if session is None:
+                return None, details  # a session gone has no trace to join
+            where = session_trace(session)
+            current = where.parent or Context()
+            trace_id = None if where.parent else trace_id_for(where.root_session_id)
+            attributes["helix.session_id"] = session.session_id
+        with forced_ids(trace_id=trace_id):
+            span = self.tracer.start_span(
+                f"{service}/{name}", context=current, kind=SpanKind.CLIENT, attributes=attributes
+            )
         carrier: dict[str, str] = {TRACE_HEADER: PARENT}
         propagate.inject(carrier, context=trace.set_span_in_context(span))
         kept = [(k, v) for k, v in details.metadata or () if k not in carrier]
@@ -275,7 +320,7 @@ class _ClientSpans:
         self, continuation: Any, client_call_details: grpc.aio.ClientCallDetails, request: Any
     ) -> Any:
         try:
-            span, details = self._begin(client_call_details)
+            span, details = await self._begin(client_call_details)
         except Exception:  # tracing must never fail a call
             logger.warning("no CLIENT span for %s", client_call_details.method, exc_info=True)
             span, details = None, client_call_details

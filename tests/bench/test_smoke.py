@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -42,19 +43,23 @@ async def test_quick_bench_json(tmp_path: Path) -> None:
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "helix_transport.cli", "bench", "--quick", "--json",
         "--stores", "memory", "--scenarios", "1,2,3,4,5,7", "--compare", str(saved),
+        "--log-format", "json",
         cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     assert proc.stderr is not None
     # Progress on stderr while it runs (the first line before any scenario ends),
     # results on stdout at the end: stdout stays one JSON document.
-    first = (await proc.stderr.readline()).decode()
-    assert first.startswith("helix-mesh bench: scenarios 1,2,3,4,5,7;"), first
+    first = json.loads(await proc.stderr.readline())
+    assert first["logger"] == "helix.bench", first
+    assert first["message"].startswith("scenarios 1,2,3,4,5,7;"), first
     out, rest = await proc.communicate()
-    err = first.encode() + rest
-    assert proc.returncode == 0, err.decode()[-3000:]
-    progress = err.decode()
+    assert proc.returncode == 0, rest.decode()[-3000:]
+    # Every line on stderr is JSON under --log-format json: progress and logs alike.
+    lines = [json.loads(line) for line in rest.decode().splitlines()]
+    progress = [line["message"] for line in lines if line["logger"] == "helix.bench"]
     for name in ("1-3 (memory)", "5", "4", "7"):
-        assert f"scenario {name}: running" in progress and f"scenario {name}: done in" in progress
+        assert f"scenario {name}: running" in progress
+        assert any(p.startswith(f"scenario {name}: done in") for p in progress), progress
     document = json.loads(out, parse_constant=_not_json)  # NaN was written as is
     compared = document.pop("compared_with")
     live = next(r for r in document["rows"] if r["scenario"] == "1 live stream, 300 events")
@@ -91,13 +96,21 @@ async def test_quick_bench_json(tmp_path: Path) -> None:
     assert [row["scenario"] for row in memory][2].startswith("5 floor: 2 processes")
 
 
-async def test_bench_rejects_unknown_scenario() -> None:
+@pytest.mark.parametrize("log_format", ["text", "json"])
+async def test_bench_rejects_unknown_scenario(log_format: str) -> None:
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "helix_transport.cli", "bench", "--scenarios", "42",
         cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "HELIX_LOG_FORMAT": log_format},
     )  # fmt: skip
     _, err = await proc.communicate()
-    assert proc.returncode == 2 and "unknown scenario or store ['42']" in err.decode()
+    assert proc.returncode == 2
+    if log_format == "text":
+        assert err.decode() == "helix-mesh bench: unknown scenario or store ['42']\n"
+    else:  # the format a collector was told to expect, for this line too
+        (line,) = [json.loads(line) for line in err.decode().splitlines()]
+        assert line["level"] == "ERROR" and line["logger"] == "helix.bench"
+        assert line["message"] == "unknown scenario or store ['42']"
 
 
 async def test_bench_refuses_a_bad_comparison_file_before_running(tmp_path: Path) -> None:

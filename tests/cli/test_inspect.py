@@ -203,14 +203,22 @@ async def test_the_page_follows_a_delegation_through_restarts_and_an_interrupt(
     assert await page.evaluate("window.pwned") is None
 
 
-async def test_the_page_follows_the_demo_mesh_through_a_researcher_restart(
-    browser: Browser, tmp_path: Path
+@pytest.mark.parametrize(
+    "restart",
+    # The first test follows a tree through restarts already: the demo's, behind -m slow.
+    [False, pytest.param(True, marks=pytest.mark.slow)],
+    ids=["straight", "researcher-restart"],
+)
+async def test_the_page_follows_the_demo_mesh(
+    browser: Browser, tmp_path: Path, restart: bool
 ) -> None:
     """The demo's mesh (``make demo``: orchestrator, researcher, summarizer on the scripted
     model) asked the demo's question: the tree grows, a child's timeline shows its own
-    events, the researcher's service is SIGKILLed mid-run and restarted on the same port
-    and store, and the tree still completes with its totals."""
-    pace = {"HELIX_SCRIPTED_DELAY_MS": "100", "HELIX_LOG_LEVEL": "WARNING"}
+    events, (with ``restart``) the researcher's service is SIGKILLed mid-run and restarted
+    on the same port and store, and the tree still completes with its totals."""
+    # Slow enough to see a researcher running (and, with restart, to kill it mid-run).
+    delay = "100" if restart else "30"
+    pace = {"HELIX_SCRIPTED_DELAY_MS": delay, "HELIX_LOG_LEVEL": "WARNING"}
     services = demo.mesh(tmp_path, pace)
     try:
         await asyncio.gather(*(s.start(timeout_s=60) for s in services.values()))
@@ -222,12 +230,14 @@ async def test_the_page_follows_the_demo_mesh_through_a_researcher_restart(
             async with await AgentClient.connect(services["orchestrator"].address) as client:
                 question = json.dumps({"question": demo.QUESTION})
                 await client.start(question, session_id="demo-1")
-            await _follow_the_demo(page, services)
+            await _follow_the_demo(page, services, restart=restart)
     finally:
         await asyncio.gather(*(s.stop() for s in services.values()))
 
 
-async def _follow_the_demo(page: Page, services: dict[str, ServiceProcess]) -> None:
+async def _follow_the_demo(
+    page: Page, services: dict[str, ServiceProcess], *, restart: bool
+) -> None:
     # The tree grows while the root runs: a researcher appears under the orchestrator.
     await page.click('#sessions tbody tr[data-session-id="demo-1"]')
     await page.wait_for_selector(node(page, "demo-1", "running"))
@@ -246,9 +256,9 @@ async def _follow_the_demo(page: Page, services: dict[str, ServiceProcess]) -> N
     assert await page.text_content("#node-session") == child
     assert await page.locator("#timeline li[data-kind='subagent_start']").count() == 0
 
-    # The researcher's service dies mid-run and comes back on its port and store.
-    await services["researcher"].kill()
-    await services["researcher"].start(timeout_s=60)
+    if restart:  # the researcher's service dies mid-run, back on its port and store
+        await services["researcher"].kill()
+        await services["researcher"].start(timeout_s=60)
 
     # The root ends with every node in a final status, the summarizer's included.
     await page.wait_for_selector(node(page, "demo-1", "completed"))

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import pytest_asyncio
 
 from helix_transport import AgentClient
 from helix_transport.registry import address_env_var
@@ -45,14 +46,22 @@ class Mesh:
     sent_log: Path
     """One line per time the mailer's ``send`` really ran."""
 
-    def sent(self) -> list[dict[str, str]]:
+    def sent(self, root: str) -> list[dict[str, str]]:
+        """The sends of ``root``'s tree (its sessions' ids start with the root's)."""
         if not self.sent_log.exists():
             return []
-        return [json.loads(line) for line in self.sent_log.read_text().splitlines()]
+        lines = [json.loads(line) for line in self.sent_log.read_text().splitlines()]
+        return [line for line in lines if line["session_id"].startswith(f"{root}-")]
 
 
-@pytest.fixture
-async def mesh(tmp_path: Path) -> AsyncIterator[Mesh]:
+# One mesh for the module (three processes take 20 s to start on a loaded machine):
+# each test's tree has its own root session id, and counts only its own sends.
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def mesh(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Mesh]:
+    tmp_path = tmp_path_factory.mktemp("hitl-cli")
     sent_log = tmp_path / "sent.jsonl"
     env = {"HELIX_LOG_LEVEL": "WARNING", SENT_LOG: str(sent_log)}
     services = {
@@ -103,7 +112,7 @@ async def test_call_shows_the_request_and_respond_approves_it(mesh: Mesh) -> Non
     how = re.search(r"answer it with: helix-mesh respond (\S+) r1 (\S+) --approve\|--deny", text)
     assert how and how.group(1) == mesh.root, text
     request = how.group(2)
-    assert mesh.sent() == []  # waiting: nothing ran
+    assert mesh.sent("r1") == []  # waiting: nothing ran
 
     code, out, err = await cli("respond", mesh.root, "r1", request, "--approve", "--reason", "ok")
     assert (code, err) == (0, ""), out
@@ -116,13 +125,13 @@ async def test_call_shows_the_request_and_respond_approves_it(mesh: Mesh) -> Non
     assert json.loads(rest[rest.rindex('{\n  "result"') :])["result"] == [
         {"result": [{"result": [{"sent_to": "deep@example.com"}]}]}
     ]
-    assert len(mesh.sent()) == 1
+    assert len(mesh.sent("r1")) == 1
 
     code, out, _ = await cli("respond", mesh.root, "r1", request, "--approve", "--reason", "ok")
     assert code == 0 and "already answered so; nothing changed" in out
     code, _, err = await cli("respond", mesh.root, "r1", request, "--deny")
     assert code == 2 and err.startswith("helix-mesh: session 'r1'"), err
-    assert len(mesh.sent()) == 1
+    assert len(mesh.sent("r1")) == 1
 
 
 async def test_status_and_tree_show_it_suspended_and_respond_denies_it_by_path(
@@ -158,7 +167,7 @@ async def test_status_and_tree_show_it_suspended_and_respond_denies_it_by_path(
     assert code == 0, out
     (mailed,) = json.loads(out)["output"]["result"][0]["result"][0]["result"]
     assert "not today" in mailed["error"]
-    assert mesh.sent() == []
+    assert mesh.sent("r2") == []
 
 
 async def test_interrupt_abort_ends_a_suspended_tree(mesh: Mesh) -> None:
@@ -175,18 +184,18 @@ async def test_interrupt_abort_ends_a_suspended_tree(mesh: Mesh) -> None:
     assert {n["status"] for n in _walk(last)} == {"terminated"}, out
     code, out, _ = await cli("status", mesh.root, "r3", "--json")
     assert code == 3 and json.loads(out)["status"] == "terminated"
-    assert mesh.sent() == []
+    assert mesh.sent("r3") == []
 
 
 async def test_call_auto_approve_answers_by_itself_and_says_so(mesh: Mesh) -> None:
     code, out, err = await cli(
         "call", mesh.root, "--input", '{"to": "auto@example.com"}', "--auto-approve",
-        env={"NO_COLOR": "1"},
+        "--session-id", "r5", env={"NO_COLOR": "1"},
     )  # fmt: skip
     assert code == 0, (out, err)
     assert "--auto-approve: approving send by itself" in out
     assert "approved (automatic: --auto-approve) (sent; session " in out
-    assert [s["call"] for s in mesh.sent()] == ["call_1_0"]
+    assert [s["call"] for s in mesh.sent("r5")] == ["call_1_0"]
 
 
 async def test_call_on_a_terminal_asks_and_sends_the_answer(mesh: Mesh) -> None:
@@ -218,7 +227,7 @@ async def test_call_on_a_terminal_asks_and_sends_the_answer(mesh: Mesh) -> None:
     try:
         await asyncio.to_thread(read_until, b"approve send? [y/N] ")
         assert b"approve send? [y/N] " in seen, seen.decode()
-        assert mesh.sent() == []
+        assert mesh.sent("r4") == []
         os.write(leader, b"y\n")
         await asyncio.to_thread(read_until, b"reason (optional, Enter for none): ")
         os.write(leader, b"looked at it\n")
@@ -234,7 +243,7 @@ async def test_call_on_a_terminal_asks_and_sends_the_answer(mesh: Mesh) -> None:
     assert "input required: send(" in text and "answer it with" not in text
     assert "call_1_0: approved (looked at it) (sent; session " in text
     assert "✓ call_1_0 approved: looked at it" in text
-    assert [s["call"] for s in mesh.sent()] == ["call_1_0"]
+    assert [s["call"] for s in mesh.sent("r4")] == ["call_1_0"]
 
 
 def _walk(node: dict[str, Any]) -> list[dict[str, Any]]:

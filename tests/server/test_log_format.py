@@ -14,7 +14,10 @@ from __future__ import annotations
 import contextvars
 import json
 import logging
+import os
 import secrets
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -169,3 +172,27 @@ def test_an_unknown_log_format_is_a_usage_error() -> None:
 
     with pytest.raises(UsageError, match="HELIX_LOG_FORMAT"):
         configure_logging("yaml")
+
+
+@pytest.mark.parametrize(
+    ("args", "env"),
+    [(["--log-format", "json"], {}), ([], {"HELIX_LOG_FORMAT": "json"}), ([], {})],
+    ids=["flag", "variable", "text"],
+)
+def test_serve_s_fatal_error_is_a_json_line_when_json_was_asked_for(
+    args: list[str], env: dict[str, str]
+) -> None:
+    # A collector told to parse every line as JSON lost the one that said why it ended.
+    environ = {k: v for k, v in os.environ.items() if k != "HELIX_LOG_FORMAT"}
+    done = subprocess.run(
+        [sys.executable, "-m", "helix_transport.cli", "serve", "no_such_module:agent", *args],
+        cwd=ROOT, env={**environ, **env}, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2 and done.stdout == ""
+    why = "cannot import 'no_such_module': No module named 'no_such_module'"
+    if not args and not env:
+        assert done.stderr == f"helix-mesh: {why}\n"
+        return
+    (line,) = [json.loads(line) for line in done.stderr.splitlines()]
+    assert line["level"] == "ERROR" and line["logger"] == "helix.cli"
+    assert line["message"] == why and line["exit_code"] == 2
