@@ -80,7 +80,9 @@ class SessionLimits:
         """What is left after ``tokens`` and ``cost_usd`` were used (never below zero)."""
         return SessionLimits(
             deadline=self.deadline,
-            budget_tokens=None if self.budget_tokens is None else max(0, self.budget_tokens - tokens),
+            budget_tokens=None
+            if self.budget_tokens is None
+            else max(0, self.budget_tokens - tokens),
             budget_usd=None if self.budget_usd is None else max(0.0, self.budget_usd - cost_usd),
         )
 

@@ -35,7 +35,6 @@ from helix_transport.store import (
 )
 from helix_transport.store.postgres import SCHEMA_VERSION, PostgresStore
 from helix_transport.store.postgres import _schema as _postgres_schema
-from tests.store.old_schemas import insert_postgres
 from helix_transport.testing.store_suite import (
     DurableStoreConformance,
     Reopen,
@@ -43,6 +42,7 @@ from helix_transport.testing.store_suite import (
     make_event,
     make_record,
 )
+from tests.store.old_schemas import insert_postgres
 
 
 @pytest.fixture

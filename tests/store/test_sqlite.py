@@ -30,7 +30,7 @@ from helix_transport.store import (
     Store,
     SubSessionRef,
 )
-from helix_transport.store.sqlite import SCHEMA_VERSION, _log, _schema, _sessions, _worker
+from helix_transport.store.sqlite import SCHEMA_VERSION, _log, _schema, _worker
 from helix_transport.testing.store_suite import (
     DurableStoreConformance,
     Reopen,
