@@ -15,10 +15,12 @@ from pydantic import BaseModel, ValidationError
 
 from helix_transport._events import SessionStatus
 from helix_transport._exceptions import UsageError
+from helix_transport._limits import SessionLimits
 from helix_transport._metadata import SessionLineage
 from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
 from helix_transport.agent.blockage import Blockage
 from helix_transport.agent.hooks import NO_HOOKS, RunHooks
+from helix_transport.agent.limits import LimitWatch
 from helix_transport.agent.run_cache import RunCache
 from helix_transport.agent.state import RunState
 from helix_transport.store import Store
@@ -63,6 +65,8 @@ class RunServices:
     lineage: SessionLineage = field(default_factory=SessionLineage)
     """The library's entries of the session's metadata (its root, its delegation path,
     the trace it continues), which ``ToolContext.metadata`` leaves out."""
+    limits: LimitWatch | None = None
+    """The session's deadline and budget at work (``None``: a context outside a run)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -103,6 +107,12 @@ class ToolContext:
         """The agent types from the root down to this session's parent (empty for a
         root), as its ``Start`` carried them (``StartRequest.delegation_path``)."""
         return self.run.lineage.delegation_path
+
+    def child_limits(self, own: SessionLimits = SessionLimits.none) -> SessionLimits:
+        """The limits of a child this call starts (its ``StartRequest.limits``): the
+        smaller of the child's ``own`` and what this session has left of its own."""
+        watch = self.run.limits
+        return own if watch is None else watch.for_child(own)
 
     @property
     def child_delegation_path(self) -> tuple[str, ...]:

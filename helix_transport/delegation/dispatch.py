@@ -246,6 +246,7 @@ class Dispatcher:
                 # An unreachable service is not a failed task: the run's deadline bounds it.
                 retry=client.config.reconnect.until_cancelled(),
                 delegation_path=ctx.child_delegation_path,
+                limits=ctx.child_limits(),
             )
         except HelixError as exc:
             task.status, task.error = "failed", f"could not start: {exc.message}"

@@ -36,6 +36,7 @@ from helix_transport._exceptions import (
     SessionExists,
     StoreUnavailable,
 )
+from helix_transport._limits import SessionLimits
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.agent.tools import (
     Tool,
@@ -76,6 +77,8 @@ def remote_agent_tool(
     parameters: dict[str, Any] | None = None,
     description: str = "",
     timeout_s: float | None = None,
+    budget_tokens: int | None = None,
+    budget_usd: float | None = None,
 ) -> Tool:
     """A tool that delegates to the agent service for ``agent_type``.
 
@@ -89,12 +92,21 @@ def remote_agent_tool(
         parameters: the child's input as a JSON schema, when there is no model
             (see ``remote_agent_tool_from_service``).
         description: what the parent's model is told the tool does.
-        timeout_s: give up on the child after this long, interrupting it.
+        timeout_s: give up on the child after this long, interrupting it; also the
+            child's deadline (``StartRequest.limits``), within the parent's own.
+        budget_tokens: the tokens the child's subtree may use, within what the
+            parent has left of its own budget.
+        budget_usd: likewise, in US dollars.
 
     The tool returns the child's output JSON; a child that fails, times out or
     cannot be reached becomes ``{"error": ...}`` for the model.
     """
-    delegate = _RemoteDelegation(agent_type=agent_type, address=address, timeout_s=timeout_s)
+    delegate = _RemoteDelegation(
+        agent_type=agent_type,
+        address=address,
+        timeout_s=timeout_s,
+        budget=SessionLimits(budget_tokens=budget_tokens, budget_usd=budget_usd),
+    )
     return Tool(
         name=name,
         description=description or f"Delegate to the {agent_type} agent.",
@@ -139,6 +151,7 @@ class _RemoteDelegation:
     agent_type: str
     address: str | None
     timeout_s: float | None
+    budget: SessionLimits = SessionLimits.none
 
     async def __call__(self, ctx: ToolContext, args: Any) -> Any:
         input_json = args.model_dump_json() if isinstance(args, BaseModel) else json.dumps(args)
@@ -147,7 +160,9 @@ class _RemoteDelegation:
             client = await ctx.run.clients.get(address)
         except HelixError as exc:
             raise ToolError(f"{self.agent_type}: {exc.message}") from exc
-        call = _ChildCall(ctx, client, agent_type=self.agent_type, address=address)
+        call = _ChildCall(
+            ctx, client, agent_type=self.agent_type, address=address, budget=self.budget
+        )
         return await call.run(input_json, timeout_s=self.timeout_s)
 
 
@@ -155,9 +170,16 @@ class _ChildCall:
     """One delegation: start or rejoin the child, forward its events, return its output."""
 
     def __init__(
-        self, ctx: ToolContext, client: AgentClient, *, agent_type: str, address: str
+        self,
+        ctx: ToolContext,
+        client: AgentClient,
+        *,
+        agent_type: str,
+        address: str,
+        budget: SessionLimits = SessionLimits.none,
     ) -> None:
         self.ctx = ctx
+        self.budget = budget
         self.client = client
         self.agent_type = agent_type
         self.address = address
@@ -220,6 +242,7 @@ class _ChildCall:
                     metadata=metadata,
                     retry=retry,
                     delegation_path=ctx.child_delegation_path,
+                    limits=ctx.child_limits(self.own_limits(timeout_s)),
                 )
                 started = True
                 final = await self._forward(retry, rejoining=existing is not None)
@@ -247,7 +270,16 @@ class _ChildCall:
         if kind == "failed":
             return await self._end(SessionStatus.FAILED, error=final.failed.error)
         status = SessionStatus.INTERRUPTED if kind == "interrupted" else SessionStatus.TERMINATED
+        limit = final.interrupted.limit_exceeded if kind == "interrupted" else ""
+        if limit:  # what the parent's model is told: why, so it can answer without it
+            return await self._end(status, error=f"{self.agent_type} stopped: {limit}")
         return await self._end(status, error=f"{self.agent_type} was {status.value}")
+
+    def own_limits(self, timeout_s: float | None) -> SessionLimits:
+        """The child's own limits: the tool's budget, and its timeout as a deadline."""
+        if timeout_s is None:
+            return self.budget
+        return dataclasses.replace(self.budget, deadline=time.time() + timeout_s)
 
     async def _ended_before(self, end: pb.SubagentEnd) -> Any:
         """The call's result as the ``subagent_end`` already in the log records it (a run
@@ -288,7 +320,7 @@ class _ChildCall:
                 failed=pb.Failed(error=status.error, failure_reason=status.failure_reason)
             )
         if status.status == pb.SESSION_STATUS_INTERRUPTED:
-            return pb.StreamEvent(interrupted=pb.Interrupted())
+            return pb.StreamEvent(interrupted=pb.Interrupted(limit_exceeded=status.limit_exceeded))
         return pb.StreamEvent(terminated=pb.Terminated())
 
     async def _end(self, status: SessionStatus, *, output_json: str = "", error: str = "") -> Any:

@@ -18,6 +18,7 @@ from google.protobuf.message import Message
 from helix_transport._config import ClientConfig, RetryConfig
 from helix_transport._events import SessionStatus
 from helix_transport._exceptions import InvalidArgument, ResourceExhausted, UsageError
+from helix_transport._limits import SessionLimits
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._proto.helix.agent.v1 import agent_pb2_grpc as pb_grpc
 from helix_transport._trace_context import outgoing
@@ -174,6 +175,7 @@ class AgentClient:
         metadata: Mapping[str, str] | None = None,
         retry: RetryConfig | None = None,
         delegation_path: Sequence[str] = (),
+        limits: SessionLimits = SessionLimits.none,
     ) -> pb.StartResponse:
         """Start a session (idempotent on ``session_id``).
 
@@ -187,6 +189,10 @@ class AgentClient:
 
         ``delegation_path``: for a child, the agent types from the root down to its
         parent (``ToolContext.child_delegation_path``); the server bounds trees by it.
+
+        ``limits``: the session's deadline and budget (``StartRequest.limits``), for it
+        and its subtree. Always sent, so this client's own ``rpc_timeout`` never becomes
+        the session's deadline.
         """
         self._check_open()
         # Name the session here, not on the server: then every Start is idempotent and
@@ -198,6 +204,7 @@ class AgentClient:
             parent_session_id=parent_session_id,
             metadata=dict(metadata or {}),
             delegation_path=delegation_path,
+            limits=limits.to_proto(),
         )
         return await self._idempotent(self._stub.Start, request, session_id, retry=retry)
 
