@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from helix_transport import AgentClient, SessionLimits
+from helix_transport import AgentClient, SessionLimits, SessionStatus, SessionTree
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.registry import address_env_var
 from tests.agents.limits import MIDDLE_BUDGET
@@ -53,8 +53,11 @@ async def mesh(tmp_path: Path, *names: str) -> AsyncIterator[dict[str, ServicePr
 
 
 async def _end(client: AgentClient, session_id: str) -> pb.StreamEvent:
-    events = [e async for e in client.stream(session_id)]
-    return events[-1]
+    return (await _events(client, session_id))[-1]
+
+
+async def _events(client: AgentClient, session_id: str) -> list[pb.StreamEvent]:
+    return [e async for e in client.stream(session_id)]
 
 
 async def test_a_root_deadline_ends_with_a_partial_answer_and_the_child_interrupted(
@@ -74,6 +77,13 @@ async def test_a_root_deadline_ends_with_a_partial_answer_and_the_child_interrup
                 s.session_id for s in (await child.list_sessions()).sessions if s.session_id
             ]
             child_status = await child.get_status(child_id)
+            tree = SessionTree()
+            for event in await _events(root, "root"):
+                tree.add(event)
+    assert tree.root is not None and tree.root.limit_exceeded == "deadline_exceeded"
+    (child_node,) = tree.root.children
+    assert child_node.status is SessionStatus.INTERRUPTED
+    assert child_node.limit_exceeded == "deadline_exceeded"
     assert end.WhichOneof("payload") == "completed", end
     assert end.completed.limit_exceeded == "deadline_exceeded"
     # 3 s, the grace for the children's ends (0.5 s) and one scripted model pass.
@@ -96,6 +106,7 @@ async def _tree_statuses(
         async with await AgentClient.connect(service.address) as client:
             listed = (await client.list_sessions()).sessions
             found[name] = [await client.get_status(s.session_id) for s in listed]
+            found[name].sort(key=lambda s: s.created_at.ToNanoseconds())  # oldest first
     return found
 
 
