@@ -53,9 +53,9 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
             parent_id(request.parent_session_id)
         check.agent_input(self.agent.input_model, request.input_json, limits=self.limits)
         metadata = check.start_metadata(request, session_id, agent=self.agent, limits=self.limits)
-        bounds = check.start_limits(
-            request, time_remaining=context.time_remaining(), now=time.time()
-        )
+        # Called without a gRPC context (in-process callers, tests): no call deadline.
+        remaining = None if context is None else context.time_remaining()
+        bounds = check.start_limits(request, time_remaining=remaining, now=time.time())
         input_json = request.input_json or "{}"  # as the proto says: the same call as {}
         caller = current_principal()  # the new session's owner
         # Compare existing sessions on the raw input: an equal JSON value is the same call.
