@@ -235,15 +235,7 @@ class _ChildCall:
             # there would end one call twice (a second subagent_end, a completed child
             # reported timed out).
             async with asyncio.timeout(timeout_s):
-                await self.client.start(
-                    input_json,
-                    session_id=self.child_id,
-                    parent_session_id=ctx.session_id,
-                    metadata=metadata,
-                    retry=retry,
-                    delegation_path=ctx.child_delegation_path,
-                    limits=ctx.child_limits(self.own_limits(timeout_s)),
-                )
+                await self._start(input_json, metadata, retry, timeout_s)
                 started = True
                 final = await self._forward(retry, rejoining=existing is not None)
                 final = final or await self._final_from_status()
@@ -274,6 +266,24 @@ class _ChildCall:
         if limit:  # what the parent's model is told: why, so it can answer without it
             return await self._end(status, error=f"{self.agent_type} stopped: {limit}")
         return await self._end(status, error=f"{self.agent_type} was {status.value}")
+
+    async def _start(
+        self,
+        input_json: str,
+        metadata: dict[str, str],
+        retry: RetryConfig,
+        timeout_s: float | None,
+    ) -> None:
+        ctx = self.ctx
+        await self.client.start(
+            input_json,
+            session_id=self.child_id,
+            parent_session_id=ctx.session_id,
+            metadata=metadata,
+            retry=retry,
+            delegation_path=ctx.child_delegation_path,
+            limits=ctx.child_limits(self.own_limits(timeout_s)),
+        )
 
     def own_limits(self, timeout_s: float | None) -> SessionLimits:
         """The child's own limits: the tool's budget, and its timeout as a deadline."""
