@@ -57,6 +57,7 @@ if TYPE_CHECKING:
         Unauthenticated,
         UsageError,
     )
+    from helix_transport._limits import SessionLimits
     from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
     from helix_transport.agent.close_policy import ClosePolicy
     from helix_transport.agent.definition import Agent
@@ -111,6 +112,7 @@ _LAZY = {
     "SessionExists": "helix_transport._exceptions",
     "SessionExpired": "helix_transport._exceptions",
     "SessionNotFound": "helix_transport._exceptions",
+    "SessionLimits": "helix_transport._limits",
     "SessionStateConflict": "helix_transport._exceptions",
     "SessionStatus": "helix_transport._events",
     "SessionTree": "helix_transport.tree",
@@ -175,6 +177,7 @@ __all__ = [
     "ServerConfig",
     "SessionExists",
     "SessionExpired",
+    "SessionLimits",
     "SessionNotFound",
     "SessionStateConflict",
     "SessionStatus",

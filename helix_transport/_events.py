@@ -248,7 +248,12 @@ _KINDS = (
         name="completed",
         terminal=True,
         status=SessionStatus.COMPLETED,
-        summary=lambda e: Summary("completed", tone=Tone.GOOD),
+        summary=lambda e: Summary(
+            f"completed ({e.completed.limit_exceeded})"
+            if e.completed.limit_exceeded
+            else "completed",
+            tone=Tone.GOOD,
+        ),
     ),
     EventKind(
         name="failed",
@@ -262,7 +267,11 @@ _KINDS = (
         name="interrupted",
         terminal=True,
         status=SessionStatus.INTERRUPTED,
-        summary=lambda e: Summary(f"interrupted: {e.interrupted.reason or '-'}", tone=Tone.WARN),
+        summary=lambda e: Summary(
+            f"interrupted: {e.interrupted.reason or '-'}"
+            + (f" ({e.interrupted.limit_exceeded})" if e.interrupted.limit_exceeded else ""),
+            tone=Tone.WARN,
+        ),
     ),
     EventKind(
         name="terminated",

@@ -25,15 +25,16 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from helix_transport._events import SessionStatus
 from helix_transport._exceptions import AgentRunError, HelixError, ModelAPIError, UsageError
+from helix_transport._limits import DEADLINE_EXCEEDED
 from helix_transport._metadata import split_metadata
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
-from helix_transport._secrets import redact
-from helix_transport.agent._closing import close_children
+from helix_transport.agent._endings import Endings
+from helix_transport.agent._last_pass import LastPass, answer_cut_off
 from helix_transport.agent._start import RunStart
 from helix_transport.agent._step_inputs import StepInputs, suspended_event
 from helix_transport.agent._steps import (
@@ -60,6 +61,7 @@ from helix_transport.agent.blockage import Blockage, BlockedChild, WaitingForChi
 from helix_transport.agent.definition import Agent
 from helix_transport.agent.hooks import NO_HOOKS, RunHooks, guarded
 from helix_transport.agent.inputs import InputState, WaitingChild, only
+from helix_transport.agent.limits import LAST_PASS_GRACE_S, LimitReached, LimitWatch
 from helix_transport.agent.litellm import LitellmModel
 from helix_transport.agent.model import Model, ModelResponse, ToolCall, model_name
 from helix_transport.agent.run_cache import RunCache
@@ -67,15 +69,12 @@ from helix_transport.agent.tools import FINISH_TOOL, RunServices, ToolContext
 from helix_transport.log import SessionWriter
 from helix_transport.store import (
     Checkpoint,
-    ChildCommand,
     Interrupt,
     SessionRecord,
     SessionUpdate,
     Store,
-    storable_text,
 )
 from helix_transport.transport import ClientPool
-from helix_transport.tree import token_usage
 
 # The loop's constants stay importable from here (the server, dispatch, the bench).
 __all__ = [
@@ -106,12 +105,15 @@ class RunLoop:
         clients: ClientPool,
         hooks: RunHooks = NO_HOOKS,
         max_result_bytes: int = MAX_RESULT_BYTES,
+        stop_children: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
         self._metadata, self._lineage = split_metadata(record.metadata)
         if self._lineage.virtual_tools is not None:  # a virtual sub-agent: its parent's subset
             keep = set(self._lineage.virtual_tools)
             agent = dataclasses.replace(agent, tools=[t for t in agent.tools if t.name in keep])
         self.agent = agent
+        self._stop_children = stop_children
+        """Interrupt the session's running children, with a reason (through the outbox)."""
         self.max_result_bytes = max_result_bytes
         """Tool results and outputs above this are refused, as errors the model sees."""
         self.record = record
@@ -125,6 +127,11 @@ class RunLoop:
         self._log_has_older_children = True  # until run() knows (the safe default)
         self._cache: dict[str, Any] = {}  # ToolContext.cache: this run's, for all its tools
         self._library_cache = RunCache()  # RunServices.cache: the library's own
+        self.watch = LimitWatch(
+            record.limits,
+            is_root=not record.parent_session_id,
+            children=self._library_cache.child_totals,
+        )
         self.tools = ToolRunner(
             agent,
             session_id=self.session_id,
@@ -143,9 +150,14 @@ class RunLoop:
             hooks=self.hooks,
         )
         self._blockage = Blockage()  # the current step's (see _run_calls)
-        self.closing: list[ChildCommand] = []
-        """The outbox commands the run's end recorded for its children (its close
-        policies): the server delivers them once the end is written."""
+        self.endings = Endings(
+            agent,
+            session_id=self.session_id,
+            store=store,
+            writer=writer,
+            totals=self._library_cache.child_totals,
+        )
+        """How the run ends (the terminal writes, and the close policies' commands)."""
 
     async def run(self, *, resume_reason: str = "") -> SessionStatus:
         """Run (or resume) the session until it completes, fails or is interrupted."""
@@ -157,11 +169,15 @@ class RunLoop:
         # A run that began this session forwards every child itself; any other may find
         # children's ends in the log from before it (see _usage).
         self._log_has_older_children = bool(resume_reason) or state.run.turns.turn > 1
+        self.endings.read_log_first = self._log_has_older_children
+        self.watch.own = state.usage
+        if self.watch.active and self._log_has_older_children:  # the subtree, counted once
+            await self.watch.children.read_log(self.store, self.session_id)
         status = SessionStatus.RUNNING  # unless set below: stopped, to be resumed
         try:
             status = await self._steps(state, save=save)
         except AgentRunError as exc:
-            status = await self._fail(state, str(exc), exc.failure_reason)
+            status = await self.endings.fail(state, str(exc), exc.failure_reason)
         finally:
             self.hooks.on_run_end(status=status, usage=state.usage, error=state.error)
         return status
@@ -171,8 +187,10 @@ class RunLoop:
         while True:
             if interrupt is not None:
                 return await self._end_interrupted(state, interrupt)
+            if limit := self.watch.exceeded():
+                return await self._limit_reached(state, limit)
             if state.step - state.run.turns.base_step >= self.agent.max_steps:
-                return await self._fail(
+                return await self.endings.fail(
                     state, f"no output after {self.agent.max_steps} steps", "max_steps"
                 )
             step = state.step + 1
@@ -191,8 +209,10 @@ class RunLoop:
                     if isinstance(held, Interrupted):
                         taking = asyncio.ensure_future(self.store.take_interrupt(self.session_id))
                         return await self._end_interrupted(state, await self._taken(taking))
+                    if isinstance(held, LimitReached):
+                        return await self._limit_reached(state, held.limit)
                     if not held:
-                        return await self._complete(state, output_json)
+                        return await self.endings.complete(state, output_json)
                     # Held (a WAIT close policy): one more pass, with what it waited for.
                     state.messages.extend(held)
                     interrupt = await self._boundary(state)
@@ -201,6 +221,8 @@ class RunLoop:
                     interrupt = await self._boundary(state)
                 case Suspend(blocked=blocked):
                     return await self._suspend(state, blocked)
+                case LimitReached(limit=limit):
+                    return await self._limit_reached(state, limit)
 
     async def _boundary(self, state: RunProgress, *, save: bool = True) -> Interrupt | None:
         """Between steps: the checkpoint (with ``save``) and the interrupt check, side by
@@ -232,7 +254,7 @@ class RunLoop:
         (another replica took the session over), the interrupt taken from the store goes
         back for the run that goes on."""
         try:
-            return await self._interrupted(state, interrupt or Interrupt())
+            return await self.endings.interrupted(state, interrupt or Interrupt())
         except BaseException:
             if interrupt is None:
                 raise
@@ -279,7 +301,7 @@ class RunLoop:
             except WaitingForChildren as parked:  # a parked batch whose tasks all wait
                 return Suspend(blocked={c.child_session_id: c for c in parked.children})
             response = with_unique_call_ids(await self._call_model(state), state.messages)
-            state.usage = state.usage + response.usage
+            self._count(state, response)
             state.messages.append(response.to_message())
             calls = response.tool_calls
             if any(c.name != FINISH_TOOL for c in calls):
@@ -352,21 +374,14 @@ class RunLoop:
                 return held
         return []
 
-    async def record_close(self, state: RunProgress | None, status: SessionStatus) -> None:
-        """Each running child's close policy, durable before the end (``agent._closing``);
-        its events go in the terminal write (emitted deferred: no await may follow)."""
-        closing = await close_children(
-            self.agent,
-            self.store,
-            session_id=self.session_id,
-            status=status,
-            run=None if state is None else state.run,
-        )
-        self.closing = closing.commands
-        for event in closing.events:
-            self.writer.emit(event, defer=True)
+    def _count(self, state: RunProgress, response: ModelResponse) -> None:
+        """Add a model call's usage (and its price, where known) to the run's."""
+        usage = response.usage
+        if response.cost_usd is not None:
+            usage = dataclasses.replace(usage, cost_usd=response.cost_usd)
+        state.usage = self.watch.own = state.usage + usage
 
-    async def _call_model(self, state: RunProgress) -> ModelResponse:
+    async def _call_model(self, state: RunProgress, *, finish_only: bool = False) -> ModelResponse:
         emit = self.writer.emit
         try:
             config = self.agent.model_config()
@@ -381,7 +396,7 @@ class RunLoop:
         try:
             response = await completer.complete(
                 shown,
-                tools=self.agent.tool_schemas(),
+                tools=self.agent.tool_schemas()[-1:] if finish_only else self.agent.tool_schemas(),
                 on_text=lambda text: emit(pb.StreamEvent(text_delta=pb.TextDelta(text=text))),
                 # Retries, timeout and fallbacks (per type, by env) over the extras.
                 settings={**self.agent.model_settings, **config.litellm_settings()},
@@ -423,6 +438,7 @@ class RunLoop:
                 state=state.run,
                 cache=self._library_cache,
                 max_live_children=self.agent.max_live_children,
+                limits=self.watch,
                 blockage=self._blockage,
                 session_path=tuple(self._path),
                 lineage=self._lineage,
@@ -434,12 +450,26 @@ class RunLoop:
             tenant=self.record.tenant,
         )
 
-    async def _race(self, work: Awaitable[T]) -> T | Interrupted:
-        """Run ``work`` unless an interrupt arrives first, then cancel it."""
+    async def _race(
+        self, work: Awaitable[T], *, deadline: bool = True
+    ) -> T | Interrupted | LimitReached:
+        """Run ``work`` unless an interrupt (or, with ``deadline``, the session's deadline)
+        comes first, then cancel it."""
         task = asyncio.ensure_future(work)
         signal = asyncio.ensure_future(self.interrupt_signal.wait())
+        limit = ""
         try:
-            await asyncio.wait({task, signal}, return_when=asyncio.FIRST_COMPLETED)
+            timeout = self.watch.seconds_left() if deadline else None
+            await asyncio.wait({task, signal}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            if not task.done() and not signal.done():  # the deadline came first
+                limit = DEADLINE_EXCEEDED
+                if self.watch.is_root:  # its children's ends may still come in
+                    await self._stop_running_children(limit)
+                    await asyncio.wait(
+                        {task, signal},
+                        timeout=LAST_PASS_GRACE_S,
+                        return_when=asyncio.FIRST_COMPLETED,
+                    )
         finally:
             signal.cancel()
             if not task.done():
@@ -449,6 +479,8 @@ class RunLoop:
         if task.cancelled():
             if signal.done() and not signal.cancelled():
                 return Interrupted()
+            if limit:
+                return LimitReached(limit)
             # Cancelled from within, not by an interrupt: that is a crash, not a stop.
             raise RuntimeError("the step was cancelled without an interrupt")
         return task.result()
@@ -500,78 +532,31 @@ class RunLoop:
         waiting.children = []
         waiting.save(state.run)
 
-    async def _usage(self, state: RunProgress) -> dict[str, pb.TokenUsage]:
-        """A terminal event's ``usage`` and ``total_usage``: the subtree from the children's
-        terminal events in this session's log, never from asking their services."""
-        children = self._library_cache.child_totals
-        if self._log_has_older_children:
-            await children.read_log(self.store, self.session_id)
-        return {
-            "usage": token_usage(state.usage),
-            "total_usage": token_usage(state.usage + children.total()),
-        }
+    async def _limit_reached(self, state: RunProgress, limit: str) -> SessionStatus:
+        """A limit is exceeded: the session's running children are asked to stop; a child
+        session ends INTERRUPTED, a root one gets one last pass to answer with what it has.
+        """
+        logger.info("session %s: %s", self.session_id, limit)
+        answer_cut_off(state, limit, self.writer)
+        await self._stop_running_children(limit)
+        if not self.watch.is_root:
+            return await self.endings.interrupted(state, Interrupt(reason=limit), limit=limit)
+        last_pass = LastPass(
+            writer=self.writer,
+            call_model=lambda: self._call_model(state, finish_only=True),
+            count=lambda response: self._count(state, response),
+            run_tool=lambda call: self.tools.run(call, lambda cid: self._tool_context(state, cid)),
+        )
+        match await self._race(last_pass.run(state, limit), deadline=False):
+            case str() as output_json:
+                return await self.endings.complete(state, output_json, limit=limit)
+            case Interrupted():
+                taking = asyncio.ensure_future(self.store.take_interrupt(self.session_id))
+                return await self._end_interrupted(state, await self._taken(taking))
+            case _:
+                reason = f"{limit}: no valid answer in the last pass"
+                return await self.endings.interrupted(state, Interrupt(reason=reason), limit=limit)
 
-    async def _complete(self, state: RunProgress, output_json: str) -> SessionStatus:
-        usage = await self._usage(state)  # before the deferred output: no await between
-        await self.record_close(state, SessionStatus.COMPLETED)
-        self.writer.emit(pb.StreamEvent(output=pb.Output(output_json=output_json)), defer=True)
-        await self.writer.finish(
-            pb.StreamEvent(completed=pb.Completed(output_json=output_json, **usage)),
-            SessionUpdate(
-                status=SessionStatus.COMPLETED,
-                output_json=output_json,
-                step_count=state.step,
-                usage=state.usage,
-            ),
-            # The whole conversation, its last step included: what a new turn
-            # (Continue) starts from. It rides with the end: still one write.
-            checkpoint=Checkpoint(
-                session_id=self.session_id,
-                step=state.step,
-                messages=state.messages,
-                usage=state.usage,
-                state=storable(state),
-            ),
-        )
-        return SessionStatus.COMPLETED
-
-    async def _fail(self, state: RunProgress, error: str, reason: str) -> SessionStatus:
-        # The event says what the record will. A provider's error may echo a credential
-        # (an API key): redacted here, where it is stored and returned by GetStatus.
-        error = clipped(redact(storable_text(error)))
-        state.error = error
-        # What an operator acts on: the reason (a stable word) and the status's error.
-        logger.warning(
-            "session %s failed (%s): %s",
-            self.session_id,
-            reason,
-            error,
-            extra={"status": SessionStatus.FAILED.value, "reason": reason, "error": error},
-        )
-        usage = await self._usage(state)
-        await self.record_close(state, SessionStatus.FAILED)
-        await self.writer.finish(
-            pb.StreamEvent(failed=pb.Failed(error=error, failure_reason=reason, **usage)),
-            SessionUpdate(
-                status=SessionStatus.FAILED,
-                error=error,
-                failure_reason=reason,
-                step_count=state.step,
-                usage=state.usage,
-            ),
-        )
-        return SessionStatus.FAILED
-
-    async def _interrupted(self, state: RunProgress, interrupt: Interrupt) -> SessionStatus:
-        usage = await self._usage(state)
-        if interrupt.abort:  # never to be resumed: its pending requests go with it
-            event = pb.StreamEvent(terminated=pb.Terminated(reason=interrupt.reason, **usage))
-            status = SessionStatus.TERMINATED
-        else:
-            event = pb.StreamEvent(interrupted=pb.Interrupted(reason=interrupt.reason, **usage))
-            status = SessionStatus.INTERRUPTED
-        await self.record_close(state, status)
-        await self.writer.finish(
-            event, SessionUpdate(status=status, step_count=state.step, usage=state.usage)
-        )
-        return status
+    async def _stop_running_children(self, limit: str) -> None:
+        if self._stop_children is not None:
+            await self._stop_children(limit)

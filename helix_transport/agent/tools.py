@@ -15,11 +15,13 @@ from pydantic import BaseModel, ValidationError
 
 from helix_transport._events import SessionStatus
 from helix_transport._exceptions import UsageError
+from helix_transport._limits import SessionLimits
 from helix_transport._metadata import SessionLineage
 from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
 from helix_transport.agent.blockage import Blockage
 from helix_transport.agent.close_policy import ChildDeclaration
 from helix_transport.agent.hooks import NO_HOOKS, RunHooks
+from helix_transport.agent.limits import LimitWatch
 from helix_transport.agent.run_cache import RunCache
 from helix_transport.agent.state import RunState
 from helix_transport.store import Store
@@ -67,6 +69,8 @@ class RunServices:
     conversation: Sequence[dict[str, Any]] = ()
     """The run's conversation as the step began (read-only): what ``run_subagent``'s
     ``context: "inherit"`` passes to a child."""
+    limits: LimitWatch | None = None
+    """The session's deadline and budget at work (``None``: a context outside a run)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -130,6 +134,12 @@ class ToolContext:
         """The agent types from the root down to this session's parent (empty for a
         root), as its ``Start`` carried them (``StartRequest.delegation_path``)."""
         return self.run.lineage.delegation_path
+
+    def child_limits(self, own: SessionLimits = SessionLimits.none) -> SessionLimits:
+        """The limits of a child this call starts (its ``StartRequest.limits``): the
+        smaller of the child's ``own`` and what this session has left of its own."""
+        watch = self.run.limits
+        return own if watch is None else watch.for_child(own)
 
     @property
     def child_delegation_path(self) -> tuple[str, ...]:

@@ -30,7 +30,7 @@ from helix_transport.bench._report import (
 if TYPE_CHECKING:
     from helix_transport.bench._measure import Ids
 
-SCENARIOS = ("1", "2", "3", "4", "5", "6", "7", "8", "10")
+SCENARIOS = ("1", "2", "3", "4", "5", "6", "7", "8", "10", "11")
 
 logger = logging.getLogger("helix.bench")
 _json_lines: list[bool] = []
@@ -88,7 +88,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--scenarios",
         default=",".join(SCENARIOS),
-        help="comma-separated scenario numbers, 1-8 and 10 (A2A) (default all; 1-3 run together)",
+        help=(
+            "comma-separated scenario numbers, 1-8, 10 (A2A) and 11 (limit checks) "
+            "(default all; 1-3 run together)"
+        ),
     )
     parser.add_argument(
         "--stores",
@@ -262,6 +265,11 @@ async def _run(
                 report, workdir, ids, events=min(params.events, 3000), repeat=params.repeat
             )
             failed |= await _attempt(report, "10", streaming)
+        if "11" in scenarios:
+            from helix_transport.bench import limits_check
+
+            checking = limits_check.limit_check(report, ids, repeat=params.repeat)
+            failed |= await _attempt(report, "11", checking)
     report.rows.sort(key=lambda r: r.scenario.split(" ")[0])  # stable: setups keep order
     return failed
 

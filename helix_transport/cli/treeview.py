@@ -73,7 +73,7 @@ def node_segments(node: TreeNode, *, now: datetime) -> list[Segment]:
     segments = [
         Segment(_label(node), "1"),
         Segment("  "),
-        Segment(node.status.value, _STATUS_COLORS.get(node.status)),
+        Segment(_status_text(node), _STATUS_COLORS.get(node.status)),
         Segment(f"  {took}{'…' if running and took != '-' else ''}  {steps}  {usage}  "),
         Segment(node.session_id, "2"),
     ]
@@ -83,6 +83,11 @@ def node_segments(node: TreeNode, *, now: datetime) -> list[Segment]:
             error = error[: _ERROR_CHARS - 1] + "…"
         segments.append(Segment(f"  {error}", "31"))
     return segments
+
+
+def _status_text(node: TreeNode) -> str:
+    limit = node.limit_exceeded
+    return f"{node.status.value} ({limit})" if limit else node.status.value
 
 
 def request_segments(request: PendingRequest) -> list[Segment]:

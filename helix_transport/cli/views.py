@@ -106,6 +106,8 @@ def status_text(status: pb.GetStatusResponse, *, include_children: bool, color: 
     if status.status == pb.SESSION_STATUS_SUSPENDED:
         rows.append(("waiting for", "input: `helix-mesh tree` lists it, `respond` answers"))
     rows.append(("usage", format_usage(status.usage)))
+    if status.limit_exceeded:
+        rows.append(("limit", f"{status.limit_exceeded}: ended by its limits"))
     if include_children:
         rows.append(("usage with children", format_usage(status.total_usage)))
     if status.error:

@@ -323,6 +323,7 @@ class Dispatcher:
                     retry=retry,
                     delegation_path=ctx.child_delegation_path,
                     subagent=self._options(ctx, task, asked),
+                    limits=ctx.child_limits(),
                 )
         except HelixError as exc:
             verb = "continue" if task.turn > 1 else "start"

@@ -36,6 +36,7 @@ from helix_transport._exceptions import (
     SessionExists,
     StoreUnavailable,
 )
+from helix_transport._limits import SessionLimits
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.agent.close_policy import ChildDeclaration, ChildKind, ClosePolicy
 from helix_transport.agent.tools import (
@@ -78,6 +79,8 @@ def remote_agent_tool(
     description: str = "",
     timeout_s: float | None = None,
     close_policy: ClosePolicy = ClosePolicy.TERMINATE,
+    budget_tokens: int | None = None,
+    budget_usd: float | None = None,
 ) -> Tool:
     """A tool that delegates to the agent service for ``agent_type``.
 
@@ -94,11 +97,21 @@ def remote_agent_tool(
         timeout_s: give up on the child after this long, interrupting it.
         close_policy: what the parent's end (a failure, an interrupt: a call waits
             for its child otherwise) does to the child: ``TERMINATE`` or ``ABANDON``.
+        timeout_s: give up on the child after this long, interrupting it; also the
+            child's deadline (``StartRequest.limits``), within the parent's own.
+        budget_tokens: the tokens the child's subtree may use, within what the
+            parent has left of its own budget.
+        budget_usd: likewise, in US dollars.
 
     The tool returns the child's output JSON; a child that fails, times out or
     cannot be reached becomes ``{"error": ...}`` for the model.
     """
-    delegate = _RemoteDelegation(agent_type=agent_type, address=address, timeout_s=timeout_s)
+    delegate = _RemoteDelegation(
+        agent_type=agent_type,
+        address=address,
+        timeout_s=timeout_s,
+        budget=SessionLimits(budget_tokens=budget_tokens, budget_usd=budget_usd),
+    )
     return Tool(
         name=name,
         description=description or f"Delegate to the {agent_type} agent.",
@@ -146,6 +159,7 @@ class _RemoteDelegation:
     agent_type: str
     address: str | None
     timeout_s: float | None
+    budget: SessionLimits = SessionLimits.none
 
     async def __call__(self, ctx: ToolContext, args: Any) -> Any:
         input_json = args.model_dump_json() if isinstance(args, BaseModel) else json.dumps(args)
@@ -154,7 +168,9 @@ class _RemoteDelegation:
             client = await ctx.run.clients.get(address)
         except HelixError as exc:
             raise ToolError(f"{self.agent_type}: {exc.message}") from exc
-        call = _ChildCall(ctx, client, agent_type=self.agent_type, address=address)
+        call = _ChildCall(
+            ctx, client, agent_type=self.agent_type, address=address, budget=self.budget
+        )
         return await call.run(input_json, timeout_s=self.timeout_s)
 
 
@@ -162,9 +178,16 @@ class _ChildCall:
     """One delegation: start or rejoin the child, forward its events, return its output."""
 
     def __init__(
-        self, ctx: ToolContext, client: AgentClient, *, agent_type: str, address: str
+        self,
+        ctx: ToolContext,
+        client: AgentClient,
+        *,
+        agent_type: str,
+        address: str,
+        budget: SessionLimits = SessionLimits.none,
     ) -> None:
         self.ctx = ctx
+        self.budget = budget
         self.client = client
         self.agent_type = agent_type
         self.address = address
@@ -220,14 +243,7 @@ class _ChildCall:
             # there would end one call twice (a second subagent_end, a completed child
             # reported timed out).
             async with asyncio.timeout(timeout_s):
-                await self.client.start(
-                    input_json,
-                    session_id=self.child_id,
-                    parent_session_id=ctx.session_id,
-                    metadata=metadata,
-                    retry=retry,
-                    delegation_path=ctx.child_delegation_path,
-                )
+                await self._start(input_json, metadata, retry, timeout_s)
                 started = True
                 final = await self._forward(retry, rejoining=existing is not None)
                 final = final or await self._final_from_status()
@@ -254,7 +270,34 @@ class _ChildCall:
         if kind == "failed":
             return await self._end(SessionStatus.FAILED, error=final.failed.error)
         status = SessionStatus.INTERRUPTED if kind == "interrupted" else SessionStatus.TERMINATED
+        limit = final.interrupted.limit_exceeded if kind == "interrupted" else ""
+        if limit:  # what the parent's model is told: why, so it can answer without it
+            return await self._end(status, error=f"{self.agent_type} stopped: {limit}")
         return await self._end(status, error=f"{self.agent_type} was {status.value}")
+
+    async def _start(
+        self,
+        input_json: str,
+        metadata: dict[str, str],
+        retry: RetryConfig,
+        timeout_s: float | None,
+    ) -> None:
+        ctx = self.ctx
+        await self.client.start(
+            input_json,
+            session_id=self.child_id,
+            parent_session_id=ctx.session_id,
+            metadata=metadata,
+            retry=retry,
+            delegation_path=ctx.child_delegation_path,
+            limits=ctx.child_limits(self.own_limits(timeout_s)),
+        )
+
+    def own_limits(self, timeout_s: float | None) -> SessionLimits:
+        """The child's own limits: the tool's budget, and its timeout as a deadline."""
+        if timeout_s is None:
+            return self.budget
+        return dataclasses.replace(self.budget, deadline=time.time() + timeout_s)
 
     async def _ended_before(self, end: pb.SubagentEnd) -> Any:
         """The call's result as the ``subagent_end`` already in the log records it (a run
@@ -295,7 +338,7 @@ class _ChildCall:
                 failed=pb.Failed(error=status.error, failure_reason=status.failure_reason)
             )
         if status.status == pb.SESSION_STATUS_INTERRUPTED:
-            return pb.StreamEvent(interrupted=pb.Interrupted())
+            return pb.StreamEvent(interrupted=pb.Interrupted(limit_exceeded=status.limit_exceeded))
         return pb.StreamEvent(terminated=pb.Terminated())
 
     async def _end(self, status: SessionStatus, *, output_json: str = "", error: str = "") -> Any:

@@ -124,7 +124,11 @@ async def _start_turn(
     )
     event.time.seconds, event.time.nanos = divmod(time.time_ns(), 1_000_000_000)
     reopen = SessionUpdate(
-        status=SessionStatus.RUNNING, output_json="", error="", failure_reason=""
+        status=SessionStatus.RUNNING,
+        output_json="",
+        error="",
+        failure_reason="",
+        limit_exceeded="",
     )
     with admit():  # counted as starting until runner.continue_turn counts the run
         # An interrupt accepted while the last turn's final step ran (which finished

@@ -34,6 +34,8 @@ from helix_transport.transport import ClientPool
 
 logger = logging.getLogger("helix.runner")
 
+_LIMIT_CASCADE_WAIT_S = 1.0
+"""How long a session whose limit passed waits for its children to be asked to stop."""
 _LAPSE_MARGIN_S = 0.02
 """How long after a lease would lapse the orphan scan looks at it again."""
 
@@ -223,6 +225,7 @@ class SessionRunner:
             clients=self.clients,
             hooks=self._hooks_for(record),
             max_result_bytes=self.max_result_bytes,
+            stop_children=lambda reason: self._interrupt_children(record.session_id, reason),
         )
         task = asyncio.create_task(self._run(loop, resume_reason), name=f"run:{record.session_id}")
         self._runs[record.session_id] = _Run(task=task, interrupt=signal)
@@ -322,8 +325,8 @@ class SessionRunner:
             with contextlib.suppress(Exception):
                 await asyncio.shield(self.store.release_lease(session_id, self.owner))
         # After the release: a Continue does not wait for the children's services.
-        if loop.closing:
-            await self._stop_children(session_id, loop.closing)
+        if loop.endings.closing:
+            await self._stop_children(session_id, loop.endings.closing)
         if suspended:
             await self._wake_if_due(session_id)
 
@@ -383,7 +386,7 @@ class SessionRunner:
         """End the run failed (``internal``), its children closed by their policies; if
         that write does not go through, the session stays running, to be resumed."""
         try:
-            await loop.record_close(None, SessionStatus.FAILED)
+            await loop.endings.record_close(None, SessionStatus.FAILED)
             await loop.writer.finish(
                 pb.StreamEvent(failed=pb.Failed(error="internal error", failure_reason="internal")),
                 SessionUpdate(
@@ -391,7 +394,7 @@ class SessionRunner:
                 ),
             )
         except Exception:
-            loop.closing = []  # recorded in the outbox, if at all: delivered once it ends
+            loop.endings.closing = []  # recorded in the outbox, if at all: delivered once it ends
 
     async def _stop_children(self, session_id: str, commands: list[ChildCommand]) -> None:
         """Deliver what the run's end recorded for its children (their close policies:
@@ -414,6 +417,23 @@ class SessionRunner:
             logger.warning(
                 "session %s: interrupting its children failed", session_id, exc_info=True
             )
+
+    async def _interrupt_children(self, session_id: str, reason: str) -> None:
+        """Interrupt the running session's running children now, through the outbox (a
+        limit exceeded: the session goes on to its end). Waits a moment for the first
+        asks; the outbox asks again until each child is reached."""
+        try:
+            children = await self.store.list_subsession_refs(session_id)
+        except Exception:  # best effort: the session's end cascades again
+            logger.warning("session %s: could not list its children", session_id, exc_info=True)
+            return
+        try:
+            async with asyncio.timeout(_LIMIT_CASCADE_WAIT_S):
+                await self.cascade.interrupt_refs(children, reason=reason)
+        except TimeoutError:
+            pass
+        except Exception:  # best effort: the session's end cascades again
+            logger.warning("session %s: stopping its children failed", session_id, exc_info=True)
 
     def signal_interrupt(self, session_id: str) -> None:
         """Wake a local run so it stops now rather than at its next step boundary."""

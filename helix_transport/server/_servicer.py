@@ -7,6 +7,7 @@ Each method validates its request, maps the caller's session id to the store's k
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from typing import Any, ClassVar
 
@@ -26,7 +27,8 @@ from helix_transport.server._listing import list_sessions
 from helix_transport.server._logging import bind as bind_log_context
 from helix_transport.server._ownership import parent_id, storage_id
 from helix_transport.server._sessions import Sessions
-from helix_transport.store import SessionRecord, Usage, input_fingerprint
+from helix_transport.store import SessionRecord, input_fingerprint
+from helix_transport.tree import token_usage
 
 Context = grpc.aio.ServicerContext[Any, Any]
 
@@ -52,6 +54,9 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
             parent_id(request.parent_session_id)
         check.agent_input(self.agent.input_model, request.input_json, limits=self.limits)
         metadata = check.start_metadata(request, session_id, agent=self.agent, limits=self.limits)
+        # Called without a gRPC context (in-process callers, tests): no call deadline.
+        remaining = None if context is None else context.time_remaining()
+        bounds = check.start_limits(request, time_remaining=remaining, now=time.time())
         input_json = request.input_json or "{}"  # as the proto says: the same call as {}
         caller = current_principal()  # the new session's owner
         key = storage_id(caller, session_id)
@@ -66,6 +71,9 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
             metadata=metadata,
             principal=caller.name,
             tenant=caller.tenant,
+            deadline=bounds.deadline,
+            budget_tokens=bounds.budget_tokens,
+            budget_usd=bounds.budget_usd,
         )
         existing, created = await self.sessions.start(record, session_id)
         return pb.StartResponse(
@@ -116,11 +124,13 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
             failure_reason=record.failure_reason,
             last_sequence=record.last_sequence,
             step_count=record.step_count,
-            usage=_token_usage(record.usage),
+            usage=token_usage(record.usage),
             parent_session_id=record.parent_session_id,
+            limits=record.limits.to_proto(),
+            limit_exceeded=record.limit_exceeded,
         )
         if total is not None:
-            response.total_usage.CopyFrom(_token_usage(total))
+            response.total_usage.CopyFrom(token_usage(total))
         response.created_at.FromNanoseconds(int(record.created_at * 1e9))
         response.updated_at.FromNanoseconds(int(record.updated_at * 1e9))
         if record.finished_at is not None and record.status.is_terminal:  # not mid-turn
@@ -172,7 +182,13 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
         check.submitted_input(request, limits=self.limits)
         return await self.inputs.submit(_key(session_id), session_id, request)
 
-    CAPABILITIES: ClassVar[tuple[str, ...]] = ("continue", "list_sessions", "human_input", "abort")
+    CAPABILITIES: ClassVar[tuple[str, ...]] = (
+        "continue",
+        "list_sessions",
+        "human_input",
+        "abort",
+        "limits",
+    )
     """The optional parts of the contract served here (``DescribeResponse.capabilities``)."""
 
     async def Describe(self, request: pb.DescribeRequest, context: Context) -> pb.DescribeResponse:
@@ -203,11 +219,3 @@ def _key(session_id: str) -> str:
     key = storage_id(current_principal(), session_id)
     bind_log_context(session_id=key)
     return key
-
-
-def _token_usage(usage: Usage) -> pb.TokenUsage:
-    return pb.TokenUsage(
-        prompt_tokens=usage.prompt_tokens,
-        completion_tokens=usage.completion_tokens,
-        total_tokens=usage.total_tokens,
-    )

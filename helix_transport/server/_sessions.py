@@ -36,6 +36,7 @@ from helix_transport.server._shield import outlive_caller
 from helix_transport.server.limits import Limits, check_capacity
 from helix_transport.store import SessionRecord, Store, Usage
 from helix_transport.transport import ClientPool
+from helix_transport.tree import usage_from_proto
 
 logger = logging.getLogger("helix.server")
 
@@ -251,12 +252,7 @@ class Sessions:
                 f"could not read the usage of child session {child_id!r} "
                 f"({type(exc).__name__}); retry later"
             ) from exc
-        usage = status.total_usage
-        return Usage(
-            prompt_tokens=usage.prompt_tokens,
-            completion_tokens=usage.completion_tokens,
-            total_tokens=usage.total_tokens,
-        )
+        return usage_from_proto(status.total_usage)
 
     async def _until_end(
         self, record: SessionRecord, session_id: str, wait_s: float

@@ -8,6 +8,7 @@ JSON nesting before the JSON parser sees the text.
 from __future__ import annotations
 
 import json
+import math
 import re
 import uuid
 from collections.abc import Sequence
@@ -17,6 +18,7 @@ from google.protobuf.duration_pb2 import Duration
 from pydantic import BaseModel, ValidationError
 
 from helix_transport._exceptions import InvalidArgument, SessionStateConflict
+from helix_transport._limits import SessionLimits
 from helix_transport._metadata import (
     DELEGATION_PATH_KEY,
     INHERITED_CONTEXT_KEY,
@@ -355,3 +357,35 @@ def submitted_input(request: pb.SubmitInputRequest, *, limits: Limits = Limits.d
             raise InvalidArgument(field, "must not contain NUL characters")
     if "\x00" in request.approval.reason:
         raise InvalidArgument("approval.reason", "must not contain NUL characters")
+
+
+_TIMESTAMP_SECONDS = (-62_135_596_800, 253_402_300_799)  # 0001-01-01 .. 9999-12-31, as protobuf
+
+
+def start_limits(
+    request: pb.StartRequest, *, time_remaining: float | None, now: float
+) -> SessionLimits:
+    """A ``Start``'s ``limits``, checked. Absent, the call's gRPC deadline (when it has
+    one) is the session's deadline; present, it is all there is (see the proto)."""
+    if not request.HasField("limits"):
+        if time_remaining is None:
+            return SessionLimits.none
+        return SessionLimits(deadline=now + max(0.0, time_remaining))
+    given = request.limits
+    violations: list[tuple[str, str]] = []
+    if given.HasField("deadline"):
+        stamp = given.deadline
+        low, high = _TIMESTAMP_SECONDS
+        if not (low <= stamp.seconds <= high and 0 <= stamp.nanos <= 999_999_999):
+            violations.append(("limits.deadline", "not a valid timestamp"))
+        elif stamp.seconds + stamp.nanos / 1e9 <= now:
+            violations.append(("limits.deadline", "has passed already"))
+    if given.HasField("budget_tokens") and given.budget_tokens < 0:
+        violations.append(("limits.budget_tokens", "must not be negative"))
+    if given.HasField("budget_usd") and not (
+        math.isfinite(given.budget_usd) and given.budget_usd >= 0
+    ):
+        violations.append(("limits.budget_usd", "must be a finite amount, not negative"))
+    if violations:
+        raise InvalidArgument(*violations[0], violations=violations)
+    return SessionLimits.from_proto(given)

@@ -14,6 +14,7 @@ from typing import Any
 
 from helix_transport._events import SessionStatus
 from helix_transport._exceptions import UsageError
+from helix_transport._limits import SessionLimits
 
 
 def input_fingerprint(input_json: str) -> str:
@@ -51,12 +52,15 @@ class Usage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     total_tokens: int = 0
+    cost_usd: float = 0.0
+    """What the model calls cost in US dollars, where litellm knows the model's price."""
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
             prompt_tokens=self.prompt_tokens + other.prompt_tokens,
             completion_tokens=self.completion_tokens + other.completion_tokens,
             total_tokens=self.total_tokens + other.total_tokens,
+            cost_usd=self.cost_usd + other.cost_usd,
         )
 
 
@@ -101,6 +105,21 @@ class SessionRecord:
     Empty on records written before sessions had owners: they count as anonymous's."""
     tenant: str = ""
     """The tenant of ``principal``."""
+    deadline: float | None = None
+    """``StartRequest.limits.deadline``: when the session must have answered."""
+    budget_tokens: int | None = None
+    """``StartRequest.limits.budget_tokens``: tokens its subtree may use."""
+    budget_usd: float | None = None
+    """``StartRequest.limits.budget_usd``: dollars its subtree may spend."""
+    limit_exceeded: str = ""
+    """``deadline_exceeded`` or ``budget_exceeded`` when a limit ended the latest turn."""
+
+    @property
+    def limits(self) -> SessionLimits:
+        """The session's limits, as its ``Start`` set them."""
+        return SessionLimits(
+            deadline=self.deadline, budget_tokens=self.budget_tokens, budget_usd=self.budget_usd
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -113,6 +132,7 @@ class SessionUpdate:
     failure_reason: str | None = None
     step_count: int | None = None
     usage: Usage | None = None
+    limit_exceeded: str | None = None
 
     def __post_init__(self) -> None:
         _storable_fields(self, "error", "failure_reason")

@@ -18,6 +18,7 @@ from google.protobuf.message import Message
 from helix_transport._config import ClientConfig, RetryConfig
 from helix_transport._events import SessionStatus
 from helix_transport._exceptions import InvalidArgument, ResourceExhausted, UsageError
+from helix_transport._limits import SessionLimits
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._proto.helix.agent.v1 import agent_pb2_grpc as pb_grpc
 from helix_transport._trace_context import outgoing
@@ -175,6 +176,7 @@ class AgentClient:
         retry: RetryConfig | None = None,
         delegation_path: Sequence[str] = (),
         subagent: pb.SubagentOptions | None = None,
+        limits: SessionLimits = SessionLimits.none,
     ) -> pb.StartResponse:
         """Start a session (idempotent on ``session_id``).
 
@@ -190,6 +192,10 @@ class AgentClient:
         parent (``ToolContext.child_delegation_path``); the server bounds trees by it.
         ``subagent``: how a ``run_subagent`` child's run differs (a virtual child, the
         parent's context), stored with the session.
+
+        ``limits``: the session's deadline and budget (``StartRequest.limits``), for it
+        and its subtree. Always sent, so this client's own ``rpc_timeout`` never becomes
+        the session's deadline.
         """
         self._check_open()
         # Name the session here, not on the server: then every Start is idempotent and
@@ -202,6 +208,7 @@ class AgentClient:
             metadata=dict(metadata or {}),
             delegation_path=delegation_path,
             subagent=subagent,
+            limits=limits.to_proto(),
         )
         return await self._idempotent(self._stub.Start, request, session_id, retry=retry)
 

@@ -38,7 +38,12 @@ from helix_transport.tree._fold import (
     fold_events,
     rfc3339,
 )
-from helix_transport.tree._totals import ChildTotals, reported_usage, token_usage
+from helix_transport.tree._totals import (
+    ChildTotals,
+    reported_usage,
+    token_usage,
+    usage_from_proto,
+)
 
 __all__ = [
     "ChildTotals",
@@ -50,4 +55,5 @@ __all__ = [
     "reported_usage",
     "rfc3339",
     "token_usage",
+    "usage_from_proto",
 ]

@@ -138,6 +138,8 @@ class TreeNode:
     from its children while it runs."""
     output_json: str | None = None
     error: str | None = None
+    limit_exceeded: str | None = None
+    """``deadline_exceeded`` or ``budget_exceeded`` when a limit ended it."""
     events: list[pb.StreamEvent] = field(default_factory=list)
     """Its own events, unwrapped from ``ChildEvent``, in order (a child's are in the child)."""
     children: list[TreeNode] = field(default_factory=list)
@@ -364,12 +366,16 @@ def _end_by_own_event(
     node._ended_by_own_event = True
     node.pending.clear()  # an ended session answers nothing (its requests are cancelled)
     node.status = kind.status or SessionStatus.FAILED  # every terminal row names one
+    node.limit_exceeded = None
     if kind.name == "completed":
         node.output_json, node.error = event.completed.output_json, None
+        node.limit_exceeded = event.completed.limit_exceeded or None
     elif kind.name == "failed":
         node.error = event.failed.error
     else:  # interrupted, terminated: why, if anyone said
         node.error = getattr(event, kind.name).reason or None
+        if kind.name == "interrupted":
+            node.limit_exceeded = event.interrupted.limit_exceeded or None
     own, total = reported_usage(event)
     node.usage = TreeUsage.from_proto(own)
     # A service that reports no subtree: what its forwarded children say.

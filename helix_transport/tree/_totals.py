@@ -29,14 +29,9 @@ class ChildTotals:
         if seen is not None and seen[0] >= event.sequence:
             return
         own, total = reported_usage(event)
-        usage = own if total is None else total
         self._latest[event.session_id] = (
             event.sequence,
-            Usage(
-                prompt_tokens=usage.prompt_tokens,
-                completion_tokens=usage.completion_tokens,
-                total_tokens=usage.total_tokens,
-            ),
+            usage_from_proto(own if total is None else total),
         )
 
     async def read_log(self, store: EventLogStore, session_id: str) -> None:
@@ -68,4 +63,15 @@ def token_usage(usage: Usage) -> pb.TokenUsage:
         prompt_tokens=usage.prompt_tokens,
         completion_tokens=usage.completion_tokens,
         total_tokens=usage.total_tokens,
+        cost_usd=usage.cost_usd,
+    )
+
+
+def usage_from_proto(usage: pb.TokenUsage) -> Usage:
+    """The contract's ``TokenUsage`` as a ``Usage``."""
+    return Usage(
+        prompt_tokens=usage.prompt_tokens,
+        completion_tokens=usage.completion_tokens,
+        total_tokens=usage.total_tokens,
+        cost_usd=usage.cost_usd,
     )

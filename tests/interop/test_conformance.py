@@ -75,9 +75,13 @@ EXPECTED_CHECKS = {
     "abort.suspended",
     "sessions.list",
     "continue.new_turn",
+    "limits.invalid",
+    "limits.kept",
 }
 
 HUMAN_INPUT_CHECKS = {"input.errors", "input.suspended", "input.answered", "abort.suspended"}
+LIMITS_CHECKS = {"limits.invalid", "limits.kept"}
+"""The checks of capability ``limits`` (deadlines and budgets)."""
 """The checks of capability ``human_input`` (``abort.suspended`` needs ``abort`` too)."""
 NEEDS_INPUT_REQUIRED = {"input.suspended", "input.answered", "abort.suspended"}
 """The checks skipped without ``--input-required``."""
@@ -98,7 +102,7 @@ def assert_all_pass(results: list[CheckResult]) -> None:
     # them), the suspension needs --input-required, and an abort may come too late
     # for a quick run.
     optional = {"continue.new_turn", "errors.wait_out_of_range", "sessions.list"}
-    optional |= HUMAN_INPUT_CHECKS | {"abort.running"}
+    optional |= HUMAN_INPUT_CHECKS | LIMITS_CHECKS | {"abort.running"}
     assert skipped <= {"stream.resume_mid_run", "status.wait_running"} | optional, format_results(
         results
     )
@@ -125,6 +129,7 @@ async def test_python_services_conform(agent: Agent, input_json: str) -> None:
     assert not by_name["continue.new_turn"].skipped
     assert not by_name["sessions.list"].skipped
     assert not by_name["errors.wait_out_of_range"].skipped  # our server checks wait
+    assert all(by_name[name].passed and not by_name[name].skipped for name in LIMITS_CHECKS)
 
 
 @pytest.mark.usefixtures("slow_scripted_model")
@@ -166,6 +171,7 @@ async def test_node_service_conforms(start_node: StartNode) -> None:
         *((name, "human_input") for name in sorted(HUMAN_INPUT_CHECKS - {"abort.suspended"})),
         ("abort.running", "abort"),
         ("abort.suspended", "abort"),
+        *((name, "limits") for name in sorted(LIMITS_CHECKS)),
     ]:
         result = by_name[name]
         assert result.skipped, format_results(results)

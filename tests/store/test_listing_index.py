@@ -20,6 +20,7 @@ from helix_transport.store.postgres import _schema as _postgres_schema
 from helix_transport.store.redis import RedisStore
 from helix_transport.store.sqlite import SCHEMA_VERSION, _listing
 from helix_transport.testing.store_suite import make_record
+from tests.store.old_schemas import insert_postgres
 
 ALICE = SessionQuery(principal="alice", tenant="acme")
 
@@ -42,6 +43,8 @@ async def test_sqlite_walks_the_index_and_a_version_4_file_gains_it(tmp_path: Pa
         conn.execute("DROP INDEX sessions_by_owner")
         conn.execute("DROP TABLE answers")  # and what came after the index
         conn.execute("ALTER TABLE interrupts DROP COLUMN abort")
+        for column in ("deadline", "budget_tokens", "budget_usd", "limit_exceeded"):
+            conn.execute(f"ALTER TABLE sessions DROP COLUMN {column}")
         conn.execute("UPDATE schema_version SET version = 4")
     async with await SqliteStore.open(str(path)) as store:
         assert await _ids(store) == ["s-3", "s-2", "s-1", "s-0"]
@@ -65,8 +68,11 @@ async def test_postgres_walks_the_index_and_a_version_4_schema_gains_it(
         with monkeypatch.context() as before:
             before.setattr(_postgres_schema, "_MIGRATIONS", _postgres_schema._MIGRATIONS[:4])
             before.setattr(_postgres_schema, "SCHEMA_VERSION", 4)
-            async with await PostgresStore.open(postgres_dsn, schema=schema) as old:
-                await _fill(old)
+            async with await PostgresStore.open(postgres_dsn, schema=schema):
+                pass
+        for n in range(4):  # as the helix-mesh of that version wrote them
+            record = make_record(f"s-{n}", principal="alice", tenant="acme", created_at=float(n))
+            await insert_postgres(admin, schema, record)
         async with await PostgresStore.open(postgres_dsn, schema=schema) as store:
             assert await _ids(store) == ["s-3", "s-2", "s-1", "s-0"]
         sql, args = _postgres_listing.query_sql(

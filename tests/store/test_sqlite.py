@@ -30,7 +30,7 @@ from helix_transport.store import (
     Store,
     SubSessionRef,
 )
-from helix_transport.store.sqlite import SCHEMA_VERSION, _log, _schema, _sessions, _worker
+from helix_transport.store.sqlite import SCHEMA_VERSION, _log, _schema, _worker
 from helix_transport.testing.store_suite import (
     DurableStoreConformance,
     Reopen,
@@ -38,6 +38,7 @@ from helix_transport.testing.store_suite import (
     make_record,
 )
 from tests.helpers import assert_eventually
+from tests.store.old_schemas import insert_sqlite
 
 
 class TestSqliteStore(DurableStoreConformance):
@@ -108,7 +109,7 @@ async def test_a_version_2_file_gains_the_outbox(tmp_path: Path) -> None:
                 conn.execute(statement)
         conn.execute("INSERT INTO schema_version (version) VALUES (2)")
         record = make_record("before", principal="bob", tenant="acme")
-        conn.execute(_sessions._INSERT_SESSION, _sessions.session_params(record))
+        insert_sqlite(conn, record)
     command = make_command("before", "c-1")
     for _ in range(2):  # upgraded once, then opened as it is
         async with await SqliteStore.open(str(path)) as store:
@@ -137,7 +138,7 @@ async def test_a_version_5_file_gains_answers_and_aborts(tmp_path: Path) -> None
         assert await store.take_interrupt("s-1") == Interrupt("abort", abort=True)
         assert await store.list_answers("s-1") == {"call-1": "{}"}
     with sqlite3.connect(path) as conn:
-        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(6,)]
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
 
 
 async def test_a_batch_of_commands_is_stored_whole_or_not_at_all(tmp_path: Path) -> None:

@@ -84,6 +84,7 @@ class Lifecycle:
                 metadata=metadata,
                 retry=_until_answered(client),
                 delegation_path=ctx.child_delegation_path,
+                limits=ctx.child_limits(),
             )
         except HelixError as exc:
             end_delegation(

@@ -55,6 +55,11 @@ _MIGRATIONS: tuple[str, ...] = (
     listing.MIGRATION,
     # 6: people's answers to requests for input; interrupts that abort.
     inputs.MIGRATION,
+    # 7: a session's limits (StartRequest.limits) and which one ended it.
+    """
+    ALTER TABLE {s}.sessions ADD COLUMN deadline float8, ADD COLUMN budget_tokens bigint,
+        ADD COLUMN budget_usd float8, ADD COLUMN limit_exceeded text NOT NULL DEFAULT '';
+    """,
 )
 
 SCHEMA_VERSION = len(_MIGRATIONS)

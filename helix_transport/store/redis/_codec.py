@@ -21,13 +21,16 @@ _DECODERS: dict[str, Callable[[str], Any]] = {
     "int": int,
     "float": float,
     "float | None": lambda s: float(s) if s else None,
+    "int | None": lambda s: int(s) if s else None,
     "SessionStatus": SessionStatus,
     "dict[str, str]": json.loads,
     "Usage": lambda s: Usage(**json.loads(s)),
 }
 _SESSION_DECODERS = {f.name: _DECODERS[str(f.type)] for f in dataclasses.fields(SessionRecord)}
 # Fields a hash written by an older helix-mesh lacks; the record's default applies.
-_ADDED_LATER = frozenset({"principal", "tenant"})
+_ADDED_LATER = frozenset(
+    {"principal", "tenant", "deadline", "budget_tokens", "budget_usd", "limit_exceeded"}
+)
 
 
 def _encode(value: object) -> str:

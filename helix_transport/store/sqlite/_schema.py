@@ -16,7 +16,7 @@ from helix_transport.store.sqlite import _retention as retention
 from helix_transport.store.sqlite._checkpointer import Checkpointer
 from helix_transport.store.sqlite._conn import map_sqlite_errors, transaction
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 """The schema this module writes; a file with a newer version is refused."""
 
 # Column names are the record fields' names; metadata, usage, messages and state are JSON.
@@ -68,6 +68,13 @@ _UPGRADES: dict[int, tuple[str, ...]] = {
     5: listing.UPGRADE,
     # 6: people's answers to requests for input; interrupts that abort.
     6: inputs.UPGRADE,
+    # 7: a session's limits (StartRequest.limits) and which one ended it.
+    7: (
+        "ALTER TABLE sessions ADD COLUMN deadline REAL",
+        "ALTER TABLE sessions ADD COLUMN budget_tokens INTEGER",
+        "ALTER TABLE sessions ADD COLUMN budget_usd REAL",
+        "ALTER TABLE sessions ADD COLUMN limit_exceeded TEXT NOT NULL DEFAULT ''",
+    ),
 }
 # A batch's plain appends as one statement: a row inserted into this view checks its
 # session's fence, moves the log's end and stores the event, all inside SQLite. TEMP: it

@@ -27,6 +27,7 @@ CONTINUE = "continue"
 LIST_SESSIONS = "list_sessions"
 HUMAN_INPUT = "human_input"
 ABORT = "abort"
+LIMITS = "limits"
 """The optional parts of the contract, as ``DescribeResponse.capabilities`` names them."""
 MAX_SEQUENCE = 2**53 - 1
 """The largest ``from_sequence`` the contract allows (JSON and JavaScript numbers)."""

@@ -22,6 +22,7 @@ from helix_transport.testing.conformance._human_input import (
 )
 from helix_transport.testing.conformance._interrupt import check_interrupt_running
 from helix_transport.testing.conformance._kit import Kit
+from helix_transport.testing.conformance._limits import check_limits
 from helix_transport.testing.conformance._listing import check_listing
 from helix_transport.testing.conformance._start import check_start
 from helix_transport.testing.conformance._stream import check_streams, observe
@@ -159,6 +160,7 @@ async def _run(kit: Kit) -> list[CheckResult]:
     await kit.check("input.answered", lambda: check_answered(kit))
     await kit.check("abort.running", lambda: check_abort_running(kit))
     await kit.check("abort.suspended", lambda: check_abort_suspended(kit))
+    await check_limits(kit)
     if sessions is not None:  # last: it adds a turn to the main session
         await kit.check("sessions.list", lambda: check_listing(kit))
         await kit.check("continue.new_turn", lambda: check_continue(kit))

@@ -35,7 +35,7 @@ class SessionConformance:
             error="model refused",
             failure_reason="model_error",
             step_count=7,
-            usage=Usage(prompt_tokens=11, completion_tokens=22, total_tokens=33),
+            usage=Usage(prompt_tokens=11, completion_tokens=22, total_tokens=33, cost_usd=0.125),
             created_at=1_700_000_000.25,
             updated_at=1_700_000_123.5,
             finished_at=1_700_000_124.75,
@@ -43,12 +43,45 @@ class SessionConformance:
             lease_expires_at=1_700_000_200.125,
             principal="alice",
             tenant="acme",
+            deadline=1_700_000_300.5,
+            budget_tokens=2**40,
+            budget_usd=1.75,
+            limit_exceeded="budget_exceeded",
         )
         stored, created = await store.create_session(record)
         assert created is True
         assert stored == record
         assert await store.get_session("s-full") == record
         assert await store.get_session("s-missing") is None
+
+    async def test_limits_are_kept_and_their_end_recorded(self, store: Store) -> None:
+        """A session's limits stay as its Start set them (unset ones unset, a zero budget
+        zero); which limit ended it is an update like its status, cleared by a new turn."""
+        await store.create_session(make_record("s-free"))
+        await store.create_session(
+            make_record("s-bound", deadline=1_700_000_000.0, budget_tokens=0, budget_usd=0.0)
+        )
+        free = await store.get_session("s-free")
+        assert free is not None
+        assert (free.deadline, free.budget_tokens, free.budget_usd) == (None, None, None)
+        assert not free.limits.is_set and free.limit_exceeded == ""
+        bound = await store.get_session("s-bound")
+        assert bound is not None
+        assert (bound.deadline, bound.budget_tokens, bound.budget_usd) == (1_700_000_000.0, 0, 0.0)
+        ended = SessionUpdate(
+            status=SessionStatus.INTERRUPTED,
+            limit_exceeded="deadline_exceeded",
+            usage=Usage(total_tokens=5, cost_usd=0.5),
+        )
+        await store.update_session("s-bound", ended)
+        got = await store.get_session("s-bound")
+        assert got is not None and got.limit_exceeded == "deadline_exceeded"
+        assert got.usage.cost_usd == 0.5 and got.budget_tokens == 0
+        await store.update_session(
+            "s-bound", SessionUpdate(status=SessionStatus.RUNNING, limit_exceeded="")
+        )
+        again = await store.get_session("s-bound")
+        assert again is not None and again.limit_exceeded == "" and again.deadline is not None
 
     async def test_returned_records_are_copies(self, store: Store) -> None:
         await store.create_session(make_record(metadata={"k": "v"}))

@@ -357,6 +357,7 @@ class StartRequest(_message.Message):
     PARENT_SESSION_ID_FIELD_NUMBER: _builtins.int
     METADATA_FIELD_NUMBER: _builtins.int
     DELEGATION_PATH_FIELD_NUMBER: _builtins.int
+    LIMITS_FIELD_NUMBER: _builtins.int
     SUBAGENT_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """Caller-chosen id; the server generates one when empty. See "Sessions"."""
@@ -387,6 +388,18 @@ class StartRequest(_message.Message):
         """
 
     @_builtins.property
+    def limits(self) -> Global___SessionLimits:
+        """A deadline and a budget for the session and every sub-agent below it
+        (capability `limits`). Absent: the session has no budget, and its deadline is
+        the call's gRPC deadline when the call has one. Present (even empty): exactly
+        what it holds, the call's deadline aside. A parent passes each child the
+        smaller of the child's own limits and what the parent has left. A deadline
+        already past, or a negative budget, is INVALID_ARGUMENT naming the field
+        (`limits.deadline`, `limits.budget_tokens`, `limits.budget_usd`). Only the
+        `Start` that creates the session sets them; a replayed `Start` changes nothing.
+        """
+
+    @_builtins.property
     def subagent(self) -> Global___SubagentOptions:
         """Set by a parent's `run_subagent` on the children it starts (see `SubagentOptions`);
         unset for every other session, whose runs are its agent type's as defined.
@@ -400,11 +413,12 @@ class StartRequest(_message.Message):
         parent_session_id: _builtins.str = ...,
         metadata: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         delegation_path: _abc.Iterable[_builtins.str] | None = ...,
+        limits: Global___SessionLimits | None = ...,
         subagent: Global___SubagentOptions | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["subagent", b"subagent"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["limits", b"limits", "subagent", b"subagent"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["delegation_path", b"delegation_path", "input_json", b"input_json", "metadata", b"metadata", "parent_session_id", b"parent_session_id", "session_id", b"session_id", "subagent", b"subagent"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["delegation_path", b"delegation_path", "input_json", b"input_json", "limits", b"limits", "metadata", b"metadata", "parent_session_id", b"parent_session_id", "session_id", b"session_id", "subagent", b"subagent"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -454,6 +468,56 @@ class SubagentOptions(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___SubagentOptions: _TypeAlias = SubagentOptions  # noqa: Y015
+
+@_typing.final
+class SessionLimits(_message.Message):
+    """How far a session and its subtree may go (see `StartRequest.limits`). When one
+    is exceeded, the session interrupts its running sub-agents (through the same
+    cascade as `Interrupt`); a root session then gets one more model pass, without
+    tools but the finish tool, to answer with what it has, and a sub-agent ends
+    INTERRUPTED, its parent's tool call reporting why. The terminal event's
+    `limit_exceeded` says which limit ended the session.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DEADLINE_FIELD_NUMBER: _builtins.int
+    BUDGET_TOKENS_FIELD_NUMBER: _builtins.int
+    BUDGET_USD_FIELD_NUMBER: _builtins.int
+    budget_tokens: _builtins.int
+    """Tokens (`TokenUsage.total_tokens`) the session and its subtree may use,
+    counted from the terminal events' `total_usage` of its sub-agents and its
+    own model calls. Unset: no token budget. Zero allows no model call.
+    """
+    budget_usd: _builtins.float
+    """US dollars the session and its subtree may spend on model calls, where
+    the model's price is known to the server (`TokenUsage.cost_usd`). Unset: none.
+    """
+    @_builtins.property
+    def deadline(self) -> _timestamp_pb2.Timestamp:
+        """The session's deadline, as a point in time. Unset: none."""
+
+    def __init__(
+        self,
+        *,
+        deadline: _timestamp_pb2.Timestamp | None = ...,
+        budget_tokens: _builtins.int | None = ...,
+        budget_usd: _builtins.float | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_budget_tokens", b"_budget_tokens", "_budget_usd", b"_budget_usd", "budget_tokens", b"budget_tokens", "budget_usd", b"budget_usd", "deadline", b"deadline"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_budget_tokens", b"_budget_tokens", "_budget_usd", b"_budget_usd", "budget_tokens", b"budget_tokens", "budget_usd", b"budget_usd", "deadline", b"deadline"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__budget_tokens: _TypeAlias = _typing.Literal["budget_tokens"]  # noqa: Y015
+    _WhichOneofArgType__budget_tokens: _TypeAlias = _typing.Literal["_budget_tokens", b"_budget_tokens"]  # noqa: Y015
+    _WhichOneofReturnType__budget_usd: _TypeAlias = _typing.Literal["budget_usd"]  # noqa: Y015
+    _WhichOneofArgType__budget_usd: _TypeAlias = _typing.Literal["_budget_usd", b"_budget_usd"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__budget_tokens) -> _WhichOneofReturnType__budget_tokens | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__budget_usd) -> _WhichOneofReturnType__budget_usd | None: ...
+
+Global___SessionLimits: _TypeAlias = SessionLimits  # noqa: Y015
 
 @_typing.final
 class StartResponse(_message.Message):
@@ -1257,8 +1321,14 @@ class Interrupted(_message.Message):
     REASON_FIELD_NUMBER: _builtins.int
     USAGE_FIELD_NUMBER: _builtins.int
     TOTAL_USAGE_FIELD_NUMBER: _builtins.int
+    LIMIT_EXCEEDED_FIELD_NUMBER: _builtins.int
     reason: _builtins.str
     """`InterruptRequest.reason` of the interrupt that stopped the run."""
+    limit_exceeded: _builtins.str
+    """Set when a limit of the session (`StartRequest.limits`) ended it:
+    `deadline_exceeded` or `budget_exceeded`. A COMPLETED session with it set
+    answered in the one pass it was given after the limit passed.
+    """
     @_builtins.property
     def usage(self) -> Global___TokenUsage:
         """The session's own token usage up to this event (not its children's)."""
@@ -1276,10 +1346,11 @@ class Interrupted(_message.Message):
         reason: _builtins.str = ...,
         usage: Global___TokenUsage | None = ...,
         total_usage: Global___TokenUsage | None = ...,
+        limit_exceeded: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["total_usage", b"total_usage", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["reason", b"reason", "total_usage", b"total_usage", "usage", b"usage"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["limit_exceeded", b"limit_exceeded", "reason", b"reason", "total_usage", b"total_usage", "usage", b"usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1294,8 +1365,14 @@ class Completed(_message.Message):
     OUTPUT_JSON_FIELD_NUMBER: _builtins.int
     USAGE_FIELD_NUMBER: _builtins.int
     TOTAL_USAGE_FIELD_NUMBER: _builtins.int
+    LIMIT_EXCEEDED_FIELD_NUMBER: _builtins.int
     output_json: _builtins.str
     """The output, as in the preceding `output` event and `GetStatusResponse.output_json`."""
+    limit_exceeded: _builtins.str
+    """Set when a limit of the session (`StartRequest.limits`) ended it:
+    `deadline_exceeded` or `budget_exceeded`. A COMPLETED session with it set
+    answered in the one pass it was given after the limit passed.
+    """
     @_builtins.property
     def usage(self) -> Global___TokenUsage:
         """The session's own token usage up to this event (not its children's)."""
@@ -1313,10 +1390,11 @@ class Completed(_message.Message):
         output_json: _builtins.str = ...,
         usage: Global___TokenUsage | None = ...,
         total_usage: Global___TokenUsage | None = ...,
+        limit_exceeded: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["total_usage", b"total_usage", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["output_json", b"output_json", "total_usage", b"total_usage", "usage", b"usage"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["limit_exceeded", b"limit_exceeded", "output_json", b"output_json", "total_usage", b"total_usage", "usage", b"usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1481,22 +1559,28 @@ class TokenUsage(_message.Message):
     PROMPT_TOKENS_FIELD_NUMBER: _builtins.int
     COMPLETION_TOKENS_FIELD_NUMBER: _builtins.int
     TOTAL_TOKENS_FIELD_NUMBER: _builtins.int
+    COST_USD_FIELD_NUMBER: _builtins.int
     prompt_tokens: _builtins.int
     """Tokens sent to the model, summed over the session's model calls."""
     completion_tokens: _builtins.int
     """Tokens the model produced, summed likewise."""
     total_tokens: _builtins.int
     """`prompt_tokens + completion_tokens`."""
+    cost_usd: _builtins.float
+    """What the model calls cost in US dollars, where the server knows the model's
+    price (0 otherwise).
+    """
     def __init__(
         self,
         *,
         prompt_tokens: _builtins.int = ...,
         completion_tokens: _builtins.int = ...,
         total_tokens: _builtins.int = ...,
+        cost_usd: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["completion_tokens", b"completion_tokens", "prompt_tokens", b"prompt_tokens", "total_tokens", b"total_tokens"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["completion_tokens", b"completion_tokens", "cost_usd", b"cost_usd", "prompt_tokens", b"prompt_tokens", "total_tokens", b"total_tokens"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1524,6 +1608,8 @@ class GetStatusResponse(_message.Message):
     USAGE_FIELD_NUMBER: _builtins.int
     PARENT_SESSION_ID_FIELD_NUMBER: _builtins.int
     TOTAL_USAGE_FIELD_NUMBER: _builtins.int
+    LIMITS_FIELD_NUMBER: _builtins.int
+    LIMIT_EXCEEDED_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """The session reported on."""
     agent_type: _builtins.str
@@ -1544,6 +1630,10 @@ class GetStatusResponse(_message.Message):
     """Steps the run loop has completed."""
     parent_session_id: _builtins.str
     """`StartRequest.parent_session_id`; empty for a root session."""
+    limit_exceeded: _builtins.str
+    """`deadline_exceeded` or `budget_exceeded` when a limit ended the session's
+    latest turn (see `Completed.limit_exceeded`); empty otherwise.
+    """
     @_builtins.property
     def created_at(self) -> _timestamp_pb2.Timestamp:
         """When the session was created by `Start`."""
@@ -1570,6 +1660,10 @@ class GetStatusResponse(_message.Message):
         total usage of every sub-agent session of this one, recursively.
         """
 
+    @_builtins.property
+    def limits(self) -> Global___SessionLimits:
+        """The session's limits, as they were set when it started (capability `limits`)."""
+
     def __init__(
         self,
         *,
@@ -1587,10 +1681,12 @@ class GetStatusResponse(_message.Message):
         usage: Global___TokenUsage | None = ...,
         parent_session_id: _builtins.str = ...,
         total_usage: Global___TokenUsage | None = ...,
+        limits: Global___SessionLimits | None = ...,
+        limit_exceeded: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "finished_at", b"finished_at", "total_usage", b"total_usage", "updated_at", b"updated_at", "usage", b"usage"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "finished_at", b"finished_at", "limits", b"limits", "total_usage", b"total_usage", "updated_at", b"updated_at", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_type", b"agent_type", "created_at", b"created_at", "error", b"error", "failure_reason", b"failure_reason", "finished_at", b"finished_at", "last_sequence", b"last_sequence", "output_json", b"output_json", "parent_session_id", b"parent_session_id", "session_id", b"session_id", "status", b"status", "step_count", b"step_count", "total_usage", b"total_usage", "updated_at", b"updated_at", "usage", b"usage"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_type", b"agent_type", "created_at", b"created_at", "error", b"error", "failure_reason", b"failure_reason", "finished_at", b"finished_at", "last_sequence", b"last_sequence", "limit_exceeded", b"limit_exceeded", "limits", b"limits", "output_json", b"output_json", "parent_session_id", b"parent_session_id", "session_id", b"session_id", "status", b"status", "step_count", b"step_count", "total_usage", b"total_usage", "updated_at", b"updated_at", "usage", b"usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1787,7 +1883,8 @@ class DescribeResponse(_message.Message):
     @_builtins.property
     def capabilities(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """The optional parts of this contract the service implements: `continue`,
-        `list_sessions`, `human_input` (SubmitInput, suspension), `abort`. A client
+        `list_sessions`, `human_input` (SubmitInput, suspension), `abort`, `limits`
+        (deadlines and budgets, `StartRequest.limits`). A client
         (and the conformance kit) treats an absent one as unimplemented.
         """
 
