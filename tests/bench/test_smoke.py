@@ -158,7 +158,7 @@ def test_bench_parses_a_list_of_loads() -> None:
 
 
 def test_scenario_6_timeline_says_where_in_the_run_latency_was() -> None:
-    from helix_transport.bench.streams import _Latencies
+    from helix_transport.bench.concurrency import _Latencies
 
     latencies = _Latencies(2)
     latencies.samples = [(100.1, 10.0), (100.3, 20.0), (100.35, 40.0), (101.0, 5.0)]
