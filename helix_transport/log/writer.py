@@ -142,7 +142,10 @@ class SessionWriter:
         self._next_sequence = sequence + 1
         raw = text.encode()
         size = len(raw)
-        inner = (_ONE_BYTE[size] if size < 0x80 else varint(size)) + raw
+        # protobuf leaves out an empty string: so does this, to keep the bytes canonical.
+        inner = (
+            (_TEXT_KEY + (_ONE_BYTE[size] if size < 0x80 else varint(size)) + raw) if raw else b""
+        )
         # In protobuf's field order, as ``emit`` serializes: sequence, session, agent
         # type, time, step, then the delta.
         self._pending.append(
@@ -152,8 +155,7 @@ class SessionWriter:
             + _time_field()
             + (_STEP_KEY + varint(self.step) if self.step else b"")
             + _TEXT_DELTA_KEY
-            + varint(len(inner) + 1)
-            + _TEXT_KEY
+            + varint(len(inner))
             + inner
         )
         self._last = None  # not a terminal event
