@@ -43,8 +43,10 @@ def stamp(event: pb.StreamEvent, *, session_id: str, agent_type: str, step: int)
     event.agent_type = agent_type
     if not event.step:
         event.step = step
-    # divmod beats Timestamp.FromNanoseconds, which is pure Python and per event.
-    event.time.seconds, event.time.nanos = divmod(time.time_ns(), 1_000_000_000)
+    # divmod beats Timestamp.FromNanoseconds, which is pure Python and per event; and
+    # ``event.time`` read once: each read builds the sub-message's wrapper.
+    clock = event.time
+    clock.seconds, clock.nanos = divmod(time.time_ns(), 1_000_000_000)
     return event
 
 

@@ -382,7 +382,6 @@ class RunLoop:
         state.usage = self.watch.own = state.usage + usage
 
     async def _call_model(self, state: RunProgress, *, finish_only: bool = False) -> ModelResponse:
-        emit = self.writer.emit
         try:
             config = self.agent.model_config()
         except UsageError as exc:  # a bad HELIX_MODEL_*/HELIX_LLM_* value: say which
@@ -397,7 +396,7 @@ class RunLoop:
             response = await completer.complete(
                 shown,
                 tools=self.agent.tool_schemas()[-1:] if finish_only else self.agent.tool_schemas(),
-                on_text=lambda text: emit(pb.StreamEvent(text_delta=pb.TextDelta(text=text))),
+                on_text=self.writer.emit_text,  # each fragment straight to its encoded event
                 # Retries, timeout and fallbacks (per type, by env) over the extras.
                 settings={**self.agent.model_settings, **config.litellm_settings()},
                 metadata={"session_id": self.session_id, "agent_type": self.agent.name},

@@ -199,7 +199,7 @@ async def _run(
     report: Report, params: Params, scenarios: set[str], stores: list[str], *, metrics: str
 ) -> bool:
     """Run each selected scenario; one that crashes is noted and the rest still run."""
-    from helix_transport.bench import recovery, streams
+    from helix_transport.bench import concurrency, recovery, streams
     from helix_transport.bench._measure import Ids
 
     ids = Ids()
@@ -233,13 +233,18 @@ async def _run(
                         replace(row, setup=f"{row.setup}, metrics on")
                         for row in report.rows[first:]
                     ]
+        if "3" in scenarios:  # issue 50's target 3, once per run (memory store)
+            from helix_transport.bench.small_call import small_call
+
+            calls = small_call(report, workdir, ids, calls=params.sessions)
+            failed |= await _attempt(report, "3 small call", calls)
         if scenarios & {"4", "5", "7"}:
             failed |= await _run_delegation(report, params, scenarios, workdir, ids)
         if "6" in scenarios:
             failed |= await _attempt(
                 report,
                 "6",
-                streams.concurrency(
+                concurrency.concurrency(
                     report,
                     workdir,
                     ids,

@@ -103,6 +103,23 @@ async def latencies_ms(run: Callable[[], Awaitable[object]], count: int) -> list
     return samples
 
 
+async def alternating_ms(
+    first: Callable[[], Awaitable[object]], second: Callable[[], Awaitable[object]], count: int
+) -> tuple[list[float], list[float]]:
+    """Warm up each once, then time ``count`` runs of each, alternating, so a drift
+    of the host's speed hits both alike."""
+    await first()
+    await second()
+    a: list[float] = []
+    b: list[float] = []
+    for _ in range(count):
+        for run, samples in ((first, a), (second, b)):
+            started = time.perf_counter()
+            await run()
+            samples.append((time.perf_counter() - started) * 1000)
+    return a, b
+
+
 # ---------------------------------------------------------------- memory and CPU
 
 

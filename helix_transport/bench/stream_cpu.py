@@ -33,7 +33,7 @@ from helix_transport.bench._measure import cpu_seconds, instrument_without_gc
 from helix_transport.bench._raw import RawCall, raw_process, raw_receive
 from helix_transport.bench._report import percentile
 from helix_transport.bench.agents import leaf_input
-from helix_transport.bench.streams import leaf_service
+from helix_transport.bench.concurrency import leaf_service
 from helix_transport.testing.processes import free_port
 
 Receive = Callable[[int, Callable[[pb.StreamEvent], None]], Coroutine[Any, Any, None]]

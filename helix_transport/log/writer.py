@@ -11,14 +11,56 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 from collections.abc import Sequence
 
 from helix_transport._events import is_terminal, stamp
 from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
-from helix_transport._wire import sequenced_all
+from helix_transport._wire import SEQUENCE_KEY, sequenced_all, varint
 from helix_transport.log.hub import EventHub
 from helix_transport.metrics.instruments import instruments
 from helix_transport.store import Checkpoint, SessionUpdate, Store
+
+_TEXT_DELTA_KEY = b"\x62"
+"""``StreamEvent.text_delta``: field 12, length-delimited."""
+_TEXT_KEY = b"\x0a"
+"""``TextDelta.text``: field 1, length-delimited."""
+_STEP_KEY = b"\x28"
+"""``StreamEvent.step``: field 5, varint."""
+_TIME_KEY = b"\x22"
+"""``StreamEvent.time``: field 4, length-delimited (a ``Timestamp``)."""
+_ONE_BYTE = [bytes((n,)) for n in range(0x80)]
+_seconds: list[tuple[int, bytes]] = [(-1, b"")]
+"""The last second stamped and its ``Timestamp.seconds`` field, encoded."""
+
+
+def _time_field() -> bytes:
+    """``StreamEvent.time``, now, encoded (as ``Timestamp`` lays out seconds and nanos)."""
+    seconds, nanos = divmod(time.time_ns(), 1_000_000_000)
+    last, encoded_seconds = _seconds[0]
+    if seconds != last:
+        encoded_seconds = b"\x08" + varint(seconds)
+        _seconds[0] = (seconds, encoded_seconds)
+    if not nanos:  # as protobuf omits a zero
+        stamp = encoded_seconds
+    elif nanos >= 1 << 28:  # most of the time: five bytes, unrolled (a loop cost as much again)
+        n = nanos
+        stamp = (
+            encoded_seconds
+            + b"\x10"
+            + bytes(
+                (
+                    n & 127 | 128,
+                    n >> 7 & 127 | 128,
+                    n >> 14 & 127 | 128,
+                    n >> 21 & 127 | 128,
+                    n >> 28,
+                )
+            )
+        )
+    else:
+        stamp = encoded_seconds + b"\x10" + varint(nanos)
+    return _TIME_KEY + _ONE_BYTE[len(stamp)] + stamp
 
 
 class SessionWriter:
@@ -65,6 +107,10 @@ class SessionWriter:
         self._task: asyncio.Task[None] | None = None
         self._error: BaseException | None = None
         self._closed = False
+        self._stamp_head = StreamEvent(
+            session_id=self.event_session_id, agent_type=agent_type
+        ).SerializeToString()
+        """What every event of this writer carries, encoded once."""
         hub.expect(session_id, self._next_sequence)
 
     def emit(self, event: StreamEvent, *, defer: bool = False) -> None:
@@ -85,6 +131,35 @@ class SessionWriter:
         self._pending.append(event.SerializeToString())
         self._last = event
         if self._task is None and not defer:
+            self._task = asyncio.create_task(self._drain())
+
+    def emit_text(self, text: str) -> None:
+        """``emit`` of a ``text_delta`` carrying ``text``, encoded straight to bytes: a
+        streamed model's every fragment comes this way."""
+        if self._error is not None:
+            raise self._error
+        sequence = self._next_sequence
+        self._next_sequence = sequence + 1
+        raw = text.encode()
+        size = len(raw)
+        # protobuf leaves out an empty string: so does this, to keep the bytes canonical.
+        inner = (
+            (_TEXT_KEY + (_ONE_BYTE[size] if size < 0x80 else varint(size)) + raw) if raw else b""
+        )
+        # In protobuf's field order, as ``emit`` serializes: sequence, session, agent
+        # type, time, step, then the delta.
+        self._pending.append(
+            SEQUENCE_KEY
+            + (_ONE_BYTE[sequence] if sequence < 0x80 else varint(sequence))
+            + self._stamp_head
+            + _time_field()
+            + (_STEP_KEY + varint(self.step) if self.step else b"")
+            + _TEXT_DELTA_KEY
+            + varint(len(inner))
+            + inner
+        )
+        self._last = None  # not a terminal event
+        if self._task is None:
             self._task = asyncio.create_task(self._drain())
 
     def emit_encoded(self, payloads: Sequence[bytes]) -> None:

@@ -171,7 +171,7 @@ def test_bench_parses_a_list_of_loads() -> None:
 
 
 def test_scenario_6_timeline_says_where_in_the_run_latency_was() -> None:
-    from helix_transport.bench.streams import _Latencies
+    from helix_transport.bench.concurrency import _Latencies
 
     latencies = _Latencies(2)
     latencies.samples = [(100.1, 10.0), (100.3, 20.0), (100.35, 40.0), (101.0, 5.0)]
@@ -185,3 +185,20 @@ def test_scenario_6_timeline_says_where_in_the_run_latency_was() -> None:
         (1.0, 1, 5.0),
     ]
     assert _Latencies(1).timeline(0.0) == {"all_streaming_s": None, "first_end_s": None, "bins": []}
+
+
+def test_scenario_6_poisson_arrivals_keep_as_many_sessions_streaming_on_average() -> None:
+    from helix_transport.bench.concurrency import _Latencies, poisson_arrivals
+
+    arrivals = poisson_arrivals(500, 10.0)
+    assert arrivals == poisson_arrivals(500, 10.0)  # seeded: every run offers the same
+    assert len(arrivals) == 1000 and arrivals == sorted(arrivals) and arrivals[0] > 0
+    # 50 starts/s: the 1,000th comes about 20 s in (a Poisson process's spread, not exact).
+    assert 18.0 < arrivals[-1] < 22.0
+    # Little's law: at the middle arrival on, about 500 sessions of 10 s are streaming.
+    middle = arrivals[500]
+    assert 450 < sum(1 for at in arrivals if middle - 10.0 < at <= middle) < 550
+    latencies = _Latencies(1000)
+    latencies.samples = [(100.0 + at, at) for at in (1.0, middle + 0.5, arrivals[-1] + 1)]
+    assert latencies.between(100.0, arrivals) == [middle + 0.5]
+    assert latencies.between(100.0, []) == []

@@ -482,3 +482,27 @@ async def test_a_write_landing_after_its_run_ended_leaves_no_tail_behind() -> No
     await asyncio.sleep(0.2)
     assert [e.text_delta.text for e in await store.read("s")] == ["late"]
     assert hub.since("s", 0, 10) is None  # no tail: readers go to the store
+
+
+async def test_a_text_fragment_is_logged_as_emit_would_log_its_message() -> None:
+    store = _RecordingAppends()
+    hub = EventHub()
+    writer = await _new_session(store, hub)
+    fragments = ["a", "é" * 100, ""]  # a one-byte size, a two-byte one, an empty fragment
+    for step, text in enumerate(fragments):
+        writer.step = step  # 0: no step field, as emit leaves it
+        writer.emit_text(text)
+        writer.emit(pb.StreamEvent(text_delta=pb.TextDelta(text=text)))
+    await writer.flush()
+    [given] = store.encoded
+    stored = await store.read("s")
+    assert given == [e.SerializeToString() for e in stored]  # canonical, as emit's bytes are
+    for fast, made in zip(stored[::2], stored[1::2], strict=True):
+        assert fast.time.ToNanoseconds() <= made.time.ToNanoseconds()
+        fast.ClearField("time")
+        made.ClearField("time")
+        assert made.sequence == fast.sequence + 1
+        made.sequence = fast.sequence
+        assert fast == made
+    assert [e.step for e in stored[::2]] == [0, 1, 2]
+    assert [e.text_delta.text for e in stored[::2]] == fragments
