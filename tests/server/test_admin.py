@@ -80,7 +80,7 @@ async def test_only_an_admin_of_no_tenant_sweeps(tmp_path: Path) -> None:
             assert line.startswith("would remove ") and line.endswith("/mine")  # alice's key
             assert summary == "would remove 1 session(s) finished more than 0:00:01 ago"
             rc, out, _ = await cli("gc", address, "--retention", "1s", "--token", ALICE)
-            assert rc == 1 and out == ""
+            assert rc == 2 and out == ""  # refused: a usage error (docs/cli.md)
             rc, out, err = await cli("gc", address, "--retention", "1s", "--token", OPS)
             assert rc == 0, err
             assert out.splitlines()[-1] == "removed 1 session(s) finished more than 0:00:01 ago"
@@ -97,4 +97,4 @@ async def test_a_service_without_authentication_has_no_admin() -> None:
         code, details = await _status(server.address, "", _sweep_request(60))
         assert code is grpc.StatusCode.PERMISSION_DENIED and "'anonymous'" in details
         rc, _, err = await cli("gc", server.address, "--retention", "1h")
-        assert rc == 1 and "PERMISSION_DENIED" in err
+        assert rc == 2 and "PERMISSION_DENIED" in err
