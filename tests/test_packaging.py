@@ -270,6 +270,7 @@ def test_the_core_imports_without_any_extra_and_a_missing_one_is_named(tmp_path:
     assert {name: extra for name, (extra, _) in outcome.items()} == {
         "helix_transport.a2a": "a2a",
         "helix_transport.bench.a2a": "a2a",
+        "helix_transport.bench.small_call": "a2a",
         "helix_transport.cli.inspector": "inspect",
         "helix_transport.store.postgres": "postgres",
         "helix_transport.testing.conformance._a2a": "a2a",

@@ -255,14 +255,9 @@ async def _run(
                 ),
             )
         if "8" in scenarios:
-            failed |= await _attempt(
-                report, "8 restart", recovery.restart(report, workdir, ids, runs=params.recoveries)
-            )
-            failed |= await _attempt(
-                report,
-                "8 takeover",
-                recovery.takeover(report, workdir, ids, runs=params.recoveries),
-            )
+            for name, scenario in (("restart", recovery.restart), ("takeover", recovery.takeover)):
+                measured = scenario(report, workdir, ids, runs=params.recoveries)
+                failed |= await _attempt(report, f"8 {name}", measured)
         if "10" in scenarios:
             from helix_transport.bench import a2a
 

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from a2a.client import ClientConfig, create_client
 
 from helix_transport import Agent
+from helix_transport._optional import requires
 from helix_transport.agent.model import ModelResponse, ToolCall
 from helix_transport.agent.tools import FINISH_TOOL
 from helix_transport.bench._measure import Ids, check_completed, latencies_ms
@@ -30,6 +30,9 @@ from helix_transport.bench.streams import bench_store
 from helix_transport.server.app import create_server
 from helix_transport.store import Usage
 from helix_transport.transport import AgentClient
+
+with requires("a2a", "the small-call row (its baseline is the A2A reference)"):
+    from a2a.client import ClientConfig, create_client
 
 
 class InstantModel:

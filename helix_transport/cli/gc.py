@@ -11,6 +11,7 @@ import urllib.parse
 from datetime import timedelta
 
 from helix_transport._exceptions import UsageError
+from helix_transport._optional import requires
 from helix_transport.cli.durations import EXAMPLES, positive_duration_arg
 from helix_transport.cli.flags import client_auth, client_options
 from helix_transport.cli.jsonout import dumps
@@ -135,7 +136,8 @@ async def require_existing_store(url: str) -> None:
 
 
 async def _postgres_schema_exists(dsn: str, schema: str) -> bool:
-    import asyncpg  # type: ignore[import-untyped]
+    with requires("postgres", "the PostgreSQL store (postgresql://)"):
+        import asyncpg  # type: ignore[import-untyped]
 
     from helix_transport._exceptions import StoreUnavailable
 

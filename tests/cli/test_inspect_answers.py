@@ -109,7 +109,9 @@ async def test_an_approval_and_a_denial_from_the_page(
         await page.wait_for_selector(".answer-result:has-text('approved (looks fine): sent')")
         await page.wait_for_selector(node(page, "ask-1", "completed"))
         await page.wait_for_selector("#tree-state[data-state='ended']")
-        assert await page.locator(".request").count() == 0
+        # Nothing waits any more; the answered request stays, marked, with its outcome.
+        assert await page.locator(".request:not(.answered)").count() == 0
+        assert await page.locator(".request.answered").count() == 1
         assert '"sent_to": "ops@example.com"' in (await page.text_content("#node-output") or "")
         answered = page.locator("#timeline li[data-kind='input_answered'] .what")
         assert "approved" in (await answered.text_content() or "")

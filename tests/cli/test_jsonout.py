@@ -16,7 +16,9 @@ def test_numbers_parsed_json_statuses_and_times() -> None:
     assert shown["last_sequence"] == 2**40 and shown["status"] == "interrupted"
     assert shown["output"] == {"a": [1, 2]} and "output_json" not in shown
     assert shown["created_at"] == "2026-11-26T10:00:00.500000Z" and shown["finished_at"] is None
-    assert shown["usage"] == {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+    assert shown["usage"] == {
+        "prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0, "cost_usd": 0.0,
+    }  # fmt: skip
 
 
 def test_a_oneof_shows_its_member_maps_and_nested_events() -> None:

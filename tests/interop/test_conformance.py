@@ -212,7 +212,7 @@ async def test_cli_prints_the_table_and_exits_zero(start_node: StartNode) -> Non
     assert "input_json.text: Input should be a valid string" in text
     # Skipped: what its Describe does not list, and the wait checks (a run this fast
     # may end before the kit polls it), none failed.
-    assert re.search(r"\n33 checks: \d+ passed, 0 failed, \d+ skipped$", text.rstrip()), text
+    assert re.search(r"\n35 checks: \d+ passed, 0 failed, \d+ skipped$", text.rstrip()), text
 
 
 async def test_cli_exits_non_zero_when_nothing_listens() -> None:

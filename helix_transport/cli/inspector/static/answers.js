@@ -22,10 +22,15 @@ export function renderRequests(tree, target) {
   if (tree) walk(tree);
   const keys = new Set(pending.map(key));
   for (const [k, item] of shown) {
-    if (!keys.has(k)) {
-      item.remove();
-      shown.delete(k);
+    if (keys.has(k)) continue;
+    if (item.dataset.answered === "true") {
+      // Answered from this page: its answer's outcome stays in view (the tree may see
+      // the request answered before the answer's own reply comes back).
+      item.classList.add("answered");
+      continue;
     }
+    item.remove();
+    shown.delete(k);
   }
   const list = document.getElementById("requests");
   for (const request of pending) {
@@ -35,7 +40,8 @@ export function renderRequests(tree, target) {
       list.append(item);
     }
   }
-  document.getElementById("requests-panel").hidden = pending.length === 0;
+  const answered = [...shown.values()].some((item) => item.dataset.answered === "true");
+  document.getElementById("requests-panel").hidden = pending.length === 0 && !answered;
 }
 
 export function clearRequests() {
@@ -68,6 +74,7 @@ function requestItem(request, target) {
     ],
   );
   const send = async (answer) => {
+    item.dataset.answered = "true";
     for (const button of item.querySelectorAll("button")) button.disabled = true;
     result.textContent = "sending…";
     const { sessionId, address } = target();
@@ -84,6 +91,7 @@ function requestItem(request, target) {
         : `${body.answer}: already answered so; nothing changed`;
     } catch (error) {
       result.textContent = `answer failed: ${error.message || error}`;
+      item.dataset.answered = "";
       for (const button of item.querySelectorAll("button")) button.disabled = false;
     }
   };
