@@ -50,7 +50,10 @@ from helix_transport.a2a.mapping import METADATA_KEY, TERMINAL_TASK_STATES, sess
 from helix_transport.agent.blockage import BlockedChild
 from helix_transport.agent.tools import ToolContext, ToolError, derived_session_id, reserve_children
 from helix_transport.delegation.cascade import Cascade
-from helix_transport.delegation.child_records import subagent_ended, subagent_started
+from helix_transport.delegation.child_records import (
+    record_child_end,
+    subagent_started,
+)
 from helix_transport.delegation.forwarding import forwarded_so_far
 from helix_transport.store import SubSessionRef, pages
 
@@ -300,29 +303,9 @@ class A2AChildCall:
         return json.loads(end.output_json)
 
     async def _end(self, status: SessionStatus, *, output_json: str = "", error: str = "") -> Any:
-        ctx = self.ctx
-        ctx.run.blockage.unblock(ctx.tool_call_id)
-        ctx.run.hooks.on_delegation_end(
-            tool_call_id=ctx.tool_call_id,
-            child_session_id=self.child_id,
-            status=status,
-            error=error,
-        )
-        ctx.emit(
-            subagent_ended(
-                tool_call_id=ctx.tool_call_id,
-                child_id=self.child_id,
-                agent_type=self.agent_type,
-                status=status,
-                output_json=output_json,
-                error=error,
-            )
-        )
-        await asyncio.gather(
-            ctx.run.flush(),
-            self._save(
-                status=status, output_json=output_json, error=error, completed_at=time.time()
-            ),
+        self.ctx.run.blockage.unblock(self.ctx.tool_call_id)
+        self.ref = await record_child_end(
+            self.ctx, self.ref, status=status, output_json=output_json, error=error
         )
         if status is not SessionStatus.COMPLETED:
             raise ToolError(error)

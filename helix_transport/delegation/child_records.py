@@ -4,6 +4,8 @@ in the parent's log, and its ref in the parent's store."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import json
 import time
 from collections.abc import Mapping
@@ -113,3 +115,41 @@ async def save_child_ref(
             error=error,
         )
     )
+
+
+async def record_child_end(
+    ctx: ToolContext,
+    ref: SubSessionRef,
+    *,
+    status: SessionStatus,
+    output_json: str = "",
+    error: str = "",
+) -> SubSessionRef:
+    """A call's child ended: the delegation hook, ``subagent_ended`` in the parent's log,
+    and the ref saved ended; returns that ref.
+
+    The log and the ref are written side by side, not one after the other: after a
+    crash the parent's log, not the ref, says what was forwarded (``ForwardedSoFar``),
+    so either may land first.
+    """
+    ctx.run.hooks.on_delegation_end(
+        tool_call_id=ctx.tool_call_id,
+        child_session_id=ref.child_session_id,
+        status=status,
+        error=error,
+    )
+    ctx.emit(
+        subagent_ended(
+            tool_call_id=ctx.tool_call_id,
+            child_id=ref.child_session_id,
+            agent_type=ref.agent_type,
+            status=status,
+            output_json=output_json,
+            error=error,
+        )
+    )
+    ended = dataclasses.replace(
+        ref, status=status, output_json=output_json, error=error, completed_at=time.time()
+    )
+    await asyncio.gather(ctx.run.flush(), ctx.run.store.put_subsession_ref(ended))
+    return ended

@@ -49,7 +49,7 @@ from helix_transport.agent.tools import (
 from helix_transport.delegation.cascade import Cascade
 from helix_transport.delegation.child_records import (
     child_metadata,
-    subagent_ended,
+    record_child_end,
     subagent_started,
 )
 from helix_transport.delegation.forwarding import forward_child, forwarded_so_far, new_child
@@ -342,30 +342,8 @@ class _ChildCall:
         return pb.StreamEvent(terminated=pb.Terminated())
 
     async def _end(self, status: SessionStatus, *, output_json: str = "", error: str = "") -> Any:
-        ctx = self.ctx
-        ctx.run.hooks.on_delegation_end(
-            tool_call_id=ctx.tool_call_id,
-            child_session_id=self.child_id,
-            status=status,
-            error=error,
-        )
-        ctx.emit(
-            subagent_ended(
-                tool_call_id=ctx.tool_call_id,
-                child_id=self.child_id,
-                agent_type=self.agent_type,
-                status=status,
-                output_json=output_json,
-                error=error,
-            )
-        )
-        # Side by side, not one after the other: after a crash the parent's log, not the
-        # ref, says what was forwarded (see ForwardedSoFar), so either may land first.
-        await asyncio.gather(
-            ctx.run.flush(),
-            self._save(
-                status=status, output_json=output_json, error=error, completed_at=time.time()
-            ),
+        self.ref = await record_child_end(
+            self.ctx, self.ref, status=status, output_json=output_json, error=error
         )
         if status is not SessionStatus.COMPLETED:
             raise ToolError(error)
