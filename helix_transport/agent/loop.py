@@ -202,7 +202,10 @@ class RunLoop:
                 case FinalOutput(output_json=output_json):
                     state.step = step
                     try:
-                        held = await self._race(self._held(state))
+                        # No hook, nothing to hold: no race (two tasks a call) for it.
+                        held = (
+                            await self._race(self._held(state)) if self.agent.finish_hooks else []
+                        )
                     except WaitingForChildren as parked:  # its tasks all wait for people
                         blocked = {c.child_session_id: c for c in parked.children}
                         return await self._suspend(state, blocked)
