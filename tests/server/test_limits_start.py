@@ -36,7 +36,8 @@ async def test_a_grpc_deadline_is_the_deadline_only_without_limits() -> None:
         given = SessionLimits.within(600, budget_tokens=0)
         await client.start(INPUT, session_id="given", limits=given)
         statuses = {s: await client.get_status(s) for s in ("empty", "client", "given")}
-    assert before + 29 < raw.deadline.ToNanoseconds() / 1e9 <= time.time() + 30
+    # The call's 30 s, less however long the Start took to arrive (seconds on a loaded host).
+    assert before + 20 < raw.deadline.ToNanoseconds() / 1e9 <= time.time() + 30
     assert not raw.HasField("budget_tokens")
     for name in ("empty", "client"):
         assert statuses[name].limits == pb.SessionLimits(), name
