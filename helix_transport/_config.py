@@ -270,6 +270,9 @@ class ServerConfig:
     a2a_url: str | None = None
     """The base URL the Agent Card names (behind a proxy or ingress); default the
     endpoint's own ``http://host:port``."""
+    a2a_card_key: str | None = None
+    """A PEM private key file (RSA, EC, Ed25519) that signs the Agent Card (a JWS,
+    ``docs/a2a.md``; needs ``a2a_port``); ``None``: the card is unsigned."""
     client: ClientConfig = ClientConfig.default
     """How this server's agents call other agent services (remote sub-agents)."""
     allow_volatile_store: bool | None = None
@@ -296,6 +299,8 @@ class ServerConfig:
             self.a2a_port is None or not 0 <= self.a2a_grpc_port <= 65535
         ):
             raise UsageError("a2a_grpc_port must be 0-65535, with an a2a_port")
+        if self.a2a_card_key and self.a2a_port is None:
+            raise UsageError("a2a_card_key signs the A2A card: it needs an a2a_port")
         if self.lease_ttl_s <= 0 or self.graceful_shutdown_timeout_s < 0:
             raise UsageError("lease_ttl_s must be positive and graceful_shutdown_timeout_s >= 0")
         if self.retention_s is not None and not self.retention_s > 0:

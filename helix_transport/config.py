@@ -87,6 +87,7 @@ VARIABLES: Final[tuple[Variable, ...]] = (
     _v("HELIX_HEALTH_PORT", "port", "-", "plaintext health-only port (`--health-port`)"),
     _v("HELIX_A2A_PORT", "port", "-", "also serve A2A on this port (`--a2a-port`)"),
     _v("HELIX_A2A_URL", "text", "-", "base URL the Agent Card names (`--a2a-url`)"),
+    _v("HELIX_A2A_CARD_KEY", "path", "-", "private key signing the Agent Card (`--a2a-card-key`)"),
     _v("HELIX_METRICS_PORT", "port", "-", "Prometheus `/metrics` port (`--metrics-port`)"),
     _v("HELIX_RETENTION", "duration", "off", "remove sessions finished this long ago"),
     _v("HELIX_ADMIN_PRINCIPALS", "list", "-", "principals that may call the admin RPC"),
@@ -273,6 +274,10 @@ class Environment:
     def a2a_url(self) -> str | None:
         """``HELIX_A2A_URL``; None when unset."""
         return self.get("HELIX_A2A_URL") or None
+
+    def a2a_card_key(self) -> str | None:
+        """``HELIX_A2A_CARD_KEY``; None when unset."""
+        return self.get("HELIX_A2A_CARD_KEY") or None
 
     def store_url(self, default: str) -> str:
         """``HELIX_STORE_URL``, else ``default``."""

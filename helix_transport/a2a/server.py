@@ -34,6 +34,7 @@ from helix_transport._exceptions import Unauthenticated, UsageError
 from helix_transport.a2a.card import JSONRPC_PATH, REST_PATH, agent_card
 from helix_transport.a2a.grpc_binding import grpc_server
 from helix_transport.a2a.handler import BEARER, PRINCIPAL, HelixRequestHandler
+from helix_transport.a2a.signing import CardKey, sign_card
 from helix_transport.server.edge import SessionsEdge
 
 logger = logging.getLogger("helix.a2a")
@@ -98,9 +99,11 @@ def create_app(
     base_url: str,
     grpc_target: str | None = None,
     handler: HelixRequestHandler | None = None,
+    card_key: CardKey | None = None,
 ) -> ASGIApp:
     """The ASGI app of ``edge``'s A2A endpoint, its card naming ``base_url`` (and
-    ``grpc_target``, the gRPC binding's ``host:port``, when there is one)."""
+    ``grpc_target``, the gRPC binding's ``host:port``, when there is one), signed by
+    ``card_key`` when given."""
     handler = handler or HelixRequestHandler(edge)
     card = agent_card(
         edge.describe(),
@@ -108,6 +111,9 @@ def create_app(
         authenticates=edge.authenticates,
         grpc_target=grpc_target,
     )
+    if card_key is not None:
+        card = sign_card(card, card_key)  # last: the signature covers every field
+        logger.info("Agent Card signed (%s, key id %s)", card_key.algorithm, card_key.key_id)
     builder = _ContextBuilder()
     routes: list[Any] = [
         *create_agent_card_routes(card),
@@ -119,7 +125,7 @@ def create_app(
 
 class A2AEndpoint:
     """An agent service's A2A endpoint on ``host:port`` (0 picks a port), and its gRPC
-    binding on ``grpc_port`` when given (0 picks one).
+    binding on ``grpc_port`` when given (0 picks one); its card signed by ``card_key``.
 
     The ports are bound here (a port in use fails now, with the gRPC port's message);
     ``start()`` serves, ``shutdown()`` closes open streams and stops.
@@ -133,6 +139,7 @@ class A2AEndpoint:
         port: int,
         public_url: str | None = None,
         grpc_port: int | None = None,
+        card_key: CardKey | None = None,
     ) -> None:
         self._socket = _bind(host, port)
         self.port: int = self._socket.getsockname()[1]
@@ -150,7 +157,11 @@ class A2AEndpoint:
         )
         """The ``host:port`` the card names for the gRPC binding."""
         self.app = create_app(
-            edge, base_url=self.url, grpc_target=self.grpc_target, handler=handler
+            edge,
+            base_url=self.url,
+            grpc_target=self.grpc_target,
+            handler=handler,
+            card_key=card_key,
         )
         config = uvicorn.Config(
             self.app, log_level="warning", lifespan="off", timeout_graceful_shutdown=1

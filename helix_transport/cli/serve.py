@@ -101,6 +101,7 @@ def _server_config(args: argparse.Namespace, env: Environment) -> ServerConfig:
         a2a_port=args.a2a_port,
         a2a_url=args.a2a_url,
         a2a_grpc_port=args.a2a_grpc_port,
+        a2a_card_key=args.a2a_card_key,
         retention_s=None if retention is None else retention.total_seconds(),
         admins=tuple(args.admin_principal) if args.admin_principal else env.admins(),
         # Unset (None) leaves it to HELIX_ALLOW_VOLATILE_STORE.
@@ -253,6 +254,11 @@ def _a2a_options(parser: argparse.ArgumentParser, env: Environment) -> None:
         "--a2a-url",
         default=env.a2a_url(),
         help="base URL the Agent Card names, behind a proxy (HELIX_A2A_URL)",
+    )
+    parser.add_argument(
+        "--a2a-card-key",
+        default=env.a2a_card_key(),
+        help="PEM private key (RSA, EC, Ed25519) that signs the Agent Card (HELIX_A2A_CARD_KEY)",
     )
 
 

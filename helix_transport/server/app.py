@@ -259,6 +259,7 @@ def _a2a_endpoint(
         return None
     # Imported here: a service without an A2A port never loads the SDK's server.
     from helix_transport.a2a.server import A2AEndpoint
+    from helix_transport.a2a.signing import read_card_key
     from helix_transport.server.edge import SessionsEdge
 
     edge = SessionsEdge(servicer, auth.authenticator)
@@ -268,6 +269,7 @@ def _a2a_endpoint(
         port=config.a2a_port,
         public_url=config.a2a_url,
         grpc_port=config.a2a_grpc_port,
+        card_key=read_card_key(config.a2a_card_key) if config.a2a_card_key else None,
     )
 
 
