@@ -35,7 +35,7 @@ from helix_transport._exceptions import (
     SessionStateConflict,
 )
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
-from helix_transport.a2a import mapping, tasks
+from helix_transport.a2a import mapping, tasks, tenancy
 from helix_transport.server.edge import ANONYMOUS, Principal, SessionsEdge
 from helix_transport.tree import PendingRequest
 
@@ -76,17 +76,21 @@ class HelixRequestHandler(RequestHandler):
     def __init__(self, edge: SessionsEdge) -> None:
         self.edge = edge
 
-    def _as_caller(self, context: ServerCallContext) -> contextlib.AbstractContextManager[None]:
+    def _as_caller(
+        self, context: ServerCallContext, params: object = None
+    ) -> contextlib.AbstractContextManager[None]:
         principal: Principal = context.state.get(PRINCIPAL, ANONYMOUS)
         if self.edge.authenticates and principal == ANONYMOUS:
             # The middleware refuses first; a handler reached without it is refused too.
             raise InvalidRequestError("unauthenticated")
+        if params is not None:  # A2A's tenant: the caller's, or refused (tenancy.py)
+            tenancy.check(params, context, principal)
         return self.edge.acting_as(principal, context.state.get(BEARER))
 
     # -- reading ----------------------------------------------------------------
 
     async def on_get_task(self, params: a2a.GetTaskRequest, context: ServerCallContext) -> a2a.Task:
-        with self._as_caller(context), a2a_errors():
+        with self._as_caller(context, params), a2a_errors():
             return await self._task(params.id)
 
     async def _task(self, task: str) -> a2a.Task:
@@ -110,6 +114,8 @@ class HelixRequestHandler(RequestHandler):
         self, params: a2a.ListTasksRequest, context: ServerCallContext
     ) -> a2a.ListTasksResponse:
         with self._as_caller(context), a2a_errors():
+            if tenancy.foreign(params, context, context.state.get(PRINCIPAL, ANONYMOUS)):
+                return a2a.ListTasksResponse()  # the caller has no task in another tenant
             if params.context_id:  # one conversation: its session's latest task
                 try:
                     found = [await self._latest_task(params.context_id)]
@@ -150,7 +156,7 @@ class HelixRequestHandler(RequestHandler):
     async def on_cancel_task(
         self, params: a2a.CancelTaskRequest, context: ServerCallContext
     ) -> a2a.Task:
-        with self._as_caller(context), a2a_errors():
+        with self._as_caller(context, params), a2a_errors():
             session_id, _ = tasks.split_task_id(params.id)
             before = await self._task(params.id)
             if before.status.state in mapping.TERMINAL_TASK_STATES:
@@ -181,7 +187,7 @@ class HelixRequestHandler(RequestHandler):
     async def on_message_send_stream(
         self, params: a2a.SendMessageRequest, context: ServerCallContext
     ) -> AsyncGenerator[Event]:
-        with self._as_caller(context):
+        with self._as_caller(context, params):
             with a2a_errors():
                 task, from_sequence = await self._send(params.message)
                 session_id, _ = tasks.split_task_id(task)
@@ -250,7 +256,7 @@ class HelixRequestHandler(RequestHandler):
     async def on_subscribe_to_task(
         self, params: a2a.SubscribeToTaskRequest, context: ServerCallContext
     ) -> AsyncGenerator[Event]:
-        with self._as_caller(context):
+        with self._as_caller(context, params):
             with a2a_errors():
                 session_id, turn = tasks.split_task_id(params.id)
                 snapshot = await self._task(params.id)

@@ -28,6 +28,7 @@ from a2a.server.routes import (
 from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH
 from starlette.applications import Starlette
 from starlette.requests import Request
+from starlette.routing import Mount
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from helix_transport._exceptions import Unauthenticated, UsageError
@@ -118,7 +119,9 @@ def create_app(
     routes: list[Any] = [
         *create_agent_card_routes(card),
         *create_jsonrpc_routes(handler, JSONRPC_PATH, context_builder=builder),
-        *create_rest_routes(handler, context_builder=builder, path_prefix=REST_PATH),
+        # Mounted rather than prefixed: the SDK puts its tenant routes at
+        # /{tenant}<prefix>/..., while its client sends <interface url>/{tenant}/...
+        Mount(REST_PATH, routes=create_rest_routes(handler, context_builder=builder)),
     ]
     return _Authenticate(Starlette(routes=routes), edge)
 
