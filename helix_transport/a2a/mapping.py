@@ -180,15 +180,23 @@ def is_text(event: pb.StreamEvent) -> bool:
     return event.WhichOneof("payload") == "text_delta"
 
 
+TEXT_RUN_CHARS = 65_536
+"""A run of joined text deltas stops once its text is this long (one SSE event each:
+a replay of a long answer is several updates, not one huge one)."""
+
+
 def runs(events: Sequence[pb.StreamEvent]) -> Iterator[Sequence[pb.StreamEvent]]:
     """``events`` (consecutive in the log) cut into what becomes one update each: a run
-    of consecutive top-level text deltas, or one other event; in order."""
+    of consecutive top-level text deltas (up to ``TEXT_RUN_CHARS``), or one other
+    event; in order."""
     start = 0
     count = len(events)
     while start < count:
         end = start + 1
         if is_text(events[start]):
-            while end < count and is_text(events[end]):
+            size = len(events[start].text_delta.text)
+            while end < count and size < TEXT_RUN_CHARS and is_text(events[end]):
+                size += len(events[end].text_delta.text)
                 end += 1
         yield events[start:end]
         start = end

@@ -19,6 +19,8 @@ from a2a.types import a2a_pb2 as a2a
 from google.protobuf import json_format
 
 from helix_transport import ServerConfig, create_server
+from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
+from helix_transport.a2a import mapping
 from helix_transport.a2a.handler import FROM_SEQUENCE_HEADER
 from helix_transport.bench.agents import leaf
 from helix_transport.store import MemoryStore
@@ -120,3 +122,14 @@ async def test_the_conformance_kit_passes_on_joined_text() -> None:
     found = re.search(r": (\d+) updates, 1\.\.(\d+),", stream.detail)
     assert found, stream.detail
     assert int(found[1]) < int(found[2]) - 1000  # the kit saw them joined
+
+
+def test_a_run_of_text_stops_at_its_size_limit() -> None:
+    def delta(sequence: int, text: str) -> pb.StreamEvent:
+        return pb.StreamEvent(sequence=sequence, session_id="s", text_delta=pb.TextDelta(text=text))
+
+    big = "y" * (mapping.TEXT_RUN_CHARS // 2)
+    events = [delta(1, "a"), delta(2, big), delta(3, big), delta(4, "b")]
+    events.append(pb.StreamEvent(sequence=5, session_id="s", output=pb.Output(output_json="1")))
+    events.append(delta(6, "c"))
+    assert [[e.sequence for e in run] for run in mapping.runs(events)] == [[1, 2, 3], [4], [5], [6]]
