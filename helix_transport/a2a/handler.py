@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Sequence
 from typing import Any
 
 from a2a.server.context import ServerCallContext
@@ -189,16 +189,16 @@ class HelixRequestHandler(RequestHandler):
     ) -> AsyncGenerator[Event]:
         with self._as_caller(context, params):
             with a2a_errors():
-                task, from_sequence = await self._send(params.message)
+                task, from_sequence, text_open = await self._send(params.message)
                 session_id, _ = tasks.split_task_id(task)
                 snapshot = await self._task(task)
             yield snapshot
-            async for event in self._events(task, session_id, from_sequence):
+            async for event in self._events(task, session_id, from_sequence, text_open):
                 yield event
 
-    async def _send(self, message: a2a.Message) -> tuple[str, int]:
-        """Start (or continue, or answer) what ``message`` asks; the task and the
-        sequence its stream follows from."""
+    async def _send(self, message: a2a.Message) -> tuple[str, int, bool]:
+        """Start (or continue, or answer) what ``message`` asks; the task, the sequence
+        its stream follows from and whether its ``text`` artifact was begun by then."""
         if not message.message_id:
             raise InvalidParamsError("message.message_id: required", data={"field": "messageId"})
         if message.task_id:
@@ -214,11 +214,11 @@ class HelixRequestHandler(RequestHandler):
         request = pb.StartRequest(session_id=session_id, input_json=input_json)
         request.metadata["a2a.message_id"] = message.message_id
         await self.edge.start(request)
-        return tasks.task_id(session_id), 0
+        return tasks.task_id(session_id), 0, False
 
     async def _continue(
         self, session_id: str, message: a2a.Message, events: list[pb.StreamEvent]
-    ) -> tuple[str, int]:
+    ) -> tuple[str, int, bool]:
         """A message in an existing conversation: its session's next turn."""
         text = "".join(p.text for p in message.parts if p.HasField("text"))
         fresh = any(p.HasField("data") for p in message.parts)
@@ -228,9 +228,9 @@ class HelixRequestHandler(RequestHandler):
         continued = await self.edge.continue_turn(
             pb.ContinueRequest(session_id=session_id, turn=turn, message=text, fresh=fresh)
         )
-        return tasks.task_id(session_id, continued.turn), continued.from_sequence
+        return tasks.task_id(session_id, continued.turn), continued.from_sequence, False
 
-    async def _answer(self, message: a2a.Message) -> tuple[str, int]:
+    async def _answer(self, message: a2a.Message) -> tuple[str, int, bool]:
         """A message on a task waiting for input answers one of its requests."""
         session_id, turn = tasks.split_task_id(message.task_id)
         status = await self.edge.status(session_id)
@@ -249,7 +249,8 @@ class HelixRequestHandler(RequestHandler):
             field, problem = exc.args
             raise InvalidParamsError(f"{field}: {problem}", data={"field": field}) from None
         await self.edge.submit_input(request)
-        return message.task_id, status.last_sequence
+        text_open = tasks.text_started(tasks.turn_events(events, turn), status.last_sequence)
+        return message.task_id, status.last_sequence, text_open
 
     # -- following --------------------------------------------------------------
 
@@ -263,31 +264,53 @@ class HelixRequestHandler(RequestHandler):
                 events = tasks.turn_events(await self.edge.read(session_id), turn)
                 first = events[0].sequence - 1 if events else 0
                 from_sequence = max(first, _from_sequence_header(context))
+                text_open = tasks.text_started(events, from_sequence)
             yield snapshot
             if snapshot.status.state in mapping.TERMINAL_TASK_STATES:
                 # Ended: its events are replayed from the log, then the stream ends.
-                for logged in events:
-                    if logged.sequence > from_sequence:
-                        yield mapping.stream_event(logged, task_id=params.id, context_id=session_id)
+                rest = [logged for logged in events if logged.sequence > from_sequence]
+                for run in mapping.runs(rest):
+                    yield self._update(run, params.id, session_id, text_open)
+                    text_open = text_open or mapping.is_text(run[0])
                 return
-            async for event in self._events(params.id, session_id, from_sequence):
+            async for event in self._events(params.id, session_id, from_sequence, text_open):
                 yield event
 
-    async def _events(self, task: str, session_id: str, from_sequence: int) -> AsyncIterator[Event]:
+    async def _events(
+        self, task: str, session_id: str, from_sequence: int, text_open: bool
+    ) -> AsyncIterator[Event]:
         """The task's events after ``from_sequence`` until its turn ends or it waits for
-        input (A2A ends a stream at input-required; the answer opens the next)."""
+        input (A2A ends a stream at input-required; the answer opens the next).
+
+        What one batch of the log holds (a reader behind the writer gets many events
+        at once) is sent as fewer updates: its consecutive text deltas as one
+        (``mapping.runs``); nothing waits for more. ``text_open``: the ``text``
+        artifact was begun before ``from_sequence`` (its next chunk appends)."""
         with a2a_errors():
             async for batch in self.edge.follow(session_id, from_sequence=from_sequence):
-                for event in batch:
+                for run in mapping.runs(batch):
+                    event = run[0]
                     pending: tuple[PendingRequest, ...] = ()
                     suspended = event.WhichOneof("payload") == "suspended"
                     if suspended:
                         pending = tuple(tasks.pending_requests(await self.edge.read(session_id)))
-                    yield mapping.stream_event(
-                        event, task_id=task, context_id=session_id, pending=pending
-                    )
+                    yield self._update(run, task, session_id, text_open, pending)
                     if suspended:
                         return
+                    text_open = text_open or mapping.is_text(event)
+
+    @staticmethod
+    def _update(
+        run: Sequence[pb.StreamEvent],
+        task: str,
+        session_id: str,
+        text_open: bool,
+        pending: Sequence[PendingRequest] = (),
+    ) -> Event:
+        """The one update of ``run`` (``mapping.runs``)."""
+        if mapping.is_text(run[0]):
+            return mapping.text_update(run, task_id=task, context_id=session_id, append=text_open)
+        return mapping.stream_event(run[0], task_id=task, context_id=session_id, pending=pending)
 
     # -- not offered ------------------------------------------------------------
 

@@ -21,12 +21,16 @@ Every helix event becomes one A2A stream event, carrying in its metadata
 ``{"helix": {"sequence": n, "kind": k, "session_id": s, "path": [...]}}``: the
 root log's ``sequence`` (the resume point), the innermost event's kind and session,
 and the session ids from the root down to it (for a forwarded ``ChildEvent``).
+Except: consecutive top-level ``text_delta`` events already in hand together (a
+reader behind the writer) become ONE ``text`` artifact update, their text joined,
+``sequence`` the last one covered and ``first_sequence`` the first (present only when
+it covers more than one).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from a2a.types import a2a_pb2 as a2a
@@ -171,22 +175,88 @@ def message_id(task_id: str, sequence: int) -> str:
     return f"{task_id}:{sequence}"
 
 
+def is_text(event: pb.StreamEvent) -> bool:
+    """Whether ``event`` is a top-level ``text_delta`` (the ``text`` artifact's)."""
+    return event.WhichOneof("payload") == "text_delta"
+
+
+TEXT_RUN_CHARS = 65_536
+"""A run of joined text deltas stops once its text is this long (one SSE event each:
+a replay of a long answer is several updates, not one huge one)."""
+
+
+def runs(events: Sequence[pb.StreamEvent]) -> Iterator[Sequence[pb.StreamEvent]]:
+    """``events`` (consecutive in the log) cut into what becomes one update each: a run
+    of consecutive top-level text deltas (up to ``TEXT_RUN_CHARS``), or one other
+    event; in order."""
+    start = 0
+    count = len(events)
+    while start < count:
+        end = start + 1
+        if is_text(events[start]):
+            size = len(events[start].text_delta.text)
+            while end < count and size < TEXT_RUN_CHARS and is_text(events[end]):
+                size += len(events[end].text_delta.text)
+                end += 1
+        yield events[start:end]
+        start = end
+
+
+def text_update(
+    run: Sequence[pb.StreamEvent], *, task_id: str, context_id: str, append: bool
+) -> a2a.TaskArtifactUpdateEvent:
+    """ONE ``text`` artifact update for ``run``, consecutive top-level text deltas.
+
+    ``append`` is False for the artifact's first chunk (the client does not have the
+    artifact yet). Built directly: a reader that keeps up gets one per delta, so no
+    event walk (``helix_metadata``) for what is known.
+    """
+    last = run[-1]
+    helix: dict[str, Any] = {
+        "sequence": last.sequence,
+        "kind": "text_delta",
+        "session_id": last.session_id,
+        "path": [last.session_id],
+    }
+    if len(run) > 1:
+        helix["first_sequence"] = run[0].sequence
+    text = last.text_delta.text if len(run) == 1 else "".join(e.text_delta.text for e in run)
+    update = a2a.TaskArtifactUpdateEvent(task_id=task_id, context_id=context_id, append=append)
+    update.artifact.artifact_id = TEXT_ARTIFACT
+    update.artifact.name = TEXT_ARTIFACT
+    update.artifact.parts.add(text=text)
+    update.metadata.update({METADATA_KEY: helix})
+    return update
+
+
+def covered(update: a2a.TaskStatusUpdateEvent | a2a.TaskArtifactUpdateEvent) -> tuple[int, int]:
+    """``(first, last)``: the sequences of the root's log an update of ours covers."""
+    helix = update.metadata.fields[METADATA_KEY].struct_value.fields
+    last = int(helix["sequence"].number_value)
+    first = helix["first_sequence"].number_value if "first_sequence" in helix else last
+    return int(first), last
+
+
 def stream_event(
     event: pb.StreamEvent,
     *,
     task_id: str,
     context_id: str,
     pending: Sequence[PendingRequest] = (),
+    append: bool = True,
 ) -> a2a.TaskStatusUpdateEvent | a2a.TaskArtifactUpdateEvent:
     """The A2A stream event of one event of the root session's log.
 
-    ``output`` is the ``output`` artifact; a top-level ``text_delta`` is appended to
-    the ``text`` artifact; ``suspended`` is ``input-required`` with ``pending`` as its
-    message's data; a terminal event is the final state; every other event (the
-    children's, forwarded, too) is a ``working`` status whose message's data part is
-    the helix event whole.
+    ``output`` is the ``output`` artifact; a top-level ``text_delta`` is a chunk of
+    the ``text`` artifact (``append``: not its first, see ``text_update``);
+    ``suspended`` is ``input-required`` with ``pending`` as its message's data; a
+    terminal event is the final state; every other event (the children's,
+    forwarded, too) is a ``working`` status whose message's data part is the helix
+    event whole.
     """
     kind = event.WhichOneof("payload")
+    if kind == "text_delta":
+        return text_update([event], task_id=task_id, context_id=context_id, append=append)
     metadata = struct({METADATA_KEY: helix_metadata(event)})
     if kind == "output":
         artifact = a2a.Artifact(artifact_id=OUTPUT_ARTIFACT, name=OUTPUT_ARTIFACT)
@@ -196,16 +266,6 @@ def stream_event(
             context_id=context_id,
             artifact=artifact,
             last_chunk=True,
-            metadata=metadata,
-        )
-    if kind == "text_delta":
-        artifact = a2a.Artifact(artifact_id=TEXT_ARTIFACT, name=TEXT_ARTIFACT)
-        artifact.parts.append(a2a.Part(text=event.text_delta.text))
-        return a2a.TaskArtifactUpdateEvent(
-            task_id=task_id,
-            context_id=context_id,
-            artifact=artifact,
-            append=True,
             metadata=metadata,
         )
     status = status_of_event(event, pending=pending)

@@ -130,6 +130,12 @@ def turn_count(events: Sequence[pb.StreamEvent]) -> int:
     return max(turns, default=1)
 
 
+def text_started(events: Sequence[pb.StreamEvent], through: int) -> bool:
+    """Whether a turn's ``events`` began its ``text`` artifact by sequence ``through``
+    (a stream that follows from there appends to it)."""
+    return any(e.sequence <= through and mapping.is_text(e) for e in events)
+
+
 def pending_requests(events: Sequence[pb.StreamEvent]) -> list[PendingRequest]:
     """Every request for input waiting in the tree, folded from the root's log."""
     tree = SessionTree()

@@ -21,6 +21,7 @@ from google.protobuf import json_format
 from helix_transport import ServerConfig, create_server
 from helix_transport.server.auth import AuthConfig
 from helix_transport.store import open_store
+from tests.a2a import _updates
 from tests.agents.a2a_tree import mailer_alone
 
 TOKENS = {"alice": "alice-token-0123456789", "bob": "bob-token-0123456789ab"}
@@ -56,13 +57,6 @@ def _mail(request: str, **fields: Any) -> a2a.SendMessageRequest:
     return a2a.SendMessageRequest(message=message)
 
 
-def _sequence(event: a2a.StreamResponse) -> int | None:
-    update = event.status_update if event.HasField("status_update") else event.artifact_update
-    if not (event.HasField("status_update") or event.HasField("artifact_update")):
-        return None
-    return int(json_format.MessageToDict(update.metadata)["helix"]["sequence"])
-
-
 async def test_card_names_the_agent_its_schema_and_bearer(endpoint: str) -> None:
     async with httpx.AsyncClient() as http:  # the card is public
         card = (await http.get(endpoint + "/.well-known/agent-card.json")).json()
@@ -78,7 +72,7 @@ async def test_stream_until_input_required_then_answer(endpoint: str) -> None:
     events = [e async for e in client.send_message(_mail("mail ops@example.com a hello"))]
     assert events[0].HasField("task")
     task_id = events[0].task.id
-    sequences = [s for e in events if (s := _sequence(e)) is not None]
+    sequences = _updates.sequences(events)
     assert sequences == list(range(1, len(sequences) + 1))
     last = events[-1].status_update
     assert last.status.state == a2a.TASK_STATE_INPUT_REQUIRED
@@ -88,7 +82,7 @@ async def test_stream_until_input_required_then_answer(endpoint: str) -> None:
     answer = a2a.Message(message_id=uuid.uuid4().hex, role=a2a.ROLE_USER, task_id=task_id)
     answer.parts.add().data.struct_value.update({"approved": True})
     more = [e async for e in client.send_message(a2a.SendMessageRequest(message=answer))]
-    after = [s for e in more if (s := _sequence(e)) is not None]
+    after = _updates.sequences(more)
     assert after[0] == sequences[-1] + 1 and after == list(range(after[0], after[-1] + 1))
     assert more[-1].status_update.status.state == a2a.TASK_STATE_COMPLETED
     task = await client.get_task(a2a.GetTaskRequest(id=task_id))

@@ -17,11 +17,11 @@ from a2a.types import a2a_pb2 as a2a
 from a2a.types import a2a_pb2_grpc
 from a2a.utils.constants import TransportProtocol
 from a2a.utils.errors import TaskNotFoundError
-from google.protobuf import json_format
 
 from helix_transport import ServerConfig, create_server
 from helix_transport.server.auth import AuthConfig
 from helix_transport.store import open_store
+from tests.a2a import _updates
 from tests.agents.a2a_tree import mailer_alone
 
 TOKEN = "grpc-token-0123456789abcdef"
@@ -58,14 +58,6 @@ async def _grpc_client(url: str) -> Client:
     return await create_client(url, client_config=config)
 
 
-def _sequence(event: a2a.StreamResponse) -> int | None:
-    for field in ("status_update", "artifact_update"):
-        if event.HasField(field):
-            meta = json_format.MessageToDict(getattr(event, field).metadata)
-            return int(meta["helix"]["sequence"])
-    return None
-
-
 async def test_the_card_lists_grpc_and_the_sdk_client_uses_it(endpoint: str) -> None:
     async with httpx.AsyncClient() as http:
         card = (await http.get(endpoint + "/.well-known/agent-card.json")).json()
@@ -76,17 +68,16 @@ async def test_the_card_lists_grpc_and_the_sdk_client_uses_it(endpoint: str) -> 
     message.parts.add().data.struct_value.update({"request": "mail ops@example.com a hi"})
     events = [e async for e in client.send_message(a2a.SendMessageRequest(message=message))]
     task_id = events[0].task.id
-    sequences = [s for e in events if (s := _sequence(e)) is not None]
+    sequences = _updates.sequences(events)
     assert sequences == list(range(1, len(sequences) + 1))
     assert events[-1].status_update.status.state == a2a.TASK_STATE_INPUT_REQUIRED
     answer = a2a.Message(message_id=uuid.uuid4().hex, role=a2a.ROLE_USER, task_id=task_id)
     answer.parts.add().data.struct_value.update({"approved": True})
     more = [e async for e in client.send_message(a2a.SendMessageRequest(message=answer))]
     assert more[-1].status_update.status.state == a2a.TASK_STATE_COMPLETED
-    assert _sequence(more[1]) == sequences[-1] + 1
+    assert _updates.sequences(more)[0] == sequences[-1] + 1
     replay = [e async for e in client.subscribe(a2a.SubscribeToTaskRequest(id=task_id))]
-    replayed = [_sequence(e) for e in replay if _sequence(e) is not None]
-    assert replayed[-1] == _sequence(more[-1])
+    assert _updates.sequences(replay)[-1] == _updates.sequences(more)[-1]
     task = await client.get_task(a2a.GetTaskRequest(id=task_id))
     assert task.status.state == a2a.TASK_STATE_COMPLETED
     with pytest.raises(TaskNotFoundError):

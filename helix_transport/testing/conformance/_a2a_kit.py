@@ -71,7 +71,14 @@ class Streamed:
 
     @property
     def sequences(self) -> list[int | None]:
-        return [sequence_of(u) for u in self.updates]
+        """Every sequence the updates cover, in order (an update of joined text deltas
+        covers ``first_sequence`` .. ``sequence``); None for one that carries none."""
+        found: list[int | None] = []
+        for update in self.updates:
+            last = sequence_of(update)
+            first = first_sequence_of(update)
+            found += [None] if last is None else range(first or last, last + 1)
+        return found
 
     @property
     def last_state(self) -> int | None:
@@ -83,7 +90,7 @@ class Streamed:
         require(self.task is not None, f"{what}: the stream did not begin with the Task")
         require(bool(self.updates), f"{what}: no status or artifact update after the Task")
         sequences = self.sequences
-        missing = [n for n, s in enumerate(sequences) if s is None]
+        missing = [n for n, u in enumerate(self.updates) if sequence_of(u) is None]
         require(
             not missing,
             f"{what}: update #{missing[0] + 1 if missing else 0} carries no "
@@ -107,6 +114,20 @@ def sequence_of(update: a2a.StreamResponse) -> int | None:
     else:
         return None
     return int(found) if isinstance(found, int | float) else None
+
+
+def first_sequence_of(update: a2a.StreamResponse) -> int | None:
+    """``metadata.helix.first_sequence``: the first of several text deltas an update
+    joins (None for an update of one event)."""
+    found = metadata(update.artifact_update).get("first_sequence")
+    return int(found) if isinstance(found, int | float) else None
+
+
+def is_text(update: a2a.StreamResponse) -> bool:
+    """Whether ``update`` is a chunk of the ``text`` artifact (the root's text deltas)."""
+    return update.HasField("artifact_update") and (
+        update.artifact_update.artifact.artifact_id == "text"
+    )
 
 
 def message_id_of(update: a2a.StreamResponse) -> str:

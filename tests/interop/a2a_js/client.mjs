@@ -54,7 +54,10 @@ async function collect(stream, onEvent = () => {}) {
     if (event.payload?.$case === "task") seen.task = event.payload.value.id;
     const h = helix(event);
     if (h) {
-      seen.sequences.push(Number(h.sequence));
+      // An update of joined text deltas covers first_sequence .. sequence.
+      for (let n = Number(h.first_sequence ?? h.sequence); n <= Number(h.sequence); n++) {
+        seen.sequences.push(n);
+      }
       seen.depths.add(h.path.length);
       onEvent(Number(h.sequence));
     }
