@@ -24,6 +24,7 @@ from helix_transport._exceptions import UsageError
 from helix_transport._proto.helix.admin.v1 import admin_pb2_grpc
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.agent.definition import Agent
+from helix_transport.agent.litellm import load as load_litellm
 from helix_transport.agent.litellm import warm_up
 from helix_transport.agent.loop import MAX_RESULT_BYTES
 from helix_transport.agent.model_config import ModelConfig
@@ -386,13 +387,11 @@ async def serve(
         server = await create_server(
             agent, store, config, auth=server_auth, client_auth=client_auth, tracing=tracing
         )
-        await warm_up()
         await server.start()
-        # Everything imported so far (litellm alone is ~400k objects) lives for the whole
-        # process: moving it out of the collector's reach avoids 100-300 ms full
-        # collections in the middle of a stream.
-        gc.collect()
-        gc.freeze()
+        _freeze_imported()
+        # SERVING now; litellm (2 s of CPU to import, its first call 0.4 s more) loads
+        # after, in a thread: a model call that comes first waits for it.
+        warming = asyncio.create_task(_warm_up(), name="warm-up")
         _logging.announce(
             f"agent {agent.name!r} listening on {server.address}", address=server.address
         )
@@ -405,6 +404,7 @@ async def serve(
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, lambda: asyncio.ensure_future(server.shutdown()))
         await server.wait_closed()
+        warming.cancel()
     finally:
         await store.aclose()
         if tracing is not None:  # after the runs ended: their spans are all queued
@@ -414,6 +414,29 @@ async def serve(
                 await asyncio.to_thread(hook)
             except Exception:
                 logger.warning("shutdown hook %r failed", hook, exc_info=True)
+
+
+def _freeze_imported() -> None:
+    """Move what is loaded now out of the collector's reach: it lives for the whole
+    process (litellm alone is ~400k objects), and full collections over it were 100-300
+    ms pauses in the middle of streams."""
+    gc.collect()
+    gc.freeze()
+
+
+async def _warm_up() -> None:
+    """Import litellm in a thread, make one scripted call (its own lazy imports), then
+    freeze what they loaded. A failure is logged: the first model call tries again."""
+    try:
+        await load_litellm()
+        await warm_up()
+    except Exception:
+        logger.warning("warming up litellm failed", exc_info=True)
+        return
+    # Without the full collection first: over litellm's objects that is the very
+    # 100-300 ms pause this avoids, now while the service serves. What is frozen with
+    # them is the import's little garbage.
+    gc.freeze()
 
 
 def announce(message: str, **fields: object) -> None:
