@@ -23,9 +23,9 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from helix_transport.agent.tools import child_scope
-from helix_transport.bench._measure import Ids, check_completed, kind, run_session
+from helix_transport.bench._measure import Ids, kind
 from helix_transport.bench._report import Report, percentile, summary, value_at_most
-from helix_transport.bench.agents import leaf, leaf_input, parent, parent_input
+from helix_transport.bench.agents import leaf, parent, parent_input
 from helix_transport.bench.delegation import SETUP, Services
 from helix_transport.delegation.remote import child_session_id
 from helix_transport.registry import address_env_var
@@ -140,14 +140,6 @@ async def restart(report: Report, workdir: Path, ids: Ids, *, runs: int) -> None
     report.details["8 restart: SIGKILL to SERVING ms"] = summary(restarts)
 
 
-async def _warm(proc: ServiceProcess, ids: Ids) -> None:
-    """One session through ``proc``: a service loads litellm after it serves, and a
-    spare still loading it would be measured on its start-up, not on the takeover."""
-    async with await AgentClient.connect(proc.address) as client:
-        _, _, final = await run_session(client, leaf_input(), ids("warm"))
-        check_completed(final)
-
-
 async def takeover(report: Report, workdir: Path, ids: Ids, *, runs: int) -> None:
     """8, takeover: SIGKILL the replica running the child; the other takes it over."""
     directory = workdir / "takeover"
@@ -163,8 +155,6 @@ async def takeover(report: Report, workdir: Path, ids: Ids, *, runs: int) -> Non
     dead: list[ServiceProcess] = []
     try:
         await services.start("leaf-a", "leaf-b", "parent")
-        for replica in (a, b):
-            await _warm(replica, ids)
         store = await open_store(store_url)
         replicas = {f"local-{p.port}": p for p in (a, b)}
         async with await AgentClient.connect(services.procs["parent"].address) as client:
@@ -187,9 +177,7 @@ async def takeover(report: Report, workdir: Path, ids: Ids, *, runs: int) -> Non
             for _ in range(runs):
                 samples.append(await _run(client, ids, kill_owner))
                 while dead:  # back as the spare for the next run
-                    spare = dead.pop()
-                    await spare.start(timeout_s=120)
-                    await _warm(spare, ids)
+                    await dead.pop().start(timeout_s=120)
     finally:
         if store is not None:
             await store.aclose()
