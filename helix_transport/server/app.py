@@ -57,6 +57,10 @@ if TYPE_CHECKING:
 logger = logging.getLogger("helix.server")
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["AgentService"].full_name
+MODEL_READY = "helix.model"
+"""A health check name ``serve`` turns SERVING once litellm is loaded and warm (after the
+service itself serves): a readiness probe that must not route calls to a replica still
+loading it asks for this name."""
 
 
 class AgentServer:
@@ -387,11 +391,12 @@ async def serve(
         server = await create_server(
             agent, store, config, auth=server_auth, client_auth=client_auth, tracing=tracing
         )
+        await server.health.set(MODEL_READY, health_pb2.HealthCheckResponse.NOT_SERVING)
         await server.start()
         _freeze_imported()
         # SERVING now; litellm (2 s of CPU to import, its first call 0.4 s more) loads
         # after, in a thread: a model call that comes first waits for it.
-        warming = asyncio.create_task(_warm_up(), name="warm-up")
+        warming = asyncio.create_task(_warm_up(server), name="warm-up")
         _logging.announce(
             f"agent {agent.name!r} listening on {server.address}", address=server.address
         )
@@ -424,9 +429,10 @@ def _freeze_imported() -> None:
     gc.freeze()
 
 
-async def _warm_up() -> None:
-    """Import litellm in a thread, make one scripted call (its own lazy imports), then
-    freeze what they loaded. A failure is logged: the first model call tries again."""
+async def _warm_up(server: AgentServer) -> None:
+    """Import litellm in a thread, make one scripted call (its own lazy imports), freeze
+    what they loaded, then say ``MODEL_READY``. A failure is logged (``MODEL_READY`` stays
+    NOT_SERVING): the first model call tries again."""
     try:
         await load_litellm()
         await warm_up()
@@ -437,6 +443,8 @@ async def _warm_up() -> None:
     # 100-300 ms pause this avoids, now while the service serves. What is frozen with
     # them is the import's little garbage.
     gc.freeze()
+    # Ignored once a drain began (the health servicer's graceful shutdown).
+    await server.health.set(MODEL_READY, health_pb2.HealthCheckResponse.SERVING)
 
 
 def announce(message: str, **fields: object) -> None:

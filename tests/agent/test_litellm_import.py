@@ -6,6 +6,13 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from helix_transport.server.app import MODEL_READY
+from helix_transport.testing.processes import ServiceProcess, free_port
 
 _SERVE_THEN_CALL = textwrap.dedent(
     """
@@ -45,3 +52,25 @@ def test_a_server_starts_without_litellm_and_its_first_call_imports_it() -> None
     assert "serving, litellm imported: False" in lines
     # The scripts registered before litellm was imported reach it with the import.
     assert "after a run: COMPLETED True" in lines
+
+
+async def test_serve_is_serving_before_its_model_is_ready(tmp_path: Path) -> None:
+    proc = ServiceProcess(
+        "tests.agents:counter",
+        port=free_port(),
+        store_url=f"sqlite:///{tmp_path / 'counter.db'}",
+        log_path=tmp_path / "counter.log",
+    )
+    await proc.start(timeout_s=120, ready="")  # as soon as it serves
+    try:
+        async with grpc.aio.insecure_channel(proc.address) as channel:
+            stub = health_pb2_grpc.HealthStub(channel)
+            first = await stub.Check(health_pb2.HealthCheckRequest(service=MODEL_READY))
+            # Polled every 20 ms, SERVING is seen long before litellm's 2 s import ends.
+            assert first.status == health_pb2.HealthCheckResponse.NOT_SERVING
+            await proc.wait_serving(timeout_s=120)  # MODEL_READY, the helper's default
+            for service in ("", MODEL_READY):
+                reply = await stub.Check(health_pb2.HealthCheckRequest(service=service))
+                assert reply.status == health_pb2.HealthCheckResponse.SERVING
+    finally:
+        await proc.stop()
