@@ -16,6 +16,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from helix_transport import Agent, AgentClient, AgentServer, ServerConfig, create_server
+from helix_transport.agent.litellm import imported as imported_litellm
 from helix_transport.store import Store, open_store
 
 os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
@@ -23,6 +24,11 @@ os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
 # which a store refuses unless allowed: allowed for every store the tests open, in
 # this process and in the services it starts. Tests of the refusal remove it.
 os.environ["HELIX_ALLOW_VOLATILE_STORE"] = "1"
+
+# litellm loads on a process's first model call (2 s of CPU; much more on a loaded host):
+# paid here, at collection, as it was when importing an agent imported it, not inside
+# the first test's timeouts. (A service's start-up without it: tests/cli.)
+imported_litellm()
 
 
 @pytest.fixture(autouse=True)

@@ -6,25 +6,55 @@ assembled tool calls and token usage. Provider errors become ``ModelAPIError``.
 ``LitellmModel`` is the same call behind the ``Model`` seam (``agent.model``).
 (``agent.scripted`` imports litellm too: it registers the offline models as a litellm
 custom provider, so tests take this same path.)
+
+litellm is imported on first use, not with this module: ``import litellm`` costs 2.0-2.3 s
+of CPU and ~150 MiB, and a service answers its health check before paying it
+(``load`` imports it in a thread; ``server.app`` warms it up after SERVING).
 """
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
-
-import litellm
-from openai import OpenAIError  # litellm's exception base
 
 from helix_transport._exceptions import ModelAPIError
 from helix_transport.agent import scripted
 from helix_transport.agent.model import ModelResponse, ToolCall, new_tool_call_id
 from helix_transport.store import Usage
 
-litellm.suppress_debug_info = True
-scripted.install()
+_litellm: ModuleType | None = None
+"""litellm once imported and set up (``imported``)."""
+_errors: tuple[type[Exception], ...] = (ValueError, KeyError, TypeError)
+"""What a call's provider errors are raised as (with openai's base once imported)."""
+_importing = threading.Lock()
+
+
+def imported() -> ModuleType:
+    """litellm, imported and set up on the first call (blocking: seconds of CPU)."""
+    global _litellm, _errors
+    if _litellm is not None:
+        return _litellm
+    with _importing:  # one thread sets up; Python's import lock alone would let two
+        if _litellm is None:
+            import litellm
+            from openai import OpenAIError  # litellm's exception base
+
+            litellm.suppress_debug_info = True
+            scripted.install()
+            _errors = (OpenAIError, ValueError, KeyError, TypeError)
+            _litellm = litellm
+    return _litellm
+
+
+async def load() -> ModuleType:
+    """litellm, imported in a thread the first time, so the event loop keeps serving
+    (health checks, streams) meanwhile."""
+    return _litellm if _litellm is not None else await asyncio.to_thread(imported)
 
 
 @dataclass(frozen=True)
@@ -62,7 +92,7 @@ class LitellmModel:
 def _map_litellm_errors(model: str) -> Iterator[None]:
     try:
         yield
-    except (OpenAIError, ValueError, KeyError, TypeError) as exc:
+    except _errors as exc:
         # litellm raises openai-style errors for every provider; keep the first line
         # (later lines carry litellm's bug-report boilerplate, not the cause).
         detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
@@ -87,6 +117,7 @@ async def stream_completion(
     calls: dict[int, dict[str, str]] = {}
     usage = Usage()
     seen = _Seen()
+    litellm = await load()
     with _map_litellm_errors(model):
         stream = await litellm.acompletion(
             model=model,
@@ -134,10 +165,10 @@ async def stream_completion(
         text="".join(text),
         tool_calls=tool_calls,
         usage=usage,
-        provider=seen.provider or _provider(model),
+        provider=seen.provider or _provider(litellm, model),
         response_model=seen.model,
         finish_reasons=tuple(seen.finish_reasons),
-        cost_usd=_cost(model, usage),
+        cost_usd=_cost(litellm, model, usage),
     )
 
 
@@ -158,14 +189,14 @@ class _Seen:
                 self.finish_reasons.append(str(choice.finish_reason))
 
 
-def _provider(model: str) -> str:
+def _provider(litellm: ModuleType, model: str) -> str:
     try:
         return str(litellm.get_llm_provider(model)[1])
     except Exception:  # an unknown name: tracing shows none
         return ""
 
 
-def _cost(model: str, usage: Usage) -> float | None:
+def _cost(litellm: ModuleType, model: str, usage: Usage) -> float | None:
     """The call's cost from litellm's cost map (``None`` for a model it does not know)."""
     try:
         prompt, completion = litellm.cost_per_token(
@@ -192,8 +223,8 @@ def _usage(raw: Any) -> Usage:
 async def warm_up() -> None:
     """Make one scripted completion so litellm's lazy imports happen now, not mid-request.
 
-    litellm imports about 300 modules on its first call (1-2 s); a service calls this
-    before it reports SERVING.
+    litellm imports about 300 modules on its first call (0.3-0.5 s CPU); a service
+    calls this (after ``load``, which imports litellm itself) once it is SERVING.
     """
     model = scripted.register_script("__warmup__", lambda messages: scripted.finish())
     await stream_completion(

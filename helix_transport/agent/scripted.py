@@ -15,6 +15,9 @@ litellm's ``num_retries`` and ``fallbacks`` act on both, as for a real provider.
 can kill a process in the middle of a run. ``HELIX_SCRIPTED_CALL_LOG`` names a
 file that gets one line per model call (``model session_id``), so a test can
 count calls across processes.
+
+Registering a script does not import litellm (2 s of CPU): ``install`` registers the
+provider and every scripted model once litellm is imported (at once, when it already is).
 """
 
 from __future__ import annotations
@@ -22,13 +25,11 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
-
-import litellm
-from litellm.llms.custom_llm import CustomLLM
 
 from helix_transport.config import Environment
 
@@ -82,14 +83,10 @@ _MODEL_INFO: dict[str, Any] = {
 
 def register_script(name: str, script: Script) -> str:
     """Register ``script`` and return its model name, ``scripted/<name>``."""
-    install()
     _SCRIPTS[name] = script
-    model = f"{PROVIDER}/{name}"
-    if model not in litellm.model_cost:
-        # Known to litellm's cost map (free), so every call's two cost lookups hit it
-        # directly instead of falling back through litellm's generalisation regexes.
-        litellm.register_model({model: _MODEL_INFO})
-    return model
+    if "litellm" in sys.modules:  # already paid for: register now (see ``install``)
+        install()
+    return f"{PROVIDER}/{name}"
 
 
 def finish(**output: Any) -> ScriptedTurn:
@@ -154,81 +151,81 @@ def _tokens(text: str) -> int:
     return max(1, len(text) // 4) if text else 0
 
 
-class ScriptedLLM(CustomLLM):
-    """The litellm custom provider that plays registered scripts."""
-
+def _astreaming(
+    self: Any, model: str, messages: list[Any], *args: Any, **kwargs: Any
+) -> AsyncIterator[Any]:
+    """The provider's ``astreaming`` (see ``install``)."""
     # litellm declares astreaming as a coroutine returning an iterator but only wraps
     # what it returns in its stream wrapper; only model, messages and kwargs matter here.
-    def astreaming(  # type: ignore[override]
-        self, model: str, messages: list[Any], *args: Any, **kwargs: Any
-    ) -> AsyncIterator[Any]:
-        # The script runs now, within the call (in litellm's worker thread), not at the
-        # first chunk: a script that raises is a provider refusing the request before
-        # streaming anything, which litellm's num_retries and fallbacks act on, as they
-        # do for a real provider's HTTP error.
-        turn = self._turn(model, messages, kwargs)
-        timeout = kwargs.get("timeout")
-        if turn.latency_s and isinstance(timeout, int | float) and timeout < turn.latency_s:
-            time.sleep(timeout)  # litellm's worker thread, as a blocked HTTP read
-            raise litellm.exceptions.Timeout(
-                message=f"no first byte within {timeout:g} s",
-                model=model,
-                llm_provider=PROVIDER,
-            )
-        return self._stream(turn, messages)
+    # The script runs now, within the call (in litellm's worker thread), not at the
+    # first chunk: a script that raises is a provider refusing the request before
+    # streaming anything, which litellm's num_retries and fallbacks act on, as they
+    # do for a real provider's HTTP error.
+    turn = _turn(model, messages, kwargs)
+    timeout = kwargs.get("timeout")
+    if turn.latency_s and isinstance(timeout, int | float) and timeout < turn.latency_s:
+        import litellm  # imported already: litellm is what calls this
 
-    async def _stream(self, turn: ScriptedTurn, messages: list[Any]) -> AsyncIterator[Any]:
-        delay = Environment().scripted_delay_s()
-        step = steps_taken(messages) + 1
-        if turn.latency_s:
-            await asyncio.sleep(turn.latency_s)
-        pieces = list(_chunks(turn.text))
-        for piece in pieces:
-            if delay:
-                await asyncio.sleep(delay)
-            yield _chunk(text=piece)
-        for index, tool_call in enumerate(turn.tool_calls):
-            if delay:
-                await asyncio.sleep(delay)
-            yield _chunk(
-                tool_use={
-                    "id": (tool_call.id or f"call_{step}_{index}") if tool_call.with_id else None,
-                    "type": "function",
-                    "function": {
-                        "name": tool_call.name,
-                        "arguments": json.dumps(tool_call.arguments),
-                    },
-                    "index": index,
-                }
-            )
-        prompt = _tokens(json.dumps(messages, default=str))
-        completion = _tokens(turn.text) + sum(
-            _tokens(json.dumps(c.arguments)) for c in turn.tool_calls
+        time.sleep(timeout)  # litellm's worker thread, as a blocked HTTP read
+        raise litellm.exceptions.Timeout(
+            message=f"no first byte within {timeout:g} s",
+            model=model,
+            llm_provider=PROVIDER,
         )
-        # The usage says what the call cost, as providers that bill per call do: litellm
-        # then prices the stream once instead of four times (0.77x its CPU per call).
+    return _stream(turn, messages)
+
+
+async def _stream(turn: ScriptedTurn, messages: list[Any]) -> AsyncIterator[Any]:
+    delay = Environment().scripted_delay_s()
+    step = steps_taken(messages) + 1
+    if turn.latency_s:
+        await asyncio.sleep(turn.latency_s)
+    pieces = list(_chunks(turn.text))
+    for piece in pieces:
+        if delay:
+            await asyncio.sleep(delay)
+        yield _chunk(text=piece)
+    for index, tool_call in enumerate(turn.tool_calls):
+        if delay:
+            await asyncio.sleep(delay)
         yield _chunk(
-            finish_reason="tool_calls" if turn.tool_calls else "stop",
-            usage={
-                "prompt_tokens": prompt,
-                "completion_tokens": completion,
-                "total_tokens": prompt + completion,
-                "cost": 0.0,
-            },
+            tool_use={
+                "id": (tool_call.id or f"call_{step}_{index}") if tool_call.with_id else None,
+                "type": "function",
+                "function": {
+                    "name": tool_call.name,
+                    "arguments": json.dumps(tool_call.arguments),
+                },
+                "index": index,
+            }
         )
+    prompt = _tokens(json.dumps(messages, default=str))
+    completion = _tokens(turn.text) + sum(_tokens(json.dumps(c.arguments)) for c in turn.tool_calls)
+    # The usage says what the call cost, as providers that bill per call do: litellm
+    # then prices the stream once instead of four times (0.77x its CPU per call).
+    yield _chunk(
+        finish_reason="tool_calls" if turn.tool_calls else "stop",
+        usage={
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+            "cost": 0.0,
+        },
+    )
 
-    def _turn(self, model: str, messages: list[Any], kwargs: dict[str, Any]) -> ScriptedTurn:
-        name = model.split("/", 1)[-1]
-        script = _SCRIPTS.get(name)
-        if script is None:
-            known = ", ".join(sorted(_SCRIPTS)) or "none"
-            raise ValueError(f"no scripted model named {name!r} (registered: {known})")
-        log = Environment().scripted_call_log()
-        if log:
-            metadata = (kwargs.get("litellm_params") or {}).get("metadata") or {}
-            with open(log, "a") as f:  # tiny append; a test-only path
-                f.write(f"{name} {metadata.get('session_id', '')}\n")
-        return script(list(messages))
+
+def _turn(model: str, messages: list[Any], kwargs: dict[str, Any]) -> ScriptedTurn:
+    name = model.split("/", 1)[-1]
+    script = _SCRIPTS.get(name)
+    if script is None:
+        known = ", ".join(sorted(_SCRIPTS)) or "none"
+        raise ValueError(f"no scripted model named {name!r} (registered: {known})")
+    log = Environment().scripted_call_log()
+    if log:
+        metadata = (kwargs.get("litellm_params") or {}).get("metadata") or {}
+        with open(log, "a") as f:  # tiny append; a test-only path
+            f.write(f"{name} {metadata.get('session_id', '')}\n")
+    return script(list(messages))
 
 
 def _chunk(
@@ -248,10 +245,29 @@ def _chunk(
     }
 
 
-_HANDLER = ScriptedLLM()
+_handler: list[Any] = []
+"""The provider registered with litellm (made by the first ``install``)."""
 
 
 def install() -> None:
-    """Register the ``scripted`` provider with litellm (idempotent)."""
+    """Register the ``scripted`` provider and every scripted model with litellm, importing
+    it (idempotent: models registered since are added)."""
+    import litellm
+    from litellm.llms.custom_llm import CustomLLM
+
+    if not _handler:
+
+        class ScriptedLLM(CustomLLM):
+            """The litellm custom provider that plays registered scripts."""
+
+            astreaming = _astreaming  # type: ignore[assignment]
+
+        _handler.append(ScriptedLLM())
     if not any(item.get("provider") == PROVIDER for item in litellm.custom_provider_map):
-        litellm.custom_provider_map.append({"provider": PROVIDER, "custom_handler": _HANDLER})
+        litellm.custom_provider_map.append({"provider": PROVIDER, "custom_handler": _handler[0]})
+    for name in list(_SCRIPTS):  # a copy: another thread may register meanwhile
+        model = f"{PROVIDER}/{name}"
+        if model not in litellm.model_cost:
+            # Known to litellm's cost map (free), so every call's two cost lookups hit it
+            # directly instead of falling back through litellm's generalisation regexes.
+            litellm.register_model({model: _MODEL_INFO})

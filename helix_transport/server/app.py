@@ -24,6 +24,7 @@ from helix_transport._exceptions import UsageError
 from helix_transport._proto.helix.admin.v1 import admin_pb2_grpc
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.agent.definition import Agent
+from helix_transport.agent.litellm import load as load_litellm
 from helix_transport.agent.litellm import warm_up
 from helix_transport.agent.loop import MAX_RESULT_BYTES
 from helix_transport.agent.model_config import ModelConfig
@@ -56,6 +57,10 @@ if TYPE_CHECKING:
 logger = logging.getLogger("helix.server")
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["AgentService"].full_name
+MODEL_READY = "helix.model"
+"""A health check name ``serve`` turns SERVING once litellm is loaded and warm (after the
+service itself serves): a readiness probe that must not route calls to a replica still
+loading it asks for this name."""
 
 
 class AgentServer:
@@ -388,13 +393,12 @@ async def serve(
         server = await create_server(
             agent, store, config, auth=server_auth, client_auth=client_auth, tracing=tracing
         )
-        await warm_up()
+        await server.health.set(MODEL_READY, health_pb2.HealthCheckResponse.NOT_SERVING)
         await server.start()
-        # Everything imported so far (litellm alone is ~400k objects) lives for the whole
-        # process: moving it out of the collector's reach avoids 100-300 ms full
-        # collections in the middle of a stream.
-        gc.collect()
-        gc.freeze()
+        _freeze_imported()
+        # SERVING now; litellm (2 s of CPU to import, its first call 0.4 s more) loads
+        # after, in a thread: a model call that comes first waits for it.
+        warming = asyncio.create_task(_warm_up(server), name="warm-up")
         _logging.announce(
             f"agent {agent.name!r} listening on {server.address}", address=server.address
         )
@@ -407,6 +411,7 @@ async def serve(
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, lambda: asyncio.ensure_future(server.shutdown()))
         await server.wait_closed()
+        warming.cancel()
     finally:
         await store.aclose()
         if tracing is not None:  # after the runs ended: their spans are all queued
@@ -416,6 +421,32 @@ async def serve(
                 await asyncio.to_thread(hook)
             except Exception:
                 logger.warning("shutdown hook %r failed", hook, exc_info=True)
+
+
+def _freeze_imported() -> None:
+    """Move what is loaded now out of the collector's reach: it lives for the whole
+    process (litellm alone is ~400k objects), and full collections over it were 100-300
+    ms pauses in the middle of streams."""
+    gc.collect()
+    gc.freeze()
+
+
+async def _warm_up(server: AgentServer) -> None:
+    """Import litellm in a thread, make one scripted call (its own lazy imports), freeze
+    what they loaded, then say ``MODEL_READY``. A failure is logged (``MODEL_READY`` stays
+    NOT_SERVING): the first model call tries again."""
+    try:
+        await load_litellm()
+        await warm_up()
+    except Exception:
+        logger.warning("warming up litellm failed", exc_info=True)
+        return
+    # Without the full collection first: over litellm's objects that is the very
+    # 100-300 ms pause this avoids, now while the service serves. What is frozen with
+    # them is the import's little garbage.
+    gc.freeze()
+    # Ignored once a drain began (the health servicer's graceful shutdown).
+    await server.health.set(MODEL_READY, health_pb2.HealthCheckResponse.SERVING)
 
 
 def announce(message: str, **fields: object) -> None:

@@ -13,6 +13,10 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+_MODEL_READY = "helix.model"
+"""``helix_transport.server.app.MODEL_READY`` (not imported: the server's modules are
+heavy, and a test helper that starts processes needs none of them)."""
+
 STOP_TIMEOUT_S = 20.0
 """How long ``ServiceProcess.stop`` waits after SIGTERM: the default drain (10 s), then
 the exporters' flush, with room to spare on a loaded machine."""
@@ -60,9 +64,10 @@ class ServiceProcess:
         """``127.0.0.1:port``."""
         return f"127.0.0.1:{self.port}"
 
-    async def start(self, *, timeout_s: float = 120.0) -> None:
-        """Start the process and wait until its health check says SERVING (within
-        ``timeout_s``: importing litellm alone took 20 s on a loaded 2-core machine).
+    async def start(self, *, timeout_s: float = 120.0, ready: str = _MODEL_READY) -> None:
+        """Start the process and wait until its health check says SERVING for ``ready``
+        (``wait_serving``; within ``timeout_s``: importing litellm alone took 20 s on a
+        loaded 2-core machine).
 
         Raises:
             RuntimeError: it is already running (a second start would orphan it).
@@ -80,10 +85,14 @@ class ServiceProcess:
             self.proc = await asyncio.create_subprocess_exec(
                 *args, cwd=self.cwd, env=self.env, stdout=log, stderr=log
             )
-        await self.wait_serving(timeout_s=timeout_s)
+        await self.wait_serving(timeout_s=timeout_s, service=ready)
 
-    async def wait_serving(self, *, timeout_s: float, poll_s: float = 0.02) -> None:
-        """Poll ``grpc.health.v1`` every ``poll_s`` until the service says SERVING."""
+    async def wait_serving(
+        self, *, timeout_s: float, poll_s: float = 0.02, service: str = _MODEL_READY
+    ) -> None:
+        """Poll ``grpc.health.v1`` every ``poll_s`` until the service says SERVING for
+        ``service``: by default once litellm is loaded too, which a service does after it
+        serves (``""``: as soon as it serves), so tests and benches measure it warm."""
         deadline = time.monotonic() + timeout_s
         health = self.address if self.health_port is None else f"127.0.0.1:{self.health_port}"
         # Opened before the server listens, a channel with gRPC's default reconnect
@@ -100,7 +109,8 @@ class ServiceProcess:
                 if self.proc is not None and self.proc.returncode is not None:
                     raise RuntimeError(f"server exited early:\n{self.log_path.read_text()[-3000:]}")
                 try:
-                    reply = await stub.Check(health_pb2.HealthCheckRequest(), timeout=1)
+                    request = health_pb2.HealthCheckRequest(service=service)
+                    reply = await stub.Check(request, timeout=1)
                     if reply.status == health_pb2.HealthCheckResponse.SERVING:
                         return
                 except grpc.aio.AioRpcError:

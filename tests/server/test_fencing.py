@@ -272,7 +272,46 @@ async def test_a_lapsing_lease_is_taken_over_right_after_it_lapses() -> None:
 
         await assert_eventually(taken_over, timeout_s=4.0)
     seen_after_s = store.acquired_at["held"] - now
-    assert 0.5 <= seen_after_s < 2.5  # once the lease lapsed, long before the 5 s scan
+    # Once the lease lapsed (0.5 s), long before the 5 s scan, and not at the quarter
+    # TTL the scan used to wait at least (1.25 s here; 250 ms of scenario 8's 1 s TTL).
+    assert 0.5 <= seen_after_s < 1.1
+
+
+class _LeaseHeldElsewhere(MemoryStore):
+    """A store whose leases another clock judges: every lease is held, even one that
+    lapsed by ours (a Redis or PostgreSQL server's clock lagging the replica's)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scans = 0
+
+    async def list_sessions(self, *, status: SessionStatus) -> list[SessionRecord]:
+        self.scans += status is SessionStatus.RUNNING  # the orphan scan's listing
+        return await super().list_sessions(status=status)
+
+    async def acquire_lease(self, session_id: str, owner: str, *, ttl_s: float) -> bool:
+        return False
+
+
+async def test_a_lease_lapsed_by_our_clock_but_held_is_not_scanned_in_a_busy_loop() -> None:
+    store = _LeaseHeldElsewhere()
+    input_json = json.dumps({"steps": 1, "words": 1})
+    now = time.time()
+    await store.create_session(
+        SessionRecord(
+            session_id="held",
+            agent_type="counter",
+            input_json=input_json,
+            input_hash=input_fingerprint(input_json),
+            created_at=now - 60,
+            owner="a-replica-on-another-clock",
+            lease_expires_at=now - 1,
+        )
+    )
+    config = ServerConfig(lease_ttl_s=0.4)  # a scan every 0.1 s at most
+    async with await create_server(counter, store, config, allow_unauthenticated=True):
+        await asyncio.sleep(1.0)
+    assert 2 <= store.scans <= 12  # ~10 at a quarter TTL; a busy loop would be thousands
 
 
 class _RenewalLog(MemoryStore):
