@@ -14,10 +14,12 @@ import redis.asyncio as aioredis
 
 from helix_transport._exceptions import SequenceConflict, SessionNotFound
 from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
+from helix_transport._wire import SEQUENCE_KEY, varint
 from helix_transport.store._base import (
     READ_LIMIT,
     appended_count,
     check_checkpoint,
+    check_page,
     given_bytes,
 )
 from helix_transport.store._records import Checkpoint, SessionUpdate
@@ -147,6 +149,36 @@ class RedisEventLog:
             events.append(event)
         return events
 
+    async def read_encoded(
+        self, session_id: str, *, from_sequence: int = 0, limit: int = READ_LIMIT
+    ) -> list[bytes]:
+        """``read``'s page as bytes: an entry's id is its sequence, and its bytes hold
+        that one already (the writer's) or none (put in front: field 1 leads).
+
+        Raises:
+            StoreError: the log there is not the events right after ``from_sequence``.
+        """
+        count = min(limit, READ_LIMIT)
+        if count < 1:
+            return []
+        entries = await self._client.xrange(
+            self._key("events", session_id), min=f"(0-{max(from_sequence, 0)}", max="+", count=count
+        )
+        encoded: list[bytes] = []
+        for sequence, (entry_id, fields) in enumerate(entries, from_sequence + 1):
+            if entry_id != b"0-%d" % sequence:
+                check_page(session_id, from_sequence, [_sequence(entry) for entry in entries])
+            data = fields[b"event"]
+            key = SEQUENCE_KEY + varint(sequence)
+            if not data.startswith(SEQUENCE_KEY):
+                data = key + data
+            elif not data.startswith(key):  # another sequence: stamp it as ``read`` does
+                event = StreamEvent.FromString(data)
+                event.sequence = sequence
+                data = event.SerializeToString()
+            encoded.append(data)
+        return encoded
+
     async def wait_for_events(
         self, session_id: str, *, from_sequence: int, timeout_s: float
     ) -> bool:
@@ -171,3 +203,7 @@ def _serialize_unsequenced(event: StreamEvent) -> bytes:
         return event.SerializeToString()
     finally:
         event.sequence = previous
+
+
+def _sequence(entry: tuple[bytes, object]) -> int:
+    return int(entry[0].split(b"-")[1])
