@@ -14,7 +14,6 @@ import redis.asyncio as aioredis
 
 from helix_transport._exceptions import SequenceConflict, SessionNotFound
 from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
-from helix_transport._wire import SEQUENCE_KEY, varint
 from helix_transport.store._base import (
     READ_LIMIT,
     appended_count,
@@ -59,6 +58,35 @@ return {'ok', last}
 """
 )
 
+# KEYS: event stream. ARGV: from_sequence, count. A page as the events' bytes, each
+# with its sequence (the entry id's) in front where it was stored without one: built
+# in the server, where redis-py would make a dict per entry and the caller parse each.
+# 'ok' then the bytes; 'gap' when the entries are not the ones right after
+# from_sequence; 'restamp' when bytes hold another sequence (``read`` replaces it).
+_READ_ENCODED = """
+local after = tonumber(ARGV[1])
+local entries = redis.call('XRANGE', KEYS[1], '(0-' .. ARGV[1], '+', 'COUNT', ARGV[2])
+local out = {'ok'}
+for i, entry in ipairs(entries) do
+  local sequence = after + i
+  if entry[1] ~= string.format('0-%d', sequence) then return {'gap'} end
+  local key, v = {'\\8'}, sequence
+  while v >= 128 do
+    key[#key + 1] = string.char(v % 128 + 128)
+    v = math.floor(v / 128)
+  end
+  key[#key + 1] = string.char(v)
+  key = table.concat(key)
+  local data = entry[2][2]
+  if string.sub(data, 1, #key) ~= key then
+    if string.byte(data, 1) == 8 then return {'restamp'} end
+    data = key .. data
+  end
+  out[i + 1] = data
+end
+return out
+"""
+
 
 class RedisEventLog:
     """``EventLogStore`` and ``EventNotifier`` on ``client``, keys under ``prefix``."""
@@ -67,6 +95,7 @@ class RedisEventLog:
         self._client = client
         self._prefix = prefix
         self._append = client.register_script(_APPEND)
+        self._read_encoded = client.register_script(_READ_ENCODED)
         # A blocked XREAD must return before the client's own reply timeout fires.
         socket_timeout = client.connection_pool.connection_kwargs.get("socket_timeout")
         self._block_cap_s = float(socket_timeout) / 2 if socket_timeout else 5.0
@@ -161,23 +190,16 @@ class RedisEventLog:
         count = min(limit, READ_LIMIT)
         if count < 1:
             return []
-        entries = await self._client.xrange(
-            self._key("events", session_id), min=f"(0-{max(from_sequence, 0)}", max="+", count=count
+        after = max(from_sequence, 0)
+        reply: list[bytes] = await self._read_encoded(
+            keys=[self._key("events", session_id)], args=[after, count]
         )
-        encoded: list[bytes] = []
-        for sequence, (entry_id, fields) in enumerate(entries, from_sequence + 1):
-            if entry_id != b"0-%d" % sequence:
-                check_page(session_id, from_sequence, [_sequence(entry) for entry in entries])
-            data = fields[b"event"]
-            key = SEQUENCE_KEY + varint(sequence)
-            if not data.startswith(SEQUENCE_KEY):
-                data = key + data
-            elif not data.startswith(key):  # another sequence: stamp it as ``read`` does
-                event = StreamEvent.FromString(data)
-                event.sequence = sequence
-                data = event.SerializeToString()
-            encoded.append(data)
-        return encoded
+        if reply[0] == b"ok":
+            del reply[0]
+            return reply
+        events = await self.read(session_id, from_sequence=after, limit=count)
+        check_page(session_id, after, [event.sequence for event in events])
+        return [event.SerializeToString() for event in events]
 
     async def wait_for_events(
         self, session_id: str, *, from_sequence: int, timeout_s: float
@@ -203,7 +225,3 @@ def _serialize_unsequenced(event: StreamEvent) -> bytes:
         return event.SerializeToString()
     finally:
         event.sequence = previous
-
-
-def _sequence(entry: tuple[bytes, object]) -> int:
-    return int(entry[0].split(b"-")[1])
