@@ -66,19 +66,33 @@ return {'ok', last}
 _READ_ENCODED = """
 local after = tonumber(ARGV[1])
 local entries = redis.call('XRANGE', KEYS[1], '(0-' .. ARGV[1], '+', 'COUNT', ARGV[2])
+local n = #entries
+if n == 0 then return {'ok'} end
+-- Ids only increase: the first and the last tell whether these are the ones after it.
+if entries[1][1] ~= string.format('0-%d', after + 1)
+  or entries[n][1] ~= string.format('0-%d', after + n) then
+  return {'gap'}
+end
 local out = {'ok'}
-for i, entry in ipairs(entries) do
-  local sequence = after + i
-  if entry[1] ~= string.format('0-%d', sequence) then return {'gap'} end
-  local key, v = {'\\8'}, sequence
-  while v >= 128 do
-    key[#key + 1] = string.char(v % 128 + 128)
-    v = math.floor(v / 128)
+local char, floor, sub = string.char, math.floor, string.sub
+for i = 1, n do
+  local s = after + i
+  local key
+  if s < 128 then
+    key = '\\8' .. char(s)
+  elseif s < 16384 then
+    key = '\\8' .. char(s % 128 + 128, floor(s / 128))
+  else
+    local t, v = {'\\8'}, s
+    while v >= 128 do
+      t[#t + 1] = char(v % 128 + 128)
+      v = floor(v / 128)
+    end
+    t[#t + 1] = char(v)
+    key = table.concat(t)
   end
-  key[#key + 1] = string.char(v)
-  key = table.concat(key)
-  local data = entry[2][2]
-  if string.sub(data, 1, #key) ~= key then
+  local data = entries[i][2][2]
+  if sub(data, 1, #key) ~= key then
     if string.byte(data, 1) == 8 then return {'restamp'} end
     data = key .. data
   end
