@@ -10,8 +10,8 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from helix_transport._events import is_terminal, through_terminal
 from helix_transport._exceptions import SessionNotFound
+from helix_transport.log._encoded import Pages
 from helix_transport.log.hub import Batch, EventHub, Reader
 from helix_transport.store import READ_LIMIT, EventNotifier, Store
 
@@ -58,50 +58,52 @@ async def _follow(
     # A heartbeat interval shorter than the poll interval shortens the waits too.
     poll_interval_s = poll_interval_s if idle_s is None else min(poll_interval_s, idle_s)
     task = asyncio.current_task()
-    while True:
-        if task is not None and task.cancelling():
-            # A cancellation a store call swallowed: redis-py writes each command
-            # through asyncio.wait_for, which on Python 3.11 returns the write's result
-            # and drops a cancel that lands as the write completes (CPython gh-86296).
-            # Nothing else ends this loop, so a follower would poll forever.
-            raise asyncio.CancelledError
-        if idle_s is not None and time.monotonic() - quiet_since >= idle_s:
-            yield Batch([])  # quiet for idle_s: a heartbeat is due
-            quiet_since = time.monotonic()
-        waiter = hub.waiter(session_id)
-        batch = None if force_store else hub.since(session_id, last_sequence, batch_limit)
-        if batch is not None and not batch.encoded:
-            # Caught up with this process's writer: wait for its next publish, and
-            # after a quiet poll interval check the store (another process may write).
-            force_store = not await _wait(waiter, poll_interval_s)
-            continue
-        if batch is None:
-            events = await store.read(session_id, from_sequence=last_sequence, limit=batch_limit)
-            if events and (through := through_terminal(events)) < len(events):
-                events = events[:through]
-            batch = Batch(
-                [event.SerializeToString() for event in events],
-                events[-1].sequence if events else 0,
-                bool(events) and is_terminal(events[-1]),
-            )
-        force_store = False
-        if batch.encoded:
-            last_sequence = reader.last_sequence = batch.last_sequence
-            yield batch
-            if batch.terminal:
-                return
-            if idle_s is not None:
+    pages = Pages(store, session_id, batch_limit)
+    try:
+        while True:
+            if task is not None and task.cancelling():
+                # A cancellation a store call swallowed: redis-py writes each command
+                # through asyncio.wait_for, which on Python 3.11 returns the write's result
+                # and drops a cancel that lands as the write completes (CPython gh-86296).
+                # Nothing else ends this loop, so a follower would poll forever.
+                raise asyncio.CancelledError
+            if idle_s is not None and time.monotonic() - quiet_since >= idle_s:
+                yield Batch([])  # quiet for idle_s: a heartbeat is due
                 quiet_since = time.monotonic()
-            continue
-        record = await store.get_session(session_id)
-        if record is None:
-            raise SessionNotFound(session_id)
-        if record.status.is_terminal and record.last_sequence <= last_sequence:
-            return  # finished, and the reader already has everything
-        if isinstance(store, EventNotifier):
-            await _wait_either(waiter, store, session_id, last_sequence, poll_interval_s)
-        else:
-            await _wait(waiter, poll_interval_s)
+            waiter = hub.waiter(session_id)
+            started = pages.started(last_sequence)  # a read of the next page, in flight
+            batch = None
+            if not (force_store or started):
+                batch = hub.since(session_id, last_sequence, batch_limit)
+            if batch is not None and not batch.encoded:
+                # Caught up with this process's writer: wait for its next publish, and
+                # after a quiet poll interval check the store (another process may write).
+                force_store = not await _wait(waiter, poll_interval_s)
+                continue
+            if batch is None:
+                batch = await (started or pages.read(last_sequence))
+            force_store = False
+            if batch.encoded:
+                last_sequence = reader.last_sequence = batch.last_sequence
+                if len(batch.encoded) >= batch_limit and not batch.terminal:
+                    pages.prefetch(last_sequence)  # a reader catching up: more likely follow
+                yield batch
+                if batch.terminal:
+                    return
+                if idle_s is not None:
+                    quiet_since = time.monotonic()
+                continue
+            record = await store.get_session(session_id)
+            if record is None:
+                raise SessionNotFound(session_id)
+            if record.status.is_terminal and record.last_sequence <= last_sequence:
+                return  # finished, and the reader already has everything
+            if isinstance(store, EventNotifier):
+                await _wait_either(waiter, store, session_id, last_sequence, poll_interval_s)
+            else:
+                await _wait(waiter, poll_interval_s)
+    finally:
+        pages.close()
 
 
 _NOTICE_GRACE_S = 0.25

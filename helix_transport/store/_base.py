@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Protocol, runtime_checkable
 
 from helix_transport._events import SessionStatus
-from helix_transport._exceptions import UsageError
+from helix_transport._exceptions import StoreError, UsageError
 from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
 from helix_transport.store._listing import SessionPage, SessionQuery
 from helix_transport.store._records import (
@@ -326,6 +326,24 @@ class Store(
 
 
 @runtime_checkable
+class EncodedEventReader(Protocol):
+    """Optional: a backend that can hand out a page of its log as the bytes it keeps.
+
+    A replaying reader sends events as bytes; a page parsed only to be serialized
+    again cost more than the read itself (SQLite: 1.4 ms of a 1,000-event page's
+    2.8 ms). ``follow`` uses this when the store has it, ``read`` otherwise.
+    """
+
+    async def read_encoded(
+        self, session_id: str, *, from_sequence: int = 0, limit: int = READ_LIMIT
+    ) -> list[bytes]:
+        """``read``'s page, each event serialized with its sequence: event ``i`` of the
+        page is the one at ``from_sequence + 1 + i`` (the backend checks it, or
+        builds the bytes so). Same limits as ``read``; an unknown session is ``[]``."""
+        ...
+
+
+@runtime_checkable
 class EventNotifier(Protocol):
     """Optional: a backend that can wake a reader when *any* process appends.
 
@@ -369,6 +387,21 @@ async def pages(
     while events := await store.read(session_id, from_sequence=from_sequence, limit=READ_LIMIT):
         yield events
         from_sequence = events[-1].sequence
+
+
+def check_page(session_id: str, from_sequence: int, sequences: Sequence[int]) -> None:
+    """Refuse a page of ``read_encoded`` that is not the events right after
+    ``from_sequence`` (its bytes would be numbered wrong; it cannot happen to a log
+    written through ``append``).
+
+    Raises:
+        StoreError: it is not.
+    """
+    first = from_sequence + 1
+    if list(sequences) != list(range(first, first + len(sequences))):
+        raise StoreError(
+            f"the log of session {session_id!r} is not gapless after sequence {from_sequence}"
+        )
 
 
 def given_bytes(

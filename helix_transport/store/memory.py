@@ -18,6 +18,7 @@ from helix_transport.store._base import (
     appended_count,
     check_checkpoint,
     check_lease,
+    check_page,
     given_bytes,
     storable_answer,
 )
@@ -168,6 +169,20 @@ class MemoryStore:
         start = bisect.bisect_right(log, from_sequence, key=lambda entry: entry[0])
         stop = start + max(min(limit, READ_LIMIT), 0)
         return [StreamEvent.FromString(data) for _, data in log[start:stop]]
+
+    async def read_encoded(
+        self, session_id: str, *, from_sequence: int = 0, limit: int = READ_LIMIT
+    ) -> list[bytes]:
+        """``read``'s page as the bytes kept, each with its sequence (see
+        ``EncodedEventReader``)."""
+        self._check_open()
+        log = self._events.get(session_id, [])
+        start = bisect.bisect_right(log, from_sequence, key=lambda entry: entry[0])
+        page = log[start : start + max(min(limit, READ_LIMIT), 0)]
+        # Increasing sequences, so the ends tell whether they are the ones after it.
+        if page and (page[0][0], page[-1][0]) != (from_sequence + 1, from_sequence + len(page)):
+            check_page(session_id, from_sequence, [sequence for sequence, _ in page])
+        return [data for _, data in page]
 
     async def save_checkpoint(self, checkpoint: Checkpoint) -> None:
         """Replace the session's checkpoint, fenced by the log's end (see ``Store``)."""

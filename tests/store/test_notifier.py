@@ -7,8 +7,8 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Coroutine
+from typing import Any, TypeVar
 
 import pytest
 
@@ -17,6 +17,8 @@ from helix_transport.store import Store, open_store
 from helix_transport.store._base import EventNotifier
 from helix_transport.store.memory import MemoryStore
 from helix_transport.testing.store_suite import make_event, make_record
+
+_T = TypeVar("_T")
 
 
 @pytest.fixture(params=["redis", "postgres"])
@@ -111,7 +113,13 @@ class _SwallowingStore(MemoryStore):
     cancel_in_read = False
 
     async def read(self, session_id: str, **kwargs: Any) -> list[StreamEvent]:
-        inner = asyncio.ensure_future(super().read(session_id, **kwargs))
+        return await self._swallowing(super().read(session_id, **kwargs))
+
+    async def read_encoded(self, session_id: str, **kwargs: Any) -> list[bytes]:
+        return await self._swallowing(super().read_encoded(session_id, **kwargs))
+
+    async def _swallowing(self, call: Coroutine[Any, Any, _T]) -> _T:
+        inner = asyncio.ensure_future(call)
         if self.cancel_in_read:  # the caller's cancel arrives now
             self.cancel_in_read = False
             task = asyncio.current_task()

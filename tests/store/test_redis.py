@@ -319,3 +319,24 @@ async def test_a_ref_written_with_a_stream_cursor_reads_without_it(
     )
     assert await store.list_subsession_refs("p") == [ref]
     assert await store.get_subsession_ref("p", "c") == ref
+
+
+async def test_an_encoded_page_takes_its_sequences_from_the_entry_ids(
+    redis_client: aioredis.Redis, prefix: str
+) -> None:
+    # Entries as no append writes them: bytes holding another sequence are restamped
+    # (as ``read`` does), a hole in the ids is refused rather than numbered wrong.
+    store = RedisStore(redis_client, prefix=prefix)
+    stream = f"{prefix}:events:s-1"
+    wrong = make_event("a")
+    wrong.sequence = 7
+    await redis_client.xadd(stream, {"event": wrong.SerializeToString()}, id="0-1")
+    await redis_client.xadd(stream, {"event": make_event("b").SerializeToString()}, id="0-2")
+    page = [StreamEvent.FromString(data) for data in await store.read_encoded("s-1")]
+    assert [(e.sequence, e.text_delta.text) for e in page] == [(1, "a"), (2, "b")]
+    assert await store.read_encoded("s-1", from_sequence=1) == [
+        e.SerializeToString() for e in await store.read("s-1", from_sequence=1)
+    ]
+    await redis_client.xadd(stream, {"event": make_event("d").SerializeToString()}, id="0-4")
+    with pytest.raises(StoreError, match="not gapless after sequence 2"):
+        await store.read_encoded("s-1", from_sequence=2)

@@ -14,6 +14,7 @@ from helix_transport.store._base import (
     READ_LIMIT,
     appended_count,
     check_checkpoint,
+    check_page,
     given_bytes,
 )
 from helix_transport.store._records import Checkpoint, SessionUpdate
@@ -24,6 +25,12 @@ from helix_transport.store.postgres._conn import Database
 _LAST_SEQUENCE = "SELECT last_sequence FROM {s}.sessions WHERE session_id = $1"
 _READ = (
     "SELECT data FROM {s}.events WHERE session_id = $1 AND sequence > $2 ORDER BY sequence LIMIT $3"
+)
+# The page in one row of two arrays (asyncpg decodes each in C), not a row per event.
+_READ_ENCODED = (
+    "SELECT array_agg(sequence ORDER BY sequence), array_agg(data ORDER BY sequence) FROM ("
+    " SELECT sequence, data FROM {s}.events WHERE session_id = $1 AND sequence > $2"
+    " ORDER BY sequence LIMIT $3) AS page"
 )
 # Fields a SessionUpdate sets (NULL: left as is), then the two times it stamps.
 _UPDATED_COLUMNS = [f.name for f in dataclasses.fields(SessionUpdate)]
@@ -144,3 +151,21 @@ class PostgresEventLog:
         limit = max(min(limit, READ_LIMIT), 0)
         rows = await self._db.call("fetch", _READ, session_id, from_sequence, limit)
         return [StreamEvent.FromString(row["data"]) for row in rows]
+
+    async def read_encoded(
+        self, session_id: str, *, from_sequence: int = 0, limit: int = READ_LIMIT
+    ) -> list[bytes]:
+        """``read``'s page as the bytes stored (see ``EncodedEventReader``).
+
+        Raises:
+            StoreError: the log there is not the events right after ``from_sequence``.
+        """
+        limit = max(min(limit, READ_LIMIT), 0)
+        sequences, data = await self._db.call(
+            "fetchrow", _READ_ENCODED, session_id, from_sequence, limit
+        )
+        if not data:
+            return []
+        check_page(session_id, from_sequence, sequences)
+        encoded: list[bytes] = data
+        return encoded

@@ -222,6 +222,12 @@ class PostgresStore:
         """Up to ``limit`` (at most ``READ_LIMIT``) events after ``from_sequence``."""
         return await self._log.read(session_id, from_sequence=from_sequence, limit=limit)
 
+    async def read_encoded(
+        self, session_id: str, *, from_sequence: int = 0, limit: int = READ_LIMIT
+    ) -> list[bytes]:
+        """``read``'s page as the bytes stored (see ``EncodedEventReader``)."""
+        return await self._log.read_encoded(session_id, from_sequence=from_sequence, limit=limit)
+
     async def wait_for_events(
         self, session_id: str, *, from_sequence: int, timeout_s: float
     ) -> bool:

@@ -18,6 +18,7 @@ from helix_transport.store._base import (
     READ_LIMIT,
     appended_count,
     check_checkpoint,
+    check_page,
     given_bytes,
 )
 from helix_transport.store._records import Checkpoint, SessionUpdate
@@ -57,6 +58,49 @@ return {'ok', last}
 """
 )
 
+# KEYS: event stream. ARGV: from_sequence, count. A page as the events' bytes, each
+# with its sequence (the entry id's) in front where it was stored without one: built
+# in the server, where redis-py would make a dict per entry and the caller parse each.
+# 'ok' then the bytes; 'gap' when the entries are not the ones right after
+# from_sequence; 'restamp' when bytes hold another sequence (``read`` replaces it).
+_READ_ENCODED = """
+local after = tonumber(ARGV[1])
+local entries = redis.call('XRANGE', KEYS[1], '(0-' .. ARGV[1], '+', 'COUNT', ARGV[2])
+local n = #entries
+if n == 0 then return {'ok'} end
+-- Ids only increase: the first and the last tell whether these are the ones after it.
+if entries[1][1] ~= string.format('0-%d', after + 1)
+  or entries[n][1] ~= string.format('0-%d', after + n) then
+  return {'gap'}
+end
+local out = {'ok'}
+local char, floor, sub = string.char, math.floor, string.sub
+for i = 1, n do
+  local s = after + i
+  local key
+  if s < 128 then
+    key = '\\8' .. char(s)
+  elseif s < 16384 then
+    key = '\\8' .. char(s % 128 + 128, floor(s / 128))
+  else
+    local t, v = {'\\8'}, s
+    while v >= 128 do
+      t[#t + 1] = char(v % 128 + 128)
+      v = floor(v / 128)
+    end
+    t[#t + 1] = char(v)
+    key = table.concat(t)
+  end
+  local data = entries[i][2][2]
+  if sub(data, 1, #key) ~= key then
+    if string.byte(data, 1) == 8 then return {'restamp'} end
+    data = key .. data
+  end
+  out[i + 1] = data
+end
+return out
+"""
+
 
 class RedisEventLog:
     """``EventLogStore`` and ``EventNotifier`` on ``client``, keys under ``prefix``."""
@@ -65,6 +109,7 @@ class RedisEventLog:
         self._client = client
         self._prefix = prefix
         self._append = client.register_script(_APPEND)
+        self._read_encoded = client.register_script(_READ_ENCODED)
         # A blocked XREAD must return before the client's own reply timeout fires.
         socket_timeout = client.connection_pool.connection_kwargs.get("socket_timeout")
         self._block_cap_s = float(socket_timeout) / 2 if socket_timeout else 5.0
@@ -146,6 +191,29 @@ class RedisEventLog:
             event.sequence = int(entry_id.split(b"-")[1])
             events.append(event)
         return events
+
+    async def read_encoded(
+        self, session_id: str, *, from_sequence: int = 0, limit: int = READ_LIMIT
+    ) -> list[bytes]:
+        """``read``'s page as bytes: an entry's id is its sequence, and its bytes hold
+        that one already (the writer's) or none (put in front: field 1 leads).
+
+        Raises:
+            StoreError: the log there is not the events right after ``from_sequence``.
+        """
+        count = min(limit, READ_LIMIT)
+        if count < 1:
+            return []
+        after = max(from_sequence, 0)
+        reply: list[bytes] = await self._read_encoded(
+            keys=[self._key("events", session_id)], args=[after, count]
+        )
+        if reply[0] == b"ok":
+            del reply[0]
+            return reply
+        events = await self.read(session_id, from_sequence=after, limit=count)
+        check_page(session_id, after, [event.sequence for event in events])
+        return [event.SerializeToString() for event in events]
 
     async def wait_for_events(
         self, session_id: str, *, from_sequence: int, timeout_s: float

@@ -56,6 +56,26 @@ _READ_EVENTS = (
 )
 
 
+_PAGE = "SELECT sequence, data FROM events WHERE session_id = :s AND sequence > :f"
+# The same page as bytes, without a window function over every row in the usual case
+# (it cost more than the rest of the read): a page of at most _READ_BYTES is taken
+# whole; only a larger one counts how many of its events start below that.
+_FITS = (
+    f"SELECT CASE WHEN sum(length(data)) <= {_READ_BYTES} THEN count(*) ELSE ("
+    " SELECT count(*) FROM ("
+    "  SELECT length(data) AS size,"
+    "  sum(length(data)) OVER (ORDER BY sequence ROWS UNBOUNDED PRECEDING) AS upto"
+    f"  FROM ({_PAGE} ORDER BY sequence LIMIT :n)) WHERE upto - size < {_READ_BYTES}"
+    f") END FROM ({_PAGE} ORDER BY sequence LIMIT :n)"
+)
+# The events' bytes end to end (a blob's group_concat keeps its bytes; CAST makes the
+# text a blob again), their lengths and sequences, in one row: no hex, no parse.
+_READ_ENCODED = (
+    "SELECT CAST(group_concat(data, x'') AS BLOB), group_concat(length(data)),"
+    f" group_concat(sequence) FROM ({_PAGE} ORDER BY sequence LIMIT ({_FITS}))"
+)
+
+
 @dataclasses.dataclass(frozen=True)
 class Append:
     session_id: str
@@ -70,6 +90,32 @@ class Append:
 def read_events(conn: sqlite3.Connection, params: tuple[str, int, int]) -> str:
     (joined,) = conn.execute(_READ_EVENTS, params).fetchone()
     return joined or ""
+
+
+EncodedRow = tuple[bytes | None, str | None, str | None]
+
+
+def read_encoded(conn: sqlite3.Connection, session_id: str, after: int, limit: int) -> EncodedRow:
+    """A page of events as their stored bytes end to end, their sizes and sequences."""
+    row: EncodedRow = conn.execute(
+        _READ_ENCODED, {"s": session_id, "f": after, "n": limit}
+    ).fetchone()
+    return row
+
+
+def split_encoded(row: EncodedRow, after: int) -> list[bytes] | None:
+    """``read_encoded``'s row as each event's bytes; None unless they are the events
+    right after ``after`` in order (group_concat keeps the subquery's order in
+    practice, not by contract: the caller then reads as ``read_events`` does)."""
+    joined, sizes, sequences = row
+    if joined is None or sizes is None:
+        return []
+    ends = list(itertools.accumulate(map(int, sizes.split(","))))
+    if ends[-1] != len(joined) or sequences != ",".join(
+        map(str, range(after + 1, after + 1 + len(ends)))
+    ):
+        return None
+    return [joined[start:end] for start, end in zip([0, *ends], ends, strict=False)]
 
 
 def parse_events(joined: str) -> list[StreamEvent]:

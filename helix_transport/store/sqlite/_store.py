@@ -19,6 +19,7 @@ from helix_transport.store._base import (
     appended_count,
     check_checkpoint,
     check_lease,
+    check_page,
     given_bytes,
     storable_answer,
 )
@@ -45,7 +46,14 @@ from helix_transport.store.sqlite._checkpoints import (
     save_checkpoint,
 )
 from helix_transport.store.sqlite._conn import in_transaction, map_sqlite_errors, write
-from helix_transport.store.sqlite._log import Append, append_batch, parse_events, read_events
+from helix_transport.store.sqlite._log import (
+    Append,
+    append_batch,
+    parse_events,
+    read_encoded,
+    read_events,
+    split_encoded,
+)
 from helix_transport.store.sqlite._refs import PUT_REF, ref_from_row, ref_params
 from helix_transport.store.sqlite._schema import connect, start_checkpointer
 from helix_transport.store.sqlite._sessions import (
@@ -244,6 +252,20 @@ class SqliteStore:
         # Parsed here, not on the worker: parsing holds the GIL wherever it runs, and on
         # the worker it would also have to win the GIL back from a busy loop.
         return parse_events(await self._run(lambda conn: read_events(conn, params)))
+
+    async def read_encoded(
+        self, session_id: str, *, from_sequence: int = 0, limit: int = READ_LIMIT
+    ) -> list[bytes]:
+        """``read``'s page as the bytes stored (see ``EncodedEventReader``)."""
+        limit = max(min(limit, READ_LIMIT), 0)
+        row = await self._run(lambda conn: read_encoded(conn, session_id, from_sequence, limit))
+        # Split here, not on the worker, for the reason ``read`` parses here.
+        encoded = split_encoded(row, from_sequence)
+        if encoded is None:  # not in order: as ``read`` has them, sorted
+            events = await self.read(session_id, from_sequence=from_sequence, limit=limit)
+            check_page(session_id, from_sequence, [event.sequence for event in events])
+            encoded = [event.SerializeToString() for event in events]
+        return encoded
 
     async def save_checkpoint(self, checkpoint: Checkpoint) -> None:
         """Replace the session's checkpoint, fenced by the log's end (see ``Store``)."""

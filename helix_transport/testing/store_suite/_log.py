@@ -19,6 +19,7 @@ from helix_transport.store import (
     READ_LIMIT,
     CheckpointStore,
     ChildRefStore,
+    EncodedEventReader,
     EventLogStore,
     InterruptStore,
     LeaseStore,
@@ -335,3 +336,25 @@ class EventLogConformance:
         assert sequences(page) == list(range(1, READ_LIMIT + 1))
         rest = await store.read("s-1", from_sequence=READ_LIMIT)
         assert sequences(rest) == list(range(READ_LIMIT + 1, READ_LIMIT + 6))
+
+    async def test_read_encoded_is_read_serialized(self, store: Store) -> None:
+        # Optional role: a replay sends these bytes as they are, so they must be what
+        # ``read`` gives, serialized: every sequence in place, the same pages and cuts.
+        if not isinstance(store, EncodedEventReader):
+            pytest.skip("the store does not hand out encoded pages")
+        assert await store.read_encoded("nobody") == []
+        await store.create_session(make_record())
+        await store.append("s-1", [make_event(f"e{n}") for n in range(1, 4)], expected_sequence=0)
+        given = [make_event(text) for text in ("f", "\u00a2\x01 g")]  # a terminal key's bytes
+        for sequence, event in enumerate(given, start=4):
+            event.sequence = sequence
+        data = [event.SerializeToString() for event in given]
+        await store.append("s-1", (), expected_sequence=3, encoded=data)
+        for i in range(2):
+            big = [make_event(f"{i}" * (3 << 20))]
+            await store.append("s-1", big, expected_sequence=5 + i)
+        for after, limit in ((0, READ_LIMIT), (0, 2), (2, 3), (4, READ_LIMIT), (5, 1), (7, 5)):
+            read = await store.read("s-1", from_sequence=after, limit=limit)
+            encoded = await store.read_encoded("s-1", from_sequence=after, limit=limit)
+            assert encoded == [event.SerializeToString() for event in read], (after, limit)
+        assert (await store.read_encoded("s-1", from_sequence=3, limit=2)) == data
