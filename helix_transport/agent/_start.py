@@ -64,7 +64,10 @@ class RunStart:
                             k: v for k, v in record.metadata.items() if k != INHERITED_CONTEXT_KEY
                         },
                     )
-                )
+                ),
+                # Written with the first step's step_started (or the run's end, if
+                # an interrupt comes first): one write and one task, not two.
+                defer=True,
             )
             # No checkpoint before step 1: it would hold only what the record's input
             # gives (see initial), so the first model call does not wait for a write.

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -61,6 +62,7 @@ from helix_transport.agent.blockage import Blockage, BlockedChild, WaitingForChi
 from helix_transport.agent.definition import Agent
 from helix_transport.agent.hooks import NO_HOOKS, RunHooks, guarded
 from helix_transport.agent.inputs import InputState, WaitingChild, only
+from helix_transport.agent.interrupt_signal import InterruptSignal
 from helix_transport.agent.limits import LAST_PASS_GRACE_S, LimitReached, LimitWatch
 from helix_transport.agent.litellm import LitellmModel
 from helix_transport.agent.model import Model, ModelResponse, ToolCall, model_name
@@ -351,6 +353,14 @@ class RunLoop:
         ``at_most_once`` calls are durable as soon as they return."""
         if not calls:
             return {}, {}
+        if all(c.name == FINISH_TOOL for c in calls):
+            # The finish tool only validates: it never waits for a child, so it needs
+            # no task of its own nor a watch for blocked calls (two tasks a call).
+            context = functools.partial(self._tool_context, state)
+            outcomes = {
+                c.id: await self.tools.run(c, context, record=c.id in at_most_once) for c in calls
+            }
+            return outcomes, {}
         blockage = self._blockage = Blockage()
         async with asyncio.TaskGroup() as group:
             tasks = {
@@ -458,7 +468,12 @@ class RunLoop:
         """Run ``work`` unless an interrupt (or, with ``deadline``, the session's deadline)
         comes first, then cancel it."""
         task = asyncio.ensure_future(work)
-        signal = asyncio.ensure_future(self.interrupt_signal.wait())
+        interrupts = self.interrupt_signal
+        signal: asyncio.Future[Any]
+        if isinstance(interrupts, InterruptSignal):  # the server's: no task on the event
+            signal = interrupts.watch()
+        else:
+            signal = asyncio.ensure_future(interrupts.wait())
         limit = ""
         try:
             timeout = self.watch.seconds_left() if deadline else None
@@ -473,6 +488,8 @@ class RunLoop:
                         return_when=asyncio.FIRST_COMPLETED,
                     )
         finally:
+            if isinstance(interrupts, InterruptSignal):
+                interrupts.unwatch(signal)
             signal.cancel()
             if not task.done():
                 task.cancel()

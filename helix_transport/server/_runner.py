@@ -16,6 +16,7 @@ from helix_transport._exceptions import LeaseLost, SequenceConflict, StoreUnavai
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.agent.definition import Agent, HooksFactory
 from helix_transport.agent.hooks import NO_HOOKS, RunHooks
+from helix_transport.agent.interrupt_signal import InterruptSignal
 from helix_transport.agent.loop import MAX_RESULT_BYTES, RunLoop
 from helix_transport.delegation.cascade import CASCADE_TIMEOUT_S, Cascade
 from helix_transport.log import EventHub, SessionWriter
@@ -215,7 +216,7 @@ class SessionRunner:
             last_sequence=record.last_sequence,
             event_session_id=caller_id(record.session_id),  # never the namespaced key
         )
-        signal = asyncio.Event()
+        signal = InterruptSignal()  # set by an interrupt; each step races it
         loop = RunLoop(
             self.agent,
             record,

@@ -140,8 +140,9 @@ class EventStream:
             request = pb.StreamRequest(session_id=self.session_id, from_sequence=self.last_sequence)
             call = client.stream_call(request, encoded=encoded)
             detail = "the stream ended before the session's terminal event"
+            messages = aiter(call)
             try:
-                async for message in call:
+                async for message in messages:
                     response = _stream_response(message) if encoded else message
                     if response is None:  # grpc's deserializer, too, gives None for junk
                         raise RemoteError(
@@ -183,6 +184,7 @@ class EventStream:
                 detail = f"{exc.code().name}: {exc.details()}"
             finally:
                 call.cancel()
+                await _close(messages)
             # The server ends a stream cleanly only after the terminal event, so any
             # other end (a drained server, a reset) is a break to resume from.
             now = time.monotonic()
@@ -229,3 +231,11 @@ class EventStream:
             status.status not in (pb.SESSION_STATUS_UNSPECIFIED, pb.SESSION_STATUS_RUNNING)
             and status.last_sequence <= self.last_sequence
         )
+
+
+async def _close(messages: AsyncIterator[Any]) -> None:
+    """Close grpc's response generator now: left to the garbage collector, the event
+    loop closes it in a task of its own (one a stream)."""
+    aclose = getattr(messages, "aclose", None)
+    if aclose is not None:
+        await aclose()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from collections.abc import Callable
 from typing import Any
@@ -14,6 +15,7 @@ from helix_transport._events import SessionStatus
 from helix_transport._exceptions import SequenceConflict
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport.agent.definition import Agent
+from helix_transport.agent.interrupt_signal import InterruptSignal
 from helix_transport.agent.loop import RunLoop
 from helix_transport.agent.scripted import ScriptedTurn, finish, register_script, steps_taken
 from helix_transport.agent.scripted import call as scripted_call
@@ -47,7 +49,13 @@ async def _create(store: MemoryStore, input_json: str = "{}") -> None:
     )
 
 
-async def _run(agent: Agent, store: MemoryStore, *, resume_reason: str = "") -> SessionStatus:
+async def _run(
+    agent: Agent,
+    store: MemoryStore,
+    *,
+    resume_reason: str = "",
+    interrupt_signal: asyncio.Event | None = None,
+) -> SessionStatus:
     """Run session ``s`` (already in ``store``) to its end, as a server's runner would."""
     record = await store.get_session("s")
     assert record is not None
@@ -60,7 +68,7 @@ async def _run(agent: Agent, store: MemoryStore, *, resume_reason: str = "") -> 
         record,
         store=store,
         writer=writer,
-        interrupt_signal=asyncio.Event(),
+        interrupt_signal=interrupt_signal or asyncio.Event(),
         clients=ClientPool(),
     )
     return await loop.run(resume_reason=resume_reason)
@@ -75,7 +83,8 @@ async def test_a_step_that_only_finishes_is_written_once_with_the_runs_end() -> 
     # run's end: its finish call has no checkpoint of its own. Nor is there one before
     # step 1: it would hold only the input.
     assert [step for _, step in store.appends if step is not None] == [0, 1, 2]
-    assert store.appends[0] == (["run_started"], None)
+    # The run's start rides with its first step's start: one write, not two.
+    assert store.appends[0] == (["run_started", "step_started"], None)
     last_kinds, last_checkpoint = store.appends[-1]
     assert last_checkpoint == 2
     assert last_kinds[-4:] == ["tool_start", "tool_end", "output", "completed"]
@@ -271,3 +280,29 @@ async def test_an_interrupt_taken_by_a_run_that_lost_its_session_is_put_back() -
     with pytest.raises(SequenceConflict):
         await loop.run()
     assert await store.take_interrupt("s") == Interrupt("stop")
+
+
+async def test_a_step_that_only_finishes_starts_no_helper_task() -> None:
+    # No task waits on the interrupt signal (the server's resolves a future), and the
+    # finish call, which never waits for a child, runs without a task of its own or a
+    # watch for blocked calls.
+    at_once = dataclasses.replace(
+        counter, model=register_script("finish-at-once", lambda _: finish(total=0, steps=0))
+    )
+    store = MemoryStore()
+    await _create(store, json.dumps({"steps": 1, "words": 0}))
+    started: list[str] = []
+    loop = asyncio.get_running_loop()
+
+    def factory(loop: Any, coro: Any, **options: Any) -> asyncio.Task[Any]:
+        started.append(getattr(coro, "__qualname__", ""))
+        return asyncio.Task(coro, loop=loop, **options)
+
+    loop.set_task_factory(factory)
+    try:
+        status = await _run(at_once, store, interrupt_signal=InterruptSignal())
+    finally:
+        loop.set_task_factory(None)
+    assert status is SessionStatus.COMPLETED
+    assert "RunLoop._step" in started  # the step itself still races the signal
+    assert not {"Event.wait", "Blockage.settle", "ToolRunner.run"} & set(started), started

@@ -5,6 +5,8 @@ modes of ``EventStream``, against a server that sends exactly the responses give
 from __future__ import annotations
 
 import asyncio
+import gc
+import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import timedelta
@@ -146,3 +148,25 @@ async def test_a_quiet_stream_broken_again_and_again_resumes_each_time() -> None
         received = [e async for e in events]
     assert [e.WhichOneof("payload") for e in received] == ["completed"]
     assert events.reconnects == 4
+
+
+@MODES
+async def test_a_finished_stream_leaves_no_generator_for_the_loop_to_close(read: Read) -> None:
+    # grpc's response generator is closed when the stream ends, not left to the garbage
+    # collector, which has the event loop close it in a task of its own (one a stream).
+    finalized: list[str] = []
+    loop = asyncio.get_running_loop()
+    hooks = sys.get_asyncgen_hooks()
+
+    def finalizer(agen: Any) -> None:
+        finalized.append(agen.__qualname__)
+        loop._asyncgen_finalizer_hook(agen)  # type: ignore[attr-defined]
+
+    sys.set_asyncgen_hooks(firstiter=hooks.firstiter, finalizer=finalizer)
+    try:
+        events = await _read([[1, 2], [3]], read)
+        gc.collect()
+    finally:
+        sys.set_asyncgen_hooks(*hooks)
+    assert [event.sequence for event in events] == [1, 2, 3]
+    assert not [name for name in finalized if "fetch_stream_responses" in name]
