@@ -158,7 +158,7 @@ async def test_the_rendered_container_runs_and_stops_cleanly(tmp_path: Path) -> 
     probe = ServiceProcess(NAME, port=port, store_url="", log_path=log_path)
     probe.proc = proc  # its health wait and its cleanup
     try:
-        await probe.wait_serving(timeout_s=30)
+        await probe.wait_serving(timeout_s=30, service="")  # Node.js: no helix.model
         budget = workload["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
         proc.send_signal(signal.SIGTERM)
         async with asyncio.timeout(budget - prestop_seconds(container)):

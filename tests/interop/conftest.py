@@ -58,7 +58,8 @@ class NodeService(ServiceProcess):
         self.node = node
         self.data_dir = data_dir
 
-    async def start(self, *, timeout_s: float = 30.0) -> None:
+    async def start(self, *, timeout_s: float = 30.0, ready: str = "") -> None:
+        # A Node.js service has no helix.model: the overall health is its readiness.
         args = [
             self.node, str(NODE_DIR / "server.js"),
             "--port", str(self.port), "--data-dir", str(self.data_dir),
@@ -67,7 +68,7 @@ class NodeService(ServiceProcess):
             self.proc = await asyncio.create_subprocess_exec(
                 *args, cwd=NODE_DIR, env=self.env, stdout=log, stderr=log
             )
-        await self.wait_serving(timeout_s=timeout_s)
+        await self.wait_serving(timeout_s=timeout_s, service=ready)
 
 
 StartNode = Callable[..., AbstractAsyncContextManager[NodeService]]
