@@ -122,7 +122,7 @@ services-up: services-install
 	fi
 
 test: venv services-up node-deps lint
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=20
 
 demo: venv
 	$(PY) -m services.demo

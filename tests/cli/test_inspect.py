@@ -125,6 +125,7 @@ def node(page: Page, session_id: str, status: str | None = None) -> str:
     return selector + (f'[data-status="{status}"]' if status else "")
 
 
+@pytest.mark.slow  # the default run follows the demo mesh and a tree onto its child service
 async def test_the_page_follows_a_delegation_through_restarts_and_an_interrupt(
     browser: Browser, services: dict[str, ServiceProcess], inspect_url: str, tmp_path: Path
 ) -> None:

@@ -39,10 +39,11 @@ def _shared_backends(
     ("store_name", "depth", "samples", "again"),
     [
         ("sqlite", 2, 3, False),  # the start, the children's streaming, the closing model call
-        ("sqlite", 2, 1, True),  # mid-streaming, killed again as soon as it serves
         ("sqlite", 3, 1, False),  # parent -> middle -> child, mid-streaming
-        ("redis", 2, 1, False),
-        ("postgres", 2, 1, False),
+        ("postgres", 2, 1, False),  # a shared store over the network
+        # Killed again as soon as it serves, and Redis: under -m slow (and the full matrix).
+        pytest.param("sqlite", 2, 1, True, marks=pytest.mark.slow),
+        pytest.param("redis", 2, 1, False, marks=pytest.mark.slow),
     ],
 )
 @pytest.mark.usefixtures("_shared_backends")

@@ -163,6 +163,9 @@ async def test_connections_refused_for_45_s_lose_nothing(
     assert _calls(tmp_path, "counter", CHILD) == STEPS + 1
 
 
+# The default run keeps the same guarantee shorter: test_interrupt_in_flight's child out of
+# reach past the deadline, and test_abort's abort that reaches a child service when back.
+@pytest.mark.slow
 async def test_an_interrupt_sent_while_a_child_is_down_past_the_deadline_reaches_it(
     tmp_path: Path,
 ) -> None:

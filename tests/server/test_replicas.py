@@ -106,9 +106,16 @@ async def test_any_replica_serves_a_session_started_on_another(replicas: Replica
     ):
         await on_a.start(json.dumps({"steps": 3, "words": 8}), session_id="s1")
         # A long poll on B, for a session A runs: B learns the end from the store.
-        long_poll = asyncio.create_task(on_b.get_status("s1", wait=timedelta(seconds=30)))
         answered: list[float] = []
-        long_poll.add_done_callback(lambda _: answered.append(time.monotonic()))
+
+        async def poll() -> pb.GetStatusResponse:
+            # The time is taken in the task itself: a done callback could still be queued
+            # when the test reads it (the poll ended in the loop turn the stream did).
+            reply = await on_b.get_status("s1", wait=timedelta(seconds=30))
+            answered.append(time.monotonic())
+            return reply
+
+        long_poll = asyncio.create_task(poll())
         arrivals: list[float] = []
         events: list[pb.StreamEvent] = []
         async for event in on_b.stream("s1"):
