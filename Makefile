@@ -122,7 +122,7 @@ services-up: services-install
 	fi
 
 test: venv services-up node-deps lint
-	$(PY) -m pytest -q --durations=20
+	$(PY) -m pytest -q -n 2 --durations=20
 
 demo: venv
 	$(PY) -m services.demo
