@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import uuid
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
@@ -18,6 +18,8 @@ import redis.asyncio as aioredis
 from helix_transport import Agent, AgentClient, AgentServer, ServerConfig, create_server
 from helix_transport.agent.litellm import imported as imported_litellm
 from helix_transport.store import Store, open_store
+from helix_transport.testing.launcher import Launcher
+from helix_transport.testing.processes import ServiceProcess, exec_process
 
 os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
 # The test Redis keeps nothing on disk (`make services-up`: --save "" --appendonly no),
@@ -29,6 +31,20 @@ os.environ["HELIX_ALLOW_VOLATILE_STORE"] = "1"
 # paid here, at collection, as it was when importing an agent imported it, not inside
 # the first test's timeouts. (A service's start-up without it: tests/cli.)
 imported_litellm()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _warm_launcher() -> Iterator[None]:
+    """Services the tests start are forked from one warm process per test process, with
+    litellm already imported: an exec pays its import (2 s of CPU a service on a quiet
+    host, 6-8 s under load) hundreds of times over. Tests of start-up itself pass
+    ``spawner=exec_process``. Started on first use, so a test process that starts no
+    service never pays for it."""
+    launcher = Launcher()
+    ServiceProcess.default_spawner = launcher.spawn
+    yield
+    ServiceProcess.default_spawner = exec_process
+    launcher.close()
 
 
 @pytest.fixture(autouse=True)

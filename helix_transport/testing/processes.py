@@ -8,7 +8,9 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import ClassVar, Protocol
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -29,8 +31,44 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+class ChildProcess(Protocol):
+    """What ``ServiceProcess`` needs of a process: ``asyncio.subprocess.Process``'s shape."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    def send_signal(self, sig: int) -> None: ...
+
+    async def wait(self) -> int: ...
+
+
+class Spawner(Protocol):
+    """Starts ``args`` with its stdout and stderr appended to ``log_path``."""
+
+    async def __call__(
+        self, args: Sequence[str], *, cwd: Path, env: Mapping[str, str], log_path: Path
+    ) -> ChildProcess: ...
+
+
+async def exec_process(
+    args: Sequence[str], *, cwd: Path, env: Mapping[str, str], log_path: Path
+) -> ChildProcess:
+    """A new interpreter (fork and exec): what an orchestrator does, start-up included."""
+    with log_path.open("ab") as log:
+        return await asyncio.create_subprocess_exec(
+            *args, cwd=cwd, env=dict(env), stdout=log, stderr=log
+        )
+
+
 class ServiceProcess:
     """``helix-mesh serve AGENT`` in its own process, on a fixed port, killable."""
+
+    default_spawner: ClassVar[Spawner] = exec_process
+    """How services start unless one is given: a new interpreter. The test suite sets a
+    warm launcher here (``launcher.Launcher.spawn``: forks with litellm imported)."""
 
     def __init__(
         self,
@@ -44,10 +82,12 @@ class ServiceProcess:
         cwd: Path | None = None,
         auth_args: list[str] | None = None,
         health_port: int | None = None,
+        spawner: Spawner | None = None,
     ) -> None:
         """``auth_args`` are the authentication flags (default ``--allow-unauthenticated``:
         tests on loopback); ``health_port`` serves and polls health on a plaintext port
-        of its own (needed when the main port does TLS)."""
+        of its own (needed when the main port does TLS); ``spawner`` starts the process
+        (default ``default_spawner``; ``exec_process`` for a test of start-up itself)."""
         self.agent = agent
         self.port = port
         self.store_url = store_url
@@ -57,7 +97,8 @@ class ServiceProcess:
         self.auth_args = ["--allow-unauthenticated"] if auth_args is None else auth_args
         self.health_port = health_port
         self.cwd = cwd or Path.cwd()
-        self.proc: asyncio.subprocess.Process | None = None
+        self.spawner = spawner
+        self.proc: ChildProcess | None = None
 
     @property
     def address(self) -> str:
@@ -81,11 +122,13 @@ class ServiceProcess:
         ]  # fmt: skip
         if self.health_port is not None:
             args += ["--health-port", str(self.health_port)]
-        with self.log_path.open("ab") as log:
-            self.proc = await asyncio.create_subprocess_exec(
-                *args, cwd=self.cwd, env=self.env, stdout=log, stderr=log
-            )
-        await self.wait_serving(timeout_s=timeout_s, service=ready)
+        spawn = self.spawner or ServiceProcess.default_spawner
+        self.proc = await spawn(args, cwd=self.cwd, env=self.env, log_path=self.log_path)
+        try:
+            await self.wait_serving(timeout_s=timeout_s, service=ready)
+        except BaseException:
+            await self.kill()  # not left running unwatched
+            raise
 
     async def wait_serving(
         self, *, timeout_s: float, poll_s: float = 0.02, service: str = _MODEL_READY

@@ -12,7 +12,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from helix_transport.server.app import MODEL_READY
-from helix_transport.testing.processes import ServiceProcess, free_port
+from helix_transport.testing.processes import ServiceProcess, exec_process, free_port
 
 _SERVE_THEN_CALL = textwrap.dedent(
     """
@@ -60,6 +60,7 @@ async def test_serve_is_serving_before_its_model_is_ready(tmp_path: Path) -> Non
         port=free_port(),
         store_url=f"sqlite:///{tmp_path / 'counter.db'}",
         log_path=tmp_path / "counter.log",
+        spawner=exec_process,  # a new interpreter: what start-up means
     )
     await proc.start(timeout_s=120, ready="")  # as soon as it serves
     try:
