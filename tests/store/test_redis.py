@@ -32,6 +32,7 @@ from helix_transport.store import (
     SubSessionRef,
 )
 from helix_transport.store.redis import RedisStore
+from helix_transport.store.redis._stamped import stamped
 from helix_transport.testing.store_suite import (
     DurableStoreConformance,
     Reopen,
@@ -340,3 +341,23 @@ async def test_an_encoded_page_takes_its_sequences_from_the_entry_ids(
     await redis_client.xadd(stream, {"event": make_event("d").SerializeToString()}, id="0-4")
     with pytest.raises(StoreError, match="not gapless after sequence 2"):
         await store.read_encoded("s-1", from_sequence=2)
+
+
+@pytest.mark.parametrize(("first", "count"), [(1, 1000), (100, 300), (16_300, 200), (2**21 - 3, 6)])
+def test_a_page_of_bytes_gets_its_sequences_checked_across_key_lengths(
+    first: int, count: int
+) -> None:
+    # A page spanning a varint's growth (at 2^7, 2^14, 2^21) is checked in runs of one
+    # key length: bytes holding their sequence pass as they are, bytes holding none get
+    # it put in front, and one holding another sequence sends the page to ``read``.
+    events = [make_event(str(n)) for n in range(count)]
+    for sequence, event in enumerate(events, start=first):
+        event.sequence = sequence
+    stored = [event.SerializeToString() for event in events]
+    assert stamped(first - 1, list(stored)) == stored
+    bare = [make_event(str(n)).SerializeToString() for n in range(count)]
+    assert stamped(first - 1, bare) == stored
+    for at in (0, count // 2, count - 1):
+        wrong = list(stored)
+        wrong[at] = stored[(at + 1) % count]
+        assert stamped(first - 1, wrong) is None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from typing import Any
 
 import redis.asyncio as aioredis
 
@@ -24,6 +25,7 @@ from helix_transport.store._base import (
 from helix_transport.store._records import Checkpoint, SessionUpdate
 from helix_transport.store.redis._checkpoints import checkpoint_json
 from helix_transport.store.redis._sessions import APPLY_UPDATE, update_args
+from helix_transport.store.redis._stamped import stamped
 
 # KEYS: session hash, event stream, and the checkpoint key when the append carries
 # one. ARGV: expected sequence, append token, event count n, has-update flag,
@@ -58,49 +60,6 @@ return {'ok', last}
 """
 )
 
-# KEYS: event stream. ARGV: from_sequence, count. A page as the events' bytes, each
-# with its sequence (the entry id's) in front where it was stored without one: built
-# in the server, where redis-py would make a dict per entry and the caller parse each.
-# 'ok' then the bytes; 'gap' when the entries are not the ones right after
-# from_sequence; 'restamp' when bytes hold another sequence (``read`` replaces it).
-_READ_ENCODED = """
-local after = tonumber(ARGV[1])
-local entries = redis.call('XRANGE', KEYS[1], '(0-' .. ARGV[1], '+', 'COUNT', ARGV[2])
-local n = #entries
-if n == 0 then return {'ok'} end
--- Ids only increase: the first and the last tell whether these are the ones after it.
-if entries[1][1] ~= string.format('0-%d', after + 1)
-  or entries[n][1] ~= string.format('0-%d', after + n) then
-  return {'gap'}
-end
-local out = {'ok'}
-local char, floor, sub = string.char, math.floor, string.sub
-for i = 1, n do
-  local s = after + i
-  local key
-  if s < 128 then
-    key = '\\8' .. char(s)
-  elseif s < 16384 then
-    key = '\\8' .. char(s % 128 + 128, floor(s / 128))
-  else
-    local t, v = {'\\8'}, s
-    while v >= 128 do
-      t[#t + 1] = char(v % 128 + 128)
-      v = floor(v / 128)
-    end
-    t[#t + 1] = char(v)
-    key = table.concat(t)
-  end
-  local data = entries[i][2][2]
-  if sub(data, 1, #key) ~= key then
-    if string.byte(data, 1) == 8 then return {'restamp'} end
-    data = key .. data
-  end
-  out[i + 1] = data
-end
-return out
-"""
-
 
 class RedisEventLog:
     """``EventLogStore`` and ``EventNotifier`` on ``client``, keys under ``prefix``."""
@@ -109,7 +68,10 @@ class RedisEventLog:
         self._client = client
         self._prefix = prefix
         self._append = client.register_script(_APPEND)
-        self._read_encoded = client.register_script(_READ_ENCODED)
+        # XRANGE's reply as it comes (a list per entry), through the same pool: redis-py's
+        # own callback makes a dict per entry, which cost more than the page's read.
+        self._entries = aioredis.Redis(connection_pool=client.connection_pool)
+        self._entries.set_response_callback("XRANGE", _as_sent)
         # A blocked XREAD must return before the client's own reply timeout fires.
         socket_timeout = client.connection_pool.connection_kwargs.get("socket_timeout")
         self._block_cap_s = float(socket_timeout) / 2 if socket_timeout else 5.0
@@ -198,6 +160,10 @@ class RedisEventLog:
         """``read``'s page as bytes: an entry's id is its sequence, and its bytes hold
         that one already (the writer's) or none (put in front: field 1 leads).
 
+        A plain ``XRANGE``, the bytes taken from its reply here: a script building the
+        page in Redis spent ~1 ms of the server's one thread a 1,000-entry page turning
+        the entries into Lua tables, against ~0.35 ms for the ``XRANGE`` itself.
+
         Raises:
             StoreError: the log there is not the events right after ``from_sequence``.
         """
@@ -205,12 +171,18 @@ class RedisEventLog:
         if count < 1:
             return []
         after = max(from_sequence, 0)
-        reply: list[bytes] = await self._read_encoded(
-            keys=[self._key("events", session_id)], args=[after, count]
+        entries: list[list[Any]] = await self._entries.xrange(
+            self._key("events", session_id), min=f"(0-{after}", max="+", count=count
         )
-        if reply[0] == b"ok":
-            del reply[0]
-            return reply
+        n = len(entries)
+        if n == 0:
+            return []
+        # Ids only increase: the first and the last tell whether these are the ones after it.
+        if entries[0][0] == b"0-%d" % (after + 1) and entries[-1][0] == b"0-%d" % (after + n):
+            # An entry is [id, [b"event", bytes]]: the one field an append writes.
+            encoded = stamped(after, [fields[1] for _, fields in entries])
+            if encoded is not None:
+                return encoded
         events = await self.read(session_id, from_sequence=after, limit=count)
         check_page(session_id, after, [event.sequence for event in events])
         return [event.SerializeToString() for event in events]
@@ -239,3 +211,7 @@ def _serialize_unsequenced(event: StreamEvent) -> bytes:
         return event.SerializeToString()
     finally:
         event.sequence = previous
+
+
+def _as_sent(response: Any, **options: Any) -> Any:
+    return response
