@@ -92,7 +92,7 @@ async def test_a_start_that_keeps_timing_out_fails_after_the_reconnect_deadline(
     assert events[-1].WhichOneof("payload") == "completed"
 
 
-class CancelFirstStart(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
+class CancelFirstStart(grpc.aio.UnaryUnaryClientInterceptor):
     """The first ``Start`` reaches the service (the session is created), and then ends
     CANCELLED, as a server that held it in its queue past its deadline ends it."""
 
