@@ -11,7 +11,7 @@ parent suspends only when it has nothing else to do.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,23 +45,33 @@ class Blockage:
     async def settle(self, tasks: Mapping[str, asyncio.Task[Any]]) -> dict[str, BlockedChild]:
         """Wait until every task in ``tasks`` (by call id) is done or blocked; cancel the
         blocked ones then. Returns what each cancelled call waited for."""
-        while True:
-            running = {cid for cid, task in tasks.items() if not task.done()}
-            if not running:
-                return {}
-            if running <= self.blocked.keys():
-                for cid in running:
-                    tasks[cid].cancel()
-                return {cid: self.blocked[cid] for cid in running}
-            self._changed.clear()
-            changed = asyncio.ensure_future(self._changed.wait())
-            try:
-                await asyncio.wait(
-                    {changed, *(tasks[cid] for cid in running)},
-                    return_when=asyncio.FIRST_COMPLETED,
-                )
-            finally:
-                changed.cancel()
+        # One done-callback per task, each dropping its call from ``running`` and waking
+        # this loop: linear in the calls. ``asyncio.wait`` over the running ones at every
+        # wake-up was quadratic (it adds and removes a callback on each still running):
+        # 12% of a parent's CPU fanning out to 1,000 children in one step.
+        running = {cid for cid, task in tasks.items() if not task.done()}
+        callbacks = {cid: self._finished_callback(running, cid) for cid in running}
+        for cid, callback in callbacks.items():
+            tasks[cid].add_done_callback(callback)
+        try:
+            while running:
+                if running <= self.blocked.keys():
+                    for cid in running:
+                        tasks[cid].cancel()
+                    return {cid: self.blocked[cid] for cid in running}
+                self._changed.clear()
+                await self._changed.wait()
+            return {}
+        finally:
+            for cid, callback in callbacks.items():
+                tasks[cid].remove_done_callback(callback)
+
+    def _finished_callback(self, running: set[str], cid: str) -> Callable[[Any], None]:
+        def finished(_: Any) -> None:
+            running.discard(cid)
+            self._changed.set()
+
+        return finished
 
 
 class WaitingForChildren(Exception):

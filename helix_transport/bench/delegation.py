@@ -8,10 +8,12 @@ is this process (on a small machine it shares the CPUs with the services).
   the delegation overhead: the parent delegating to a one-step leaf, beside the
   same parent doing the leaf's work in a local tool (same litellm turn, no child).
 - 5: one parent delegating to ``children`` one-step leaves in one step. Wall time
-  beside the client starting as many leaf sessions directly; peak RSS/PSS/USS of
-  each service (polled every 20 ms), and beside them the floor: the RSS of two
-  processes that do nothing but import litellm and make one streamed completion
-  through a custom provider (what any service calling litellm holds before serving).
+  beside the client starting as many leaf sessions directly (the two alternated);
+  peak RSS of each service (the kernel's ``VmHWM``, reset before each run), its
+  PSS/USS polled every 20 ms in one more, untimed run, and beside them the floor:
+  the RSS of two processes that do nothing but import litellm and make one streamed
+  completion through a custom provider (what any service calling litellm holds
+  before serving).
 - 7: ``Interrupt`` on a root (root -> parent -> leaf, the leaf emitting paced
   events) until GetStatus says ``interrupted`` for all three, beside one level.
 """
@@ -36,6 +38,7 @@ from helix_transport.bench._measure import (
     check_completed,
     kind,
     memory_kib,
+    proc_kib,
     run_session,
 )
 from helix_transport.bench._report import (
@@ -287,10 +290,26 @@ async def fan_out(
         }
         idle = {name: memory_kib(pid) for name, pid in pids.items()}
         walls: list[float] = []
+        direct_walls: list[float] = []
+        peak_rss = {name: 0 for name in pids}
+        exact = all(_reset_peak_rss(pid) for pid in pids.values())
+        for _ in range(repeat):  # alternate, so the host's drift hits both sides alike
+            walls.append(await _fan_out_via_parent(parent_client, ids, children))
+            for name, pid in pids.items():
+                peak_rss[name] = max(peak_rss[name], proc_kib(pid, "VmHWM"))
+            direct_walls.append(await _fan_out_direct(leaf_client, ids, children))
+            exact = exact and all(_reset_peak_rss(pid) for pid in pids.values())
+        # PSS has no kernel high-water mark: it is polled, in one more run whose wall is
+        # not counted. A sample reads smaps_rollup (~5 ms of this process's CPU each
+        # read, three a process), which took half a core of the two while the timed
+        # runs ran beside it, and none while the direct ones did.
         with MemoryPoller(pids) as poller:
-            for _ in range(repeat):
-                walls.append(await _fan_out_via_parent(parent_client, ids, children))
-        direct_walls = [await _fan_out_direct(leaf_client, ids, children) for _ in range(repeat)]
+            await _fan_out_via_parent(parent_client, ids, children)
+    if exact:
+        poller.peaks = {
+            name: {**peaks, "rss": max(peaks["rss"], peak_rss[name])}
+            for name, peaks in poller.peaks.items()
+        }
     report.add(
         f"5 fan-out to {children:,} children: wall",
         SETUP,
@@ -317,6 +336,17 @@ async def fan_out(
         "peak_kib": poller.peaks,
         "litellm_floor_kib": floor,
     }
+
+
+def _reset_peak_rss(pid: int | str) -> bool:
+    """Reset the process's ``VmHWM`` (its peak RSS, kept exactly by the kernel) to its
+    RSS now; False where the kernel does not let us (the polled peak counts then)."""
+    try:
+        with open(f"/proc/{pid}/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        return False
+    return True
 
 
 async def _fan_out_via_parent(parent_client: AgentClient, ids: Ids, n: int) -> float:

@@ -1,4 +1,5 @@
-"""A Start that times out (a queued, overloaded service) is retried, and runs its session once.
+"""A Start that times out or is cancelled (a queued, overloaded service) is retried, and
+runs its session once.
 
 The client names every session it starts, so a retry of a Start whose first attempt
 did create the session gets that session back (``created=false``) rather than a second
@@ -9,9 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
+from typing import Any
 
+import grpc
 import pytest
+from grpc.aio import ClientCallDetails
 
 from helix_transport import AgentClient, ClientConfig, DeadlineExceeded, RetryConfig
 from helix_transport.server import create_server
@@ -85,3 +90,46 @@ async def test_a_start_that_keeps_timing_out_fails_after_the_reconnect_deadline(
         events = [event async for event in client.stream("s")]
     assert not again.created
     assert events[-1].WhichOneof("payload") == "completed"
+
+
+class CancelFirstStart(grpc.aio.UnaryUnaryClientInterceptor):
+    """The first ``Start`` reaches the service (the session is created), and then ends
+    CANCELLED, as a server that held it in its queue past its deadline ends it."""
+
+    def __init__(self) -> None:
+        self.starts = 0
+
+    async def intercept_unary_unary(
+        self,
+        continuation: Callable[[ClientCallDetails, Any], Awaitable[Any]],
+        client_call_details: ClientCallDetails,
+        request: Any,
+    ) -> Any:
+        call = await continuation(client_call_details, request)
+        method = client_call_details.method
+        if not (method.decode() if isinstance(method, bytes) else method).endswith("/Start"):
+            return call
+        self.starts += 1
+        if self.starts > 1:
+            return call
+        await call  # the session exists now
+        raise grpc.aio.AioRpcError(
+            grpc.StatusCode.CANCELLED,
+            grpc.aio.Metadata(),
+            grpc.aio.Metadata(),
+            details="CANCELLED",
+        )
+
+
+async def test_a_start_the_server_cancelled_is_retried_and_runs_the_session_once() -> None:
+    cancel = CancelFirstStart()
+    async with (
+        await create_server(counter, MemoryStore(), allow_unauthenticated=True) as server,
+        await AgentClient.connect(server.address, interceptors=[cancel]) as client,
+    ):
+        reply = await client.start(json.dumps({"steps": 1}), session_id="s")
+        events = [event async for event in client.stream("s")]
+    assert cancel.starts == 2  # cancelled once, retried once
+    assert not reply.created  # the first attempt had created it
+    kinds = [event.WhichOneof("payload") for event in events]
+    assert kinds.count("run_started") == 1 and kinds[-1] == "completed"
