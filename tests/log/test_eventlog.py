@@ -230,6 +230,12 @@ class _CountingReads(MemoryStore):
         self.reads += 1
         return await super().read(session_id, from_sequence=from_sequence, limit=limit)
 
+    async def read_encoded(
+        self, session_id: str, *, from_sequence: int = 0, limit: int = READ_LIMIT
+    ) -> list[bytes]:
+        self.reads += 1  # how ``follow`` reads the memory store
+        return await super().read_encoded(session_id, from_sequence=from_sequence, limit=limit)
+
 
 async def test_the_writer_serializes_each_event_once_for_store_hub_and_readers() -> None:
     store = _RecordingAppends()
