@@ -80,13 +80,17 @@ async def _follow(
                 # after a quiet poll interval check the store (another process may write).
                 force_store = not await _wait(waiter, poll_interval_s)
                 continue
+            from_store = batch is None
             if batch is None:
                 batch = await (started or pages.read(last_sequence))
             force_store = False
             if batch.encoded:
                 last_sequence = reader.last_sequence = batch.last_sequence
-                if len(batch.encoded) >= batch_limit and not batch.terminal:
-                    pages.prefetch(last_sequence)  # a reader catching up: more likely follow
+                if from_store and len(batch.encoded) >= batch_limit and not batch.terminal:
+                    # A reader catching up from the store: more pages likely follow. One
+                    # served from the hub asks the hub again (a live reader behind a burst
+                    # would otherwise re-read from the store what the hub still holds).
+                    pages.prefetch(last_sequence)
                 yield batch
                 if batch.terminal:
                     return

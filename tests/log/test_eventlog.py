@@ -230,6 +230,12 @@ class _CountingReads(MemoryStore):
         self.reads += 1
         return await super().read(session_id, from_sequence=from_sequence, limit=limit)
 
+    async def read_encoded(
+        self, session_id: str, *, from_sequence: int = 0, limit: int = READ_LIMIT
+    ) -> list[bytes]:
+        self.reads += 1  # how ``follow`` reads the memory store
+        return await super().read_encoded(session_id, from_sequence=from_sequence, limit=limit)
+
 
 async def test_the_writer_serializes_each_event_once_for_store_hub_and_readers() -> None:
     store = _RecordingAppends()
@@ -482,6 +488,21 @@ async def test_a_write_landing_after_its_run_ended_leaves_no_tail_behind() -> No
     await asyncio.sleep(0.2)
     assert [e.text_delta.text for e in await store.read("s")] == ["late"]
     assert hub.since("s", 0, 10) is None  # no tail: readers go to the store
+
+
+async def test_an_event_with_its_own_step_keeps_it_and_is_logged_canonically() -> None:
+    store = _RecordingAppends()
+    writer = await _new_session(store, EventHub())
+    writer.step = 3
+    writer.emit(pb.StreamEvent(step=7, run_resumed=pb.RunResumed()))  # stamped as a message
+    writer.emit(pb.StreamEvent(step_started=pb.StepStarted()))  # its stamp's bytes before it
+    writer.emit(pb.StreamEvent())  # nothing set at all
+    await writer.flush()
+    [given] = store.encoded
+    stored = await store.read("s")
+    assert given == [e.SerializeToString() for e in stored]
+    assert [(e.sequence, e.step) for e in stored] == [(1, 7), (2, 3), (3, 3)]
+    assert all((e.session_id, e.agent_type) == ("s", "a") and e.time.seconds for e in stored)
 
 
 async def test_a_text_fragment_is_logged_as_emit_would_log_its_message() -> None:
