@@ -51,6 +51,11 @@ class Endings:
         self.read_log_first = True
         """Read the children's ends from the log before totalling (a resumed run, or a
         later turn); until the run knows, the safe default."""
+        self.children_possible = True
+        """False while the session can have no child: the run began it (nothing older
+        in its log) and has made no ``ToolContext``, which every writer of a child's ref
+        holds (delegation, companions, A2A calls). Its end then reads no refs: one store
+        round trip less before the terminal write. Until the run knows, True."""
         self.closing: list[ChildCommand] = []
         """The outbox commands the run's end recorded for its children (its close
         policies): the server delivers them once the end is written."""
@@ -58,6 +63,9 @@ class Endings:
     async def record_close(self, state: RunProgress | None, status: SessionStatus) -> None:
         """Each running child's close policy, durable before the end (``agent._closing``);
         its events go in the terminal write (emitted deferred: no await may follow)."""
+        if not self.children_possible:
+            self.closing = []
+            return
         closing = await close_children(
             self.agent,
             self.store,

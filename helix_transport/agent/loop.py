@@ -172,6 +172,7 @@ class RunLoop:
         # children's ends in the log from before it (see _usage).
         self._log_has_older_children = bool(resume_reason) or state.run.turns.turn > 1
         self.endings.read_log_first = self._log_has_older_children
+        self.endings.children_possible = self._log_has_older_children  # until a ToolContext
         self.watch.own = state.usage
         if self.watch.active and self._log_has_older_children:  # the subtree, counted once
             await self.watch.children.read_log(self.store, self.session_id)
@@ -434,6 +435,7 @@ class RunLoop:
         return [*state.messages[:head], *inherited, *state.messages[head:]]
 
     def _tool_context(self, state: RunProgress, tool_call_id: str) -> ToolContext:
+        self.endings.children_possible = True  # whatever holds it may start a child
         return ToolContext(
             session_id=self.session_id,
             agent_type=self.agent.name,

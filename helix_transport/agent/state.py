@@ -169,11 +169,13 @@ class InputState:
     @classmethod
     def of(cls, run: RunState) -> InputState:
         """A working copy of ``run``'s: the run state changes only on ``save``."""
-        return copy.deepcopy(run.inputs)
+        # Most steps wait for nothing: a new empty state is that copy, without
+        # deepcopy's ~50 Python calls (three of them a one-step call).
+        return cls() if run.inputs == _NO_INPUTS else copy.deepcopy(run.inputs)
 
     def save(self, run: RunState) -> None:
         """Write this state into ``run``."""
-        run.inputs = copy.deepcopy(self)
+        run.inputs = InputState() if self == _NO_INPUTS else copy.deepcopy(self)
 
     def empty(self) -> bool:
         """Nothing to keep (the stored form then has no entry)."""
@@ -206,6 +208,10 @@ class InputState:
             children=[WaitingChild.from_json(c) for c in raw.get("children", ())],
             suspended_at=raw.get("suspended_at"),
         )
+
+
+_NO_INPUTS = InputState()
+"""A step waiting for nothing (compared with, never handed out)."""
 
 
 # --- companions (helix_transport.delegation.companions) --------------------------------

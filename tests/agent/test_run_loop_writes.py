@@ -98,6 +98,34 @@ async def test_a_step_that_only_finishes_is_written_once_with_the_runs_end() -> 
     assert finish_result["role"] == "tool" and finish_result["name"] == "__finish__"
 
 
+class _CountsRefReads(MemoryStore):
+    ref_reads = 0
+
+    async def list_subsession_refs(self, parent_session_id: str) -> list[Any]:
+        self.ref_reads += 1
+        return await super().list_subsession_refs(parent_session_id)
+
+
+async def test_a_run_that_made_no_tool_context_reads_no_refs_at_its_end() -> None:
+    at_once = dataclasses.replace(
+        counter, model=register_script("finishes-at-once", lambda _: finish(total=0, steps=0))
+    )
+    store = _CountsRefReads()
+    await _create(store)
+    assert await _run(at_once, store) is SessionStatus.COMPLETED
+    assert store.ref_reads == 0  # only the finish tool: nothing could start a child
+    # A tool ran: it may have started a child, whose close policy the end applies.
+    store = _CountsRefReads()
+    await _create(store, json.dumps({"steps": 1, "words": 0}))
+    assert await _run(counter, store) is SessionStatus.COMPLETED
+    assert store.ref_reads == 1
+    # Resumed: an earlier run of the session may have started children.
+    store = _CountsRefReads()
+    await _create(store)
+    assert await _run(at_once, store, resume_reason="restart") is SessionStatus.COMPLETED
+    assert store.ref_reads == 1
+
+
 async def test_an_interrupt_requested_before_the_first_step_stops_the_run_there() -> None:
     store = MemoryStore()
     await _create(store)

@@ -22,6 +22,7 @@ from helix_transport.agent.state import (
     RUN_STATE_KEY,
     CompanionsState,
     DispatchState,
+    InputState,
     OpenSpan,
     RunState,
     TurnState,
@@ -268,3 +269,20 @@ async def test_a_checkpoint_the_previous_version_stored_resumes_with_its_records
     assert user == {"looked": 1}
     # The records rode through the run untouched, and are stored as they were.
     assert run.to_json()["extensions"] == extensions
+
+
+def test_a_working_copy_of_the_input_state_changes_the_runs_only_once_saved() -> None:
+    run = RunState()  # a step waiting for nothing: the copy is a new empty state
+    working = InputState.of(run)
+    working.started.append("call_1")
+    assert run.inputs == InputState()
+    working.save(run)
+    working.started.append("call_2")  # saved as a copy
+    assert run.inputs.started == ["call_1"]
+    again = InputState.of(run)
+    again.started.clear()
+    assert run.inputs.started == ["call_1"]
+    InputState().save(run)  # an empty state saved is a new one too
+    emptied = InputState.of(run)
+    emptied.started.append("call_3")
+    assert run.inputs == InputState()
