@@ -110,7 +110,7 @@ class SessionWriter:
         # bytes. The usual event sets only its payload: it joins the open run, stamped
         # with the run when the run closes (``_close_run``), not one event at a time.
         payload = event.SerializeToString()
-        if payload[:1] >= _PAYLOAD_KEYS or not payload:
+        if payload >= _PAYLOAD_KEYS or not payload:  # its first byte, unsliced
             if self._run_step != self.step:  # no run open, or the step moved on
                 self._open_run()
             self._run.append(payload)
