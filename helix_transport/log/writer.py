@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from helix_transport._events import is_terminal, stamp
 from helix_transport._proto.helix.agent.v1.agent_pb2 import StreamEvent
-from helix_transport._wire import sequenced_all, varint
+from helix_transport._wire import SEQUENCE_KEY, sequenced_all, varint
 from helix_transport.log.hub import EventHub
 from helix_transport.metrics.instruments import instruments
 from helix_transport.store import Checkpoint, SessionUpdate, Store
@@ -70,7 +70,8 @@ class SessionWriter:
         and their sequences (from ``_run_first`` on) in one pass when the run closes
         (``_close_run``)."""
         self._run_head = b""
-        """The stamp of the open run: session, agent type, time and step (fields 2-5)."""
+        """The stamp of the open run's first event: sequence, session, agent type, time
+        and step (fields 1-5)."""
         self._run_first = 0
         """The sequence of ``_run[0]``."""
         self._run_step: int | None = None
@@ -170,18 +171,28 @@ class SessionWriter:
         after its own emit or its append, which ``StreamEvent.time`` stands for):
         stamping each event on its own was about half of ``emit``'s cost.
         """
-        self._close_run()
+        if self._run:
+            self._close_run()
         head = self._stamp
+        head.sequence = self._run_first = self._next_sequence
         head.step = self._run_step = self.step
         # divmod beats Timestamp.FromNanoseconds, which is pure Python.
         self._clock.seconds, self._clock.nanos = divmod(time.time_ns(), 1_000_000_000)
+        # With the first event's sequence: a run of one (a paced writer's every event)
+        # is this and its payload, as an event was stamped before runs.
         self._run_head = head.SerializeToString()
-        self._run_first = self._next_sequence
 
     def _close_run(self) -> None:
         """Stamp the open run's payloads into ``_pending``, in one pass."""
-        if self._run:
-            self._pending += sequenced_all(self._run_first, self._run_head, self._run)
+        run = self._run
+        if len(run) == 1:
+            self._pending.append(self._run_head + run[0])
+            self._run = []
+        elif run:
+            # The sequence is field 1, so the head's bytes start with its key and varint.
+            first = self._run_first
+            head = self._run_head[len(SEQUENCE_KEY) + len(varint(first)) :]
+            self._pending += sequenced_all(first, head, run)
             self._run = []
         self._run_step = None
 
