@@ -51,20 +51,35 @@ def varint(value: int) -> bytes:
     return bytes(out)
 
 
+_LOW_SEQUENCES = [SEQUENCE_KEY + bytes((n | 0x80,)) for n in range(0x80)]
+"""The key and first byte of a two-byte sequence, by its low seven bits."""
+_ONE_BYTE_SEQUENCES = [SEQUENCE_KEY + one for one in _ONE_BYTE]
+
+
 def sequenced_all(first: int, head: bytes, bodies: Sequence[bytes]) -> list[bytes]:
     """Each event's bytes with its sequence (``first``, ``first + 1``...), from ``head +
     body`` without one: the sequence is field 1, so this is also how protobuf lays it out.
 
-    In one pass for a batch: per-event function calls were most of the cost.
+    In one pass for a batch: per-event function calls were most of the cost. From 128
+    on, a sequence's first byte is its low seven bits and the rest is the varint of
+    what is above them, shared by 128 sequences in a row: that part goes in front of
+    ``head`` once for each 128 (a byte string built per event was half the cost).
     """
-    one = _ONE_BYTE
-    return [
-        SEQUENCE_KEY
-        + (one[n] if n < 0x80 else bytes((n & 0x7F | 0x80, n >> 7)) if n < 0x4000 else varint(n))
-        + head
-        + body
-        for n, body in enumerate(bodies, first)
-    ]
+    out: list[bytes] = []
+    count = len(bodies)
+    at = 0
+    while at < count:
+        n = first + at
+        if n < 0x80:
+            stop = min(count, 0x80 - first)
+            one = _ONE_BYTE_SEQUENCES
+            out += [one[n] + head + body for n, body in enumerate(bodies[at:stop], n)]
+        else:
+            stop = min(count, (n | 0x7F) + 1 - first)
+            low, high = _LOW_SEQUENCES, varint(n >> 7) + head
+            out += [low[n & 0x7F] + high + body for n, body in enumerate(bodies[at:stop], n)]
+        at = stop
+    return out
 
 
 def child_event_prefix(tool_call_id: str) -> bytes:

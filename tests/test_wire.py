@@ -53,7 +53,7 @@ def test_a_wrapped_child_event_is_the_message_protobuf_builds(size: int) -> None
     assert payload == wrapper.SerializeToString()
 
 
-@pytest.mark.parametrize("first", [1, 100, 0x3FFF - 2, 300_000])
+@pytest.mark.parametrize("first", [1, 100, 124, 0x3FFF - 2, 300_000, 2**21 - 3])
 def test_a_batch_sequenced_at_once_is_byte_for_byte_protobufs(first: int) -> None:
     head = pb.StreamEvent(session_id="parent", agent_type="root", step=3)
     head.time.seconds = 1_700_000_000

@@ -106,8 +106,9 @@ class EventStream:
 
     async def _events(self) -> AsyncIterator[pb.StreamEvent]:
         async for batch in self.batches():
-            for event in batch:
-                self.last_sequence = event.sequence  # exact even if the reader stops here
+            # A batch holds the next sequences in order (``_fresh``): counted, not read
+            # from each event. Exact even if the reader stops at an event.
+            for self.last_sequence, event in enumerate(batch, batch[0].sequence):
                 yield event
 
     async def batches(self) -> AsyncIterator[list[pb.StreamEvent]]:

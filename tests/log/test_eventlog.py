@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import gc
+import time
 from typing import Any
 
 from helix_transport._events import SessionStatus
@@ -527,3 +528,31 @@ async def test_a_text_fragment_is_logged_as_emit_would_log_its_message() -> None
         assert fast == made
     assert [e.step for e in stored[::2]] == [0, 1, 2]
     assert [e.text_delta.text for e in stored[::2]] == fragments
+
+
+async def test_a_write_stamps_its_events_once_with_its_first_events_time() -> None:
+    store = _RecordingAppends()
+    writer = await _new_session(store, EventHub())
+    before = time.time_ns()
+    writer.step = 1
+    writer.emit(pb.StreamEvent(text_delta=pb.TextDelta(text="a")))
+    writer.emit_text("b")
+    writer.step = 2  # a new step: a new stamp, in the same write
+    writer.emit(pb.StreamEvent(text_delta=pb.TextDelta(text="c")))
+    await writer.flush()
+    await asyncio.sleep(0.002)
+    writer.emit(pb.StreamEvent(text_delta=pb.TextDelta(text="d")))  # the next write's own
+    await writer.flush()
+    stored = await store.read("s")
+    assert store.encoded == [
+        [e.SerializeToString() for e in stored[:3]],
+        [stored[3].SerializeToString()],
+    ]
+    assert [(e.sequence, e.step, e.text_delta.text) for e in stored] == [
+        (1, 1, "a"),
+        (2, 1, "b"),
+        (3, 2, "c"),
+        (4, 2, "d"),
+    ]
+    times = [e.time.ToNanoseconds() for e in stored]
+    assert before <= times[0] == times[1] <= times[2] < times[3] <= time.time_ns()
