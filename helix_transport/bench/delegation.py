@@ -293,9 +293,14 @@ async def fan_out(
         walls: list[float] = []
         direct_walls: list[float] = []
         peak_rss = {name: 0 for name in pids}
+        # Each run's RSS before it and peak, per service: after the first round the leaf
+        # starts from what the direct run left it holding (glibc keeps what was freed).
+        runs: list[dict[str, tuple[int, int]]] = []
         exact = all(_reset_peak_rss(pid) for pid in pids.values())
         for _ in range(repeat):  # alternate, so the host's drift hits both sides alike
+            before = {name: proc_kib(pid, "VmRSS") for name, pid in pids.items()}
             walls.append(await _fan_out_via_parent(parent_client, ids, children))
+            runs.append({n: (before[n], proc_kib(pid, "VmHWM")) for n, pid in pids.items()})
             for name, pid in pids.items():
                 peak_rss[name] = max(peak_rss[name], proc_kib(pid, "VmHWM"))
             direct_walls.append(await _fan_out_direct(leaf_client, ids, children))
@@ -335,6 +340,7 @@ async def fan_out(
         "direct_wall_s": direct_walls,
         "idle_kib": idle,
         "peak_kib": poller.peaks,
+        "rss_before_and_peak_kib_per_run": runs,
         "litellm_floor_kib": floor,
     }
 

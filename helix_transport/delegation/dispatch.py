@@ -85,6 +85,7 @@ from helix_transport.delegation.forwarding import (
     status_of,
 )
 from helix_transport.delegation.spans import end_delegation, open_delegation, reopen_delegations
+from helix_transport.delegation.starts import start_window
 from helix_transport.delegation.subagent_types import (
     MAX_TASKS,
     DispatchArgs,
@@ -308,23 +309,24 @@ class Dispatcher:
             await save_ref(ctx, task)
             # An unreachable service is not a failed task: the run's deadline bounds it.
             retry = client.config.reconnect.until_cancelled()
-            if task.turn > 1:
-                # Idempotent on the turn: a re-run by a resumed parent rejoins it.
-                reply = await client.continue_session(
-                    task.session_id, self._input(task, asked), turn=task.turn, retry=retry
-                )
-                task.from_sequence = reply.from_sequence
-            else:
-                await client.start(
-                    self._input(task, asked),
-                    session_id=task.session_id,
-                    parent_session_id=ctx.session_id,
-                    metadata=metadata,
-                    retry=retry,
-                    delegation_path=ctx.child_delegation_path,
-                    subagent=self._options(ctx, task, asked),
-                    limits=ctx.child_limits(),
-                )
+            async with start_window(client):  # a batch's Starts a window at a time
+                if task.turn > 1:
+                    # Idempotent on the turn: a re-run by a resumed parent rejoins it.
+                    reply = await client.continue_session(
+                        task.session_id, self._input(task, asked), turn=task.turn, retry=retry
+                    )
+                    task.from_sequence = reply.from_sequence
+                else:
+                    await client.start(
+                        self._input(task, asked),
+                        session_id=task.session_id,
+                        parent_session_id=ctx.session_id,
+                        metadata=metadata,
+                        retry=retry,
+                        delegation_path=ctx.child_delegation_path,
+                        subagent=self._options(ctx, task, asked),
+                        limits=ctx.child_limits(),
+                    )
         except HelixError as exc:
             verb = "continue" if task.turn > 1 else "start"
             task.status, task.error = "failed", f"could not {verb}: {exc.message}"

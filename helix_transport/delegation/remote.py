@@ -53,6 +53,7 @@ from helix_transport.delegation.child_records import (
     subagent_started,
 )
 from helix_transport.delegation.forwarding import forward_child, forwarded_so_far, new_child
+from helix_transport.delegation.starts import start_window
 from helix_transport.log.children import Logged
 from helix_transport.registry import resolve_address
 from helix_transport.store import SubSessionRef
@@ -283,15 +284,16 @@ class _ChildCall:
         timeout_s: float | None,
     ) -> None:
         ctx = self.ctx
-        await self.client.start(
-            input_json,
-            session_id=self.child_id,
-            parent_session_id=ctx.session_id,
-            metadata=metadata,
-            retry=retry,
-            delegation_path=ctx.child_delegation_path,
-            limits=ctx.child_limits(self.own_limits(timeout_s)),
-        )
+        async with start_window(self.client):  # a fan-out's Starts a window at a time
+            await self.client.start(
+                input_json,
+                session_id=self.child_id,
+                parent_session_id=ctx.session_id,
+                metadata=metadata,
+                retry=retry,
+                delegation_path=ctx.child_delegation_path,
+                limits=ctx.child_limits(self.own_limits(timeout_s)),
+            )
 
     def own_limits(self, timeout_s: float | None) -> SessionLimits:
         """The child's own limits: the tool's budget, and its timeout as a deadline."""

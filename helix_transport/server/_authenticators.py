@@ -17,12 +17,9 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import grpc
-import jwt
-from cryptography import x509
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
-from cryptography.x509.oid import NameOID
 
+# PyJWT and cryptography (~1 MiB of objects) are imported where a JWT key, a token or a
+# client certificate is read: a service without JWT or mutual TLS never loads them.
 from helix_transport._exceptions import Unauthenticated, UsageError
 from helix_transport.server._identity import ANONYMOUS, Principal
 
@@ -156,6 +153,8 @@ class JwtAuthenticator:
     ) -> None:
         if not audience:
             raise UsageError("a JWT audience is required")
+        import jwt  # noqa: F401  # loaded now, at start-up, not inside the first call
+
         self._key = key
         self._algorithms = list(algorithms)
         self._audience = audience
@@ -176,6 +175,8 @@ class JwtAuthenticator:
         token = presented.bearer
         if token is None or token.count(".") != 2:
             return None  # not a JWT: maybe another authenticator's token
+        import jwt  # loaded by __init__: a look-up in sys.modules
+
         try:
             jwt.get_unverified_header(token)
         except jwt.PyJWTError:
@@ -221,6 +222,10 @@ def load_jwt_key(data: bytes, *, source: str = "the JWT key") -> tuple[Any, list
     Ed25519/Ed448; anything else is an HMAC secret (HS256/384/512).
     """
     if b"-----BEGIN" in data:
+        from cryptography import x509
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
+
         public: Any
         try:
             if b"CERTIFICATE" in data:
@@ -318,6 +323,9 @@ def presented(context: grpc.aio.ServicerContext[Any, Any]) -> Presented:
 
 @functools.lru_cache(maxsize=256)
 def _organization(pem: bytes) -> str:
+    from cryptography import x509
+    from cryptography.x509.oid import NameOID
+
     cert = x509.load_pem_x509_certificate(pem)
     names = cert.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)
     value = names[0].value if names else ""

@@ -29,8 +29,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import grpc
-from cryptography import x509
-from cryptography.hazmat.primitives import serialization
 
 from helix_transport._exceptions import Unauthenticated, UsageError
 from helix_transport.server._authenticators import (
@@ -422,6 +420,9 @@ _Context = grpc.aio.ServicerContext[Any, Any]
 def _check_key_pair(key_pem: bytes, cert_pem: bytes, *, key_file: str, cert_file: str) -> None:
     """Refuse a key that is not the certificate's (grpc would fail every handshake,
     with nothing in its error to say why; while rotating, one file may land first)."""
+    from cryptography import x509  # here: a service without TLS never loads it
+    from cryptography.hazmat.primitives import serialization
+
     try:
         cert = x509.load_pem_x509_certificate(cert_pem)
     except ValueError:
