@@ -326,7 +326,12 @@ async def fan_out(
         ratio_at_most(1.2),
     )
     floor = [await litellm_floor_kib() for _ in pids]  # one after the other: no contention
-    idle_rss = _add_fan_out_memory(report, children, idle=idle, poller=poller, floor=floor)
+    # The target's row: the first fan-out, from idle. Later rounds start from what the
+    # direct run of as many sessions left the leaf holding (glibc keeps what was freed).
+    first_peak = sum(peak for _, peak in runs[0].values()) if exact and runs else None
+    idle_rss = _add_fan_out_memory(
+        report, children, idle=idle, poller=poller, floor=floor, first_peak_kib=first_peak
+    )
     report.add(
         f"5 floor: {len(floor)} processes that only import litellm, one call each: RSS",
         "no server, no store",
@@ -382,9 +387,11 @@ def _add_fan_out_memory(
     idle: dict[str, dict[str, int]],
     poller: MemoryPoller,
     floor: list[int],
+    first_peak_kib: int | None,
 ) -> float:
-    """The peak RSS and PSS rows beside the idle ones, and the peak above the litellm
-    floor (issue 50's target: at most 64 MB); returns the idle RSS (MB)."""
+    """The peak RSS and PSS rows beside the idle ones, and the first fan-out's peak above
+    the litellm floor (issue 50's target: at most 64 MB; the highest peak where the
+    kernel keeps no exact one); returns the idle RSS (MB)."""
     peak_rss = sum(p["rss"] for p in poller.peaks.values()) * _KIB_MB
     idle_rss = sum(m["rss"] for m in idle.values()) * _KIB_MB
     report.add(
@@ -404,11 +411,12 @@ def _add_fan_out_memory(
         "their idle PSS just before",
     )
     floor_rss = sum(floor) * _KIB_MB
+    first = peak_rss if first_peak_kib is None else first_peak_kib * _KIB_MB
     report.add(
         f"5 fan-out to {children:,}: peak RSS above the litellm floor, both services",
-        SETUP,
+        f"{SETUP}, first fan-out, from idle",
         "MB",
-        peak_rss - floor_rss,
+        first - floor_rss,
         idle_rss - floor_rss,
         "their idle RSS above the floor",
         value_at_most(64),

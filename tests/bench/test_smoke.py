@@ -103,7 +103,8 @@ async def test_quick_bench_json(tmp_path: Path) -> None:
     floor = memory["2 processes that only import litellm, one call each"]
     assert peak["value"] > floor["value"] > 50
     above = memory["peak RSS above the litellm floor, both services"]
-    assert above["value"] == pytest.approx(peak["value"] - floor["value"])
+    # The first fan-out's peak (from idle), at most the highest of all rounds.
+    assert 0 < above["value"] + floor["value"] <= peak["value"] + 1e-6
     assert above["target"] and above["met"] == (above["value"] <= 64)
 
 
