@@ -15,16 +15,18 @@ _T = TypeVar("_T")
 _Job = tuple[Callable[[], Any], "asyncio.Future[Any]"]
 _BATCH_MAX = 64
 """Calls per loop wake-up at most, so a steady queue cannot hold results back."""
-_STARVED_S = 0.0005
-"""A worker without progress this long while calls wait is likely waiting for the GIL.
-Checked this often, a parent forwarding 10,000 child events stored them fast enough to
-cut two hops from 125 to 104 ms (median of 15 alternating runs; 20 ms before)."""
+_STARVED_S = 0.005
+"""A worker without progress this long while calls wait is likely waiting for the GIL (the
+interpreter's switch interval). Checked every 0.5 ms and handing off at once, a saturated
+service (500 paced sessions, `helix-mesh bench --scenarios 6`) lost to the hand-offs more
+than its appends gained: Poisson p99 516-559 ms against 311-337 with none, alternated;
+325-368 at 5 ms. Beside a loop that never idles an append then takes ~50 ms, not seconds."""
 _RUNNING = 0.25
 """The share of the time since the last check that the worker's thread must have run
 for its CPU to count as progress (a statement running in SQLite without the GIL)."""
 _HANDOFF_S = 0.00005
 """How long the loop then sleeps, letting the worker take the GIL and get on (enough for
-a waiting thread to wake; the loop gives up at most a tenth of its time while starved)."""
+a waiting thread to wake; the loop gives up at most a hundredth of its time while starved)."""
 
 
 class Worker:
