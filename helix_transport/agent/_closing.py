@@ -44,15 +44,20 @@ async def close_children(
     session_id: str,
     status: SessionStatus,
     run: RunState | None,
+    reason: str = "",
 ) -> Closing:
     """Record the outbox commands for the children of ``session_id`` still running as
-    its turn ends with ``status``; return them and the events to log with the end."""
+    its turn ends with ``status``; return them and the events to log with the end.
+
+    ``reason`` is the interrupt's, when one ended the turn: the children are told it,
+    as the ``Interrupt``'s own cascade tells them, so that whichever of the two asks
+    reaches a child first, it stops with the words the person gave."""
     closing = Closing()
     refs = [r for r in await store.list_subsession_refs(session_id) if not r.status.is_terminal]
     if not refs:
         return closing
     inboxes = {} if run is None else _inboxes(run)
-    reason = f"parent {session_id} {status.value}"
+    why = f"parent {session_id} {status.value}"
     for ref in refs:
         policy = agent.close_policy_of(session_id, ref.child_session_id, ref.agent_type)
         if status is SessionStatus.TERMINATED:
@@ -68,7 +73,7 @@ async def close_children(
                     child_session_id=ref.child_session_id,
                     address=ref.address,
                     kind="abort" if action == pb.CLOSE_ACTION_ABORTED else "close",
-                    reason=reason,
+                    reason=reason or why,
                 )
             )
         closing.events.append(
@@ -77,7 +82,7 @@ async def close_children(
                 agent_type=ref.agent_type,
                 policy=policy,
                 action=action,
-                reason=reason,
+                reason=why,
                 # A queue for a companion is only ever sent at a later step of the
                 # parent: at its end, it is reported, not silently lost.
                 undelivered=inboxes.get(ref.child_session_id, 0),

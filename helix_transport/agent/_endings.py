@@ -60,9 +60,12 @@ class Endings:
         """The outbox commands the run's end recorded for its children (its close
         policies): the server delivers them once the end is written."""
 
-    async def record_close(self, state: RunProgress | None, status: SessionStatus) -> None:
+    async def record_close(
+        self, state: RunProgress | None, status: SessionStatus, *, reason: str = ""
+    ) -> None:
         """Each running child's close policy, durable before the end (``agent._closing``);
-        its events go in the terminal write (emitted deferred: no await may follow)."""
+        its events go in the terminal write (emitted deferred: no await may follow).
+        ``reason``: the interrupt's that ends the run, passed on to the children."""
         if not self.children_possible:
             self.closing = []
             return
@@ -72,6 +75,7 @@ class Endings:
             session_id=self.session_id,
             status=status,
             run=None if state is None else state.run,
+            reason=reason,
         )
         self.closing = closing.commands
         for event in closing.events:
@@ -154,7 +158,7 @@ class Endings:
             stopped = pb.Interrupted(reason=interrupt.reason, limit_exceeded=limit, **usage)
             event = pb.StreamEvent(interrupted=stopped)
             status = SessionStatus.INTERRUPTED
-        await self.record_close(state, status)
+        await self.record_close(state, status, reason=interrupt.reason)
         update = SessionUpdate(
             status=status, step_count=state.step, usage=state.usage, limit_exceeded=limit
         )

@@ -16,6 +16,7 @@ import pytest
 from helix_transport import Agent, AgentClient, ClosePolicy, UsageError, create_server
 from helix_transport._events import SessionStatus
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
+from helix_transport.agent._closing import close_children
 from helix_transport.agent.close_policy import ChildKind, child_kind
 from helix_transport.agent.tools import child_scope, derived_session_id
 from helix_transport.delegation.cascade import Cascade
@@ -23,7 +24,13 @@ from helix_transport.delegation.companions import PersistentChild, child_session
 from helix_transport.delegation.dispatch import SubagentType
 from helix_transport.delegation.remote import remote_agent_tool
 from helix_transport.registry import address_env_var
-from helix_transport.store import ChildCommand, MemoryStore, SessionRecord, SessionUpdate
+from helix_transport.store import (
+    ChildCommand,
+    MemoryStore,
+    SessionRecord,
+    SessionUpdate,
+    SubSessionRef,
+)
 from helix_transport.transport import ClientPool
 from services.critic import agent as critic
 from tests.agents.closing import CloserInput, CloserOutput, leaver
@@ -102,6 +109,42 @@ async def test_a_close_command_waits_for_its_parent_to_end() -> None:
         await cascade.deliver([command])
         assert await store.list_commands() == []
         await clients.aclose()
+
+
+async def test_an_interrupted_parent_tells_its_children_the_interrupt_s_reason() -> None:
+    # The Interrupt's own cascade and the run's end both ask the child to stop; which
+    # arrives first is a race, so both carry the words the person gave. The parent's
+    # log still says what the policy did and why.
+    store = MemoryStore()
+    await store.create_session(
+        SessionRecord(session_id="p", agent_type="closer", input_json="{}", input_hash="")
+    )
+    await store.put_subsession_ref(
+        SubSessionRef(
+            parent_session_id="p",
+            child_session_id="p-c",
+            agent_type="critic",
+            tool_call_id="t1",
+            address="127.0.0.1:1",
+        )
+    )
+    ends = {
+        "enough": SessionStatus.INTERRUPTED,
+        "stop it all": SessionStatus.TERMINATED,
+        "": SessionStatus.INTERRUPTED,
+    }
+    told = []
+    for reason, status in ends.items():
+        closing = await close_children(
+            leaver, store, session_id="p", status=status, run=None, reason=reason
+        )
+        [command], [event] = closing.commands, closing.events
+        told.append((command.kind, command.reason, event.close_policy_applied.reason))
+    assert told == [
+        ("close", "enough", "parent p interrupted"),
+        ("abort", "stop it all", "parent p terminated"),
+        ("close", "parent p interrupted", "parent p interrupted"),
+    ]
 
 
 async def test_a_companion_running_when_its_parent_completes_is_terminated_and_its_queue_reported(
