@@ -143,7 +143,9 @@ async def _forward_stream(
     final: pb.StreamEvent | None = None
     # A batch at a time: this loop runs once per child event on the parent, the busiest
     # process of a delegation, so it does no per-event work it can share.
-    stream = client.stream(child_id, from_sequence=last, retry=retry)
+    # Shared: a parent's children on one service ride one ``Follow`` call, not a
+    # ``Stream`` each (~60 KB of gRPC state a child, between the two processes).
+    stream = client.stream(child_id, from_sequence=last, retry=retry, shared=True)
     async for batch, encoded in stream.encoded_batches():
         payloads = child_event_payloads(prefix, encoded)
         if emit_encoded is not None:

@@ -79,9 +79,8 @@ class _PassEncodedStreamResponses:
         pass
 
     def add_registered_method_handlers(self, service: str, handlers: dict[str, Any]) -> None:
-        handlers["Stream"] = handlers["Stream"]._replace(
-            response_serializer=_serialize_stream_response
-        )
+        for name in ("Stream", "Follow"):
+            handlers[name] = handlers[name]._replace(response_serializer=_serialize_stream_response)
         self._server.add_generic_rpc_handlers(
             (grpc.method_handlers_generic_handler(service, handlers),)
         )
@@ -90,5 +89,5 @@ class _PassEncodedStreamResponses:
 
 def add_agent_service(servicer: pb_grpc.AgentServiceServicer, server: grpc.aio.Server) -> None:
     """Serve ``servicer`` on ``server``: the generated registration, with ``Stream``
-    responses that may be pre-encoded ``bytes``."""
+    and ``Follow`` responses that may be pre-encoded ``bytes``."""
     pb_grpc.add_AgentServiceServicer_to_server(servicer, _PassEncodedStreamResponses(server))  # type: ignore[arg-type]

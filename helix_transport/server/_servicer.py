@@ -8,7 +8,7 @@ Each method validates its request, maps the caller's session id to the store's k
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any, ClassVar
 
 import grpc
@@ -20,6 +20,7 @@ from helix_transport.log import follow
 from helix_transport.server import _validation as check
 from helix_transport.server._continue import TurnRequest
 from helix_transport.server._encoding import MAX_RESPONSE_BYTES, encode_responses
+from helix_transport.server._follow import FOLLOW_METHOD, details_of, follow_responses
 from helix_transport.server._heartbeat import heartbeat
 from helix_transport.server._identity import current_principal
 from helix_transport.server._inputs import InputRouter
@@ -27,6 +28,7 @@ from helix_transport.server._listing import list_sessions
 from helix_transport.server._logging import bind as bind_log_context
 from helix_transport.server._ownership import parent_id, storage_id
 from helix_transport.server._sessions import Sessions
+from helix_transport.server.interceptors import public_status
 from helix_transport.store import SessionRecord, input_fingerprint
 from helix_transport.tree import token_usage
 
@@ -36,8 +38,17 @@ Context = grpc.aio.ServicerContext[Any, Any]
 class AgentServicer(pb_grpc.AgentServiceServicer):
     """Serves one agent's ``sessions`` (its agent, store and limits are theirs)."""
 
-    def __init__(self, sessions: Sessions, *, heartbeat_interval_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        sessions: Sessions,
+        *,
+        heartbeat_interval_s: float = 5.0,
+        charge: Callable[[], None] = lambda: None,
+    ) -> None:
+        """``charge`` bills one more ``Stream`` to the caller's rate limit (each follow
+        of a ``Follow`` call: the interceptor bills the call itself only)."""
         self.sessions = sessions
+        self.charge = charge
         self.agent = sessions.agent
         self.store = sessions.store
         self.limits = sessions.limits
@@ -87,6 +98,20 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
         self, request: pb.StreamRequest, context: Context
     ) -> AsyncIterator[pb.StreamResponse | bytes]:
         """Events as pre-encoded ``StreamResponse`` bytes; heartbeats as messages."""
+        async for response in self._stream(request):
+            yield response
+
+    async def Follow(  # type: ignore[override]  # bytes: see add_agent_service
+        self, request_iterator: AsyncIterator[pb.FollowRequest], context: Context
+    ) -> AsyncIterator[bytes]:
+        """Many ``Stream``s on one call, as pre-encoded ``FollowResponse`` bytes."""
+        async for response in follow_responses(
+            request_iterator, self._stream, charge=self.charge, ended=_ended
+        ):
+            yield response
+
+    async def _stream(self, request: pb.StreamRequest) -> AsyncIterator[pb.StreamResponse | bytes]:
+        """What ``Stream`` answers ``request`` (also each follow of ``Follow``)."""
         session_id = check.session_id(request.session_id)
         from_sequence = check.from_sequence(request.from_sequence)
         key = (await self._record(session_id)).session_id
@@ -211,6 +236,12 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
     async def _record(self, session_id: str) -> SessionRecord:
         """The caller's session ``session_id``; its ``session_id`` is the store's key."""
         return await self.sessions.get(_key(session_id), session_id)
+
+
+def _ended(exc: Exception) -> tuple[int, str, bytes]:
+    """A follow's error as ``Stream`` would have ended with it: code, message, details."""
+    code, message, trailer = public_status(FOLLOW_METHOD, exc)
+    return code.value[0], message, details_of(trailer)
 
 
 def _key(session_id: str) -> str:

@@ -95,7 +95,7 @@ class AgentServer:
             *config.connection_age.grpc_options(),
             ("grpc.so_reuseport", 0),
         ]
-        self._server, self.port = _listening_server(config, auth, options, tracing)
+        self._server, self.port, limiter = _listening_server(config, auth, options, tracing)
         self.hub = EventHub()
         replica_id = config.replica_id or f"{socket.gethostname()}:{self.port}"
         self.clients = ClientPool(
@@ -133,7 +133,7 @@ class AgentServer:
             limits=config.limits,
         )
         self.servicer = AgentServicer(
-            self.sessions, heartbeat_interval_s=config.heartbeat_interval_s
+            self.sessions, heartbeat_interval_s=config.heartbeat_interval_s, charge=limiter.charge
         )
         add_agent_service(self.servicer, self._server)
         admin_pb2_grpc.add_AdminServiceServicer_to_server(
@@ -225,8 +225,9 @@ def _listening_server(
     auth: ServerAuth,
     options: list[tuple[str, int]],
     tracing: TracingHandle | None = None,
-) -> tuple[grpc.aio.Server, int]:
-    """The agent's gRPC server with its interceptors, bound to ``config``'s address."""
+) -> tuple[grpc.aio.Server, int, LimitsInterceptor]:
+    """The agent's gRPC server with its interceptors, bound to ``config``'s address, and
+    its rate limiter (which ``Follow`` charges for each follow too)."""
     # Metrics outermost of all: they see every answer, authentication's refusals too.
     # Then authentication: the principal is set before anything else runs; then the
     # SERVER span (it keys a session's trace on the caller's namespace, and sees the
@@ -239,7 +240,8 @@ def _listening_server(
         interceptors.append(AuthInterceptor(auth.authenticator))
     if tracing is not None:
         interceptors.append(tracing.server_interceptor(_session_key))
-    interceptors += [ErrorMappingInterceptor(), LimitsInterceptor(config.limits)]
+    limiter = LimitsInterceptor(config.limits)
+    interceptors += [ErrorMappingInterceptor(), limiter]
     server = grpc.aio.server(interceptors=interceptors, options=options)
     bind = f"{config.host}:{config.port}"
     try:
@@ -254,7 +256,7 @@ def _listening_server(
             f"cannot listen on {bind}: the port is in use (another server?) "
             "or the host is not an address of this machine"
         )
-    return server, port
+    return server, port, limiter
 
 
 def _a2a_endpoint(

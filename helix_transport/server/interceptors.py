@@ -54,11 +54,19 @@ def status_for(exc: HelixError) -> grpc.StatusCode:
 
 
 async def _abort(context: grpc.aio.ServicerContext[Any, Any], method: str, exc: Exception) -> None:
+    code, message, trailer = public_status(method, exc)
+    await context.abort(code, message, trailing_metadata=trailer)
+
+
+def public_status(
+    method: str, exc: Exception
+) -> tuple[grpc.StatusCode, str, _rich_status.Metadata]:
+    """What a caller is told of ``exc`` raised in ``method``: its status code, message
+    and rich details. Anything but a ``HelixError`` with a precise code is INTERNAL,
+    logged here with a reference the caller can quote, its internals never sent."""
     # A HelixError mapped to INTERNAL may carry internals (a child's address): not sent.
     if isinstance(exc, HelixError) and (code := status_for(exc)) is not grpc.StatusCode.INTERNAL:
-        message = _rich_status.cut(exc.message)
-        await context.abort(code, message, trailing_metadata=rich_trailer(code, exc))
-    # Never send internals across the wire: log them with a reference the caller can quote.
+        return code, _rich_status.cut(exc.message), rich_trailer(code, exc)
     ref = uuid.uuid4().hex[:12]
     logger.error(
         "unhandled error in %s (ref %s)",
@@ -67,7 +75,7 @@ async def _abort(context: grpc.aio.ServicerContext[Any, Any], method: str, exc: 
         exc_info=exc,
         extra={"rpc": method, "ref": ref},
     )
-    await context.abort(grpc.StatusCode.INTERNAL, f"internal error (ref {ref}); see the server log")
+    return grpc.StatusCode.INTERNAL, f"internal error (ref {ref}); see the server log", ()
 
 
 def rich_trailer(code: grpc.StatusCode, exc: HelixError) -> _rich_status.Metadata:

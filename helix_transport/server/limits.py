@@ -94,7 +94,8 @@ class LimitsInterceptor(grpc.aio.ServerInterceptor):
         self.limits = limits
         self.limiter = RateLimiter(limits.rate_per_s, limits.rate_burst)
 
-    def _charge(self) -> None:
+    def charge(self) -> None:
+        """Bill one call to the current principal; ``ResourceExhausted`` when over."""
         wait = self.limiter.acquire(current_principal().key)
         if wait is not None:
             raise ResourceExhausted(
@@ -120,7 +121,7 @@ class LimitsInterceptor(grpc.aio.ServerInterceptor):
             return handler
 
         async def before(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-            self._charge()
+            self.charge()
             return request
 
         return wrap_handler(handler, before=before)

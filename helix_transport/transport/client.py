@@ -24,8 +24,9 @@ from helix_transport._proto.helix.agent.v1 import agent_pb2_grpc as pb_grpc
 from helix_transport._trace_context import outgoing
 from helix_transport.transport._auth import ClientAuth
 from helix_transport.transport._errors import RESUMABLE, map_grpc_errors, to_helix_error
+from helix_transport.transport._follows import SharedStreams
 from helix_transport.transport._listing import list_request, summaries
-from helix_transport.transport.stream import EventStream
+from helix_transport.transport.stream import EventStream, StreamSource
 
 
 class _State(enum.Enum):
@@ -67,6 +68,7 @@ class AgentClient:
             "/helix.agent.v1.AgentService/Stream",
             request_serializer=pb.StreamRequest.SerializeToString,
         )
+        self._shared: SharedStreams | None = None
         self._state = _State.OPENED
         self.address = address
         self.config = config
@@ -158,9 +160,12 @@ class AgentClient:
     def _metadata(self) -> tuple[tuple[str, str], ...] | None:
         """Per-call credentials and the caller's trace context, read in the calling
         task (a forwarding parent presents the token of the RPC it is serving)."""
-        credentials = self._auth.metadata() if self._auth is not None else ()
-        entries = (*credentials, *outgoing(parent=self._join_trace))
+        entries = (*self._credentials(), *outgoing(parent=self._join_trace))
         return entries or None
+
+    def _credentials(self) -> tuple[tuple[str, str], ...]:
+        """The credentials a call presents, read in the calling task."""
+        return self._auth.metadata() if self._auth is not None else ()
 
     @property
     def _timeout(self) -> float:
@@ -316,15 +321,32 @@ class AgentClient:
             attempt += 1
 
     def stream(
-        self, session_id: str, *, from_sequence: int = 0, retry: RetryConfig | None = None
+        self,
+        session_id: str,
+        *,
+        from_sequence: int = 0,
+        retry: RetryConfig | None = None,
+        shared: bool = False,
     ) -> EventStream:
         """The session's events after ``from_sequence``; see ``EventStream``.
 
         ``retry`` replaces the client's ``config.reconnect`` for this stream
         (``until_cancelled()``: resume after any outage, however long).
+
+        ``shared``: follow it on one ``Follow`` call with this client's other shared
+        streams (a parent following many children of one service holds one call, not
+        one each); the same events, the same resumption. A service without ``Follow``
+        is streamed with ``Stream``.
         """
         self._check_open()
-        return EventStream(self, session_id, from_sequence=from_sequence, retry=retry)
+        source: StreamSource = self
+        if shared:
+            if self._shared is None:
+                self._shared = SharedStreams(
+                    self._channel, client=self, credentials=self._credentials
+                )
+            source = self._shared
+        return EventStream(source, session_id, from_sequence=from_sequence, retry=retry)
 
     async def get_status(
         self,
@@ -509,6 +531,8 @@ class AgentClient:
         if self._state is _State.CLOSED:
             return
         self._state = _State.CLOSED
+        if self._shared is not None:
+            self._shared.close()
         await self._channel.close()
 
     async def __aenter__(self) -> Self:

@@ -192,7 +192,7 @@ def test_the_interceptor_charges_the_current_principal() -> None:
 
     def charge_as(name: str) -> None:
         set_principal(Principal(name=name, tenant="t1"))  # as the auth interceptor does
-        interceptor._charge()
+        interceptor.charge()
 
     contextvars.copy_context().run(charge_as, "alice")
     with pytest.raises(ResourceExhausted) as refused:

@@ -50,6 +50,18 @@ session at once, each at its own position. A stream that ends in any other
 way (an error status, a reset connection) is a break: the reader reconnects
 from its last sequence.
 
+# Following many sessions
+
+`Follow` carries many `Stream`s of one service on one call. Each follow the
+caller adds (`follow_id`, a `StreamRequest`) gets what `Stream` would send,
+in the same order, each message tagged with its `follow_id`, then one
+`FollowEnd`: OK right after the terminal event, or the status that `Stream`
+would have ended with. A follow ended with an error, and every open follow of
+a call that breaks, is a break like a `Stream`'s: the reader follows again
+from its last sequence. Follows of one call share its flow control: a reader
+that does not read holds back every follow of its call. Each added follow
+counts against the caller's rate limit as a `Stream` call would.
+
 # Resumption after a crash
 
 A server checkpoints a session after every step. When a process dies and the
@@ -623,6 +635,117 @@ class StreamResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___StreamResponse: _TypeAlias = StreamResponse  # noqa: Y015
+
+@_typing.final
+class FollowRequest(_message.Message):
+    """One change to the set of sessions a `Follow` call follows."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FOLLOW_ID_FIELD_NUMBER: _builtins.int
+    STREAM_FIELD_NUMBER: _builtins.int
+    STOP_FIELD_NUMBER: _builtins.int
+    follow_id: _builtins.int
+    """The caller's name for one follow, unique among the call's open follows;
+    required (0 is INVALID_ARGUMENT, ending the call).
+    """
+    stop: _builtins.bool
+    """Stop following `follow_id` (set to true). No reply; an id not followed
+    (ended already) is ignored.
+    """
+    @_builtins.property
+    def stream(self) -> Global___StreamRequest:
+        """Start following: a `Stream` request, checked as `Stream` checks it (a bad
+        one ends only this follow, with the status `Stream` would answer).
+        """
+
+    def __init__(
+        self,
+        *,
+        follow_id: _builtins.int = ...,
+        stream: Global___StreamRequest | None = ...,
+        stop: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["change", b"change", "stop", b"stop", "stream", b"stream"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["change", b"change", "follow_id", b"follow_id", "stop", b"stop", "stream", b"stream"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_change: _TypeAlias = _typing.Literal["stream", "stop"]  # noqa: Y015
+    _WhichOneofArgType_change: _TypeAlias = _typing.Literal["change", b"change"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_change) -> _WhichOneofReturnType_change | None: ...
+
+Global___FollowRequest: _TypeAlias = FollowRequest  # noqa: Y015
+
+@_typing.final
+class FollowResponse(_message.Message):
+    """One message for one follow of a `Follow` call."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FOLLOW_ID_FIELD_NUMBER: _builtins.int
+    RESPONSE_FIELD_NUMBER: _builtins.int
+    END_FIELD_NUMBER: _builtins.int
+    follow_id: _builtins.int
+    """The follow it belongs to, as the caller named it."""
+    @_builtins.property
+    def response(self) -> Global___StreamResponse:
+        """The follow's next `Stream` response: events, or a heartbeat."""
+
+    @_builtins.property
+    def end(self) -> Global___FollowEnd:
+        """The follow is over; no more messages carry its id."""
+
+    def __init__(
+        self,
+        *,
+        follow_id: _builtins.int = ...,
+        response: Global___StreamResponse | None = ...,
+        end: Global___FollowEnd | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["body", b"body", "end", b"end", "response", b"response"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["body", b"body", "end", b"end", "follow_id", b"follow_id", "response", b"response"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["response", "end"]  # noqa: Y015
+    _WhichOneofArgType_body: _TypeAlias = _typing.Literal["body", b"body"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_body) -> _WhichOneofReturnType_body | None: ...
+
+Global___FollowResponse: _TypeAlias = FollowResponse  # noqa: Y015
+
+@_typing.final
+class FollowEnd(_message.Message):
+    """How one follow of a `Follow` call ended."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CODE_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    DETAILS_FIELD_NUMBER: _builtins.int
+    code: _builtins.int
+    """A gRPC status code: 0 (OK) once the session's terminal event was sent;
+    otherwise the status `Stream` would have ended with (NOT_FOUND,
+    INVALID_ARGUMENT, PERMISSION_DENIED, RESOURCE_EXHAUSTED, UNAVAILABLE...).
+    """
+    message: _builtins.str
+    """The status message, for people."""
+    details: _builtins.bytes
+    """The google.rpc.Status `Stream` would have sent as `grpc-status-details-bin`
+    (field violations, a retry hint), serialized; empty when it has none.
+    """
+    def __init__(
+        self,
+        *,
+        code: _builtins.int = ...,
+        message: _builtins.str = ...,
+        details: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "details", b"details", "message", b"message"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FollowEnd: _TypeAlias = FollowEnd  # noqa: Y015
 
 @_typing.final
 class Heartbeat(_message.Message):

@@ -45,6 +45,11 @@ class AgentServiceStub:
                 request_serializer=helix_dot_agent_dot_v1_dot_agent__pb2.StreamRequest.SerializeToString,
                 response_deserializer=helix_dot_agent_dot_v1_dot_agent__pb2.StreamResponse.FromString,
                 _registered_method=True)
+        self.Follow = channel.stream_stream(
+                '/helix.agent.v1.AgentService/Follow',
+                request_serializer=helix_dot_agent_dot_v1_dot_agent__pb2.FollowRequest.SerializeToString,
+                response_deserializer=helix_dot_agent_dot_v1_dot_agent__pb2.FollowResponse.FromString,
+                _registered_method=True)
         self.GetStatus = channel.unary_unary(
                 '/helix.agent.v1.AgentService/GetStatus',
                 request_serializer=helix_dot_agent_dot_v1_dot_agent__pb2.GetStatusRequest.SerializeToString,
@@ -97,6 +102,18 @@ class AgentServiceServicer:
         the terminal event (see "The event log and the sequence/replay contract").
         NOT_FOUND (before any event) for an unknown session; INVALID_ARGUMENT for an
         empty `session_id` or a negative `from_sequence`.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Follow(self, request_iterator, context):
+        """Follows many sessions of this service on one call: for each follow the
+        caller adds, what `Stream` would send, tagged with the caller's `follow_id`,
+        then a `FollowEnd` saying how it ended (OK after the terminal event, or the
+        status `Stream` would have ended with). A parent with many children on one
+        service holds one call, not one per child (see "Following many sessions").
+        Optional: a service without it answers UNIMPLEMENTED and callers use `Stream`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -185,6 +202,11 @@ def add_AgentServiceServicer_to_server(servicer, server):
                     request_deserializer=helix_dot_agent_dot_v1_dot_agent__pb2.StreamRequest.FromString,
                     response_serializer=helix_dot_agent_dot_v1_dot_agent__pb2.StreamResponse.SerializeToString,
             ),
+            'Follow': grpc.stream_stream_rpc_method_handler(
+                    servicer.Follow,
+                    request_deserializer=helix_dot_agent_dot_v1_dot_agent__pb2.FollowRequest.FromString,
+                    response_serializer=helix_dot_agent_dot_v1_dot_agent__pb2.FollowResponse.SerializeToString,
+            ),
             'GetStatus': grpc.unary_unary_rpc_method_handler(
                     servicer.GetStatus,
                     request_deserializer=helix_dot_agent_dot_v1_dot_agent__pb2.GetStatusRequest.FromString,
@@ -271,6 +293,33 @@ class AgentService:
             '/helix.agent.v1.AgentService/Stream',
             helix_dot_agent_dot_v1_dot_agent__pb2.StreamRequest.SerializeToString,
             helix_dot_agent_dot_v1_dot_agent__pb2.StreamResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Follow(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/helix.agent.v1.AgentService/Follow',
+            helix_dot_agent_dot_v1_dot_agent__pb2.FollowRequest.SerializeToString,
+            helix_dot_agent_dot_v1_dot_agent__pb2.FollowResponse.FromString,
             options,
             channel_credentials,
             insecure,

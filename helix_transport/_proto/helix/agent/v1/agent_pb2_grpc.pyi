@@ -50,6 +50,18 @@ session at once, each at its own position. A stream that ends in any other
 way (an error status, a reset connection) is a break: the reader reconnects
 from its last sequence.
 
+# Following many sessions
+
+`Follow` carries many `Stream`s of one service on one call. Each follow the
+caller adds (`follow_id`, a `StreamRequest`) gets what `Stream` would send,
+in the same order, each message tagged with its `follow_id`, then one
+`FollowEnd`: OK right after the terminal event, or the status that `Stream`
+would have ended with. A follow ended with an error, and every open follow of
+a call that breaks, is a break like a `Stream`'s: the reader follows again
+from its last sequence. Follows of one call share its flow control: a reader
+that does not read holds back every follow of its call. Each added follow
+counts against the caller's rate limit as a `Stream` call would.
+
 # Resumption after a crash
 
 A server checkpoints a session after every step. When a process dies and the
@@ -171,6 +183,14 @@ class AgentServiceStub:
     NOT_FOUND (before any event) for an unknown session; INVALID_ARGUMENT for an
     empty `session_id` or a negative `from_sequence`.
     """
+    Follow: _grpc.StreamStreamMultiCallable[_agent_pb2.FollowRequest, _agent_pb2.FollowResponse]
+    """Follows many sessions of this service on one call: for each follow the
+    caller adds, what `Stream` would send, tagged with the caller's `follow_id`,
+    then a `FollowEnd` saying how it ended (OK after the terminal event, or the
+    status `Stream` would have ended with). A parent with many children on one
+    service holds one call, not one per child (see "Following many sessions").
+    Optional: a service without it answers UNIMPLEMENTED and callers use `Stream`.
+    """
     GetStatus: _grpc.UnaryUnaryMultiCallable[_agent_pb2.GetStatusRequest, _agent_pb2.GetStatusResponse]
     """The session's current status, output and counters. NOT_FOUND for an unknown
     session; INVALID_ARGUMENT for an empty `session_id`.
@@ -234,6 +254,14 @@ class AgentServiceAsyncStub(AgentServiceStub):
     the terminal event (see "The event log and the sequence/replay contract").
     NOT_FOUND (before any event) for an unknown session; INVALID_ARGUMENT for an
     empty `session_id` or a negative `from_sequence`.
+    """
+    Follow: _aio.StreamStreamMultiCallable[_agent_pb2.FollowRequest, _agent_pb2.FollowResponse]  # type: ignore[assignment]
+    """Follows many sessions of this service on one call: for each follow the
+    caller adds, what `Stream` would send, tagged with the caller's `follow_id`,
+    then a `FollowEnd` saying how it ended (OK after the terminal event, or the
+    status `Stream` would have ended with). A parent with many children on one
+    service holds one call, not one per child (see "Following many sessions").
+    Optional: a service without it answers UNIMPLEMENTED and callers use `Stream`.
     """
     GetStatus: _aio.UnaryUnaryMultiCallable[_agent_pb2.GetStatusRequest, _agent_pb2.GetStatusResponse]  # type: ignore[assignment]
     """The session's current status, output and counters. NOT_FOUND for an unknown
@@ -307,6 +335,20 @@ class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
         the terminal event (see "The event log and the sequence/replay contract").
         NOT_FOUND (before any event) for an unknown session; INVALID_ARGUMENT for an
         empty `session_id` or a negative `from_sequence`.
+        """
+
+    @_abc_1.abstractmethod
+    def Follow(
+        self,
+        request_iterator: _MaybeAsyncIterator[_agent_pb2.FollowRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_agent_pb2.FollowResponse], _abc.AsyncIterator[_agent_pb2.FollowResponse]]:
+        """Follows many sessions of this service on one call: for each follow the
+        caller adds, what `Stream` would send, tagged with the caller's `follow_id`,
+        then a `FollowEnd` saying how it ended (OK after the terminal event, or the
+        status `Stream` would have ended with). A parent with many children on one
+        service holds one call, not one per child (see "Following many sessions").
+        Optional: a service without it answers UNIMPLEMENTED and callers use `Stream`.
         """
 
     @_abc_1.abstractmethod
