@@ -213,6 +213,7 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
         "human_input",
         "abort",
         "limits",
+        "follow",
     )
     """The optional parts of the contract served here (``DescribeResponse.capabilities``)."""
 

@@ -8,8 +8,8 @@ between the two processes; here each is an entry in one call.
 One call per set of credentials (a forwarding parent follows each caller's children
 with that caller's token), opened for the first follow and closed after the last. A
 call that breaks ends each of its follows as a break, which their streams resume from.
-A service without ``Follow`` (UNIMPLEMENTED: another language's, an older version) is
-streamed with ``Stream`` from then on.
+A service whose ``Describe`` does not list ``follow`` (another language's, an older
+version), or that answers ``Follow`` UNIMPLEMENTED, is streamed with ``Stream``.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from helix_transport._config import ClientConfig
+from helix_transport._exceptions import HelixError
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._rich_status import DETAILS_KEY
 from helix_transport._wire import read_varint
@@ -108,8 +109,11 @@ class SharedStreams:
         self._credentials = credentials
         self._lines: dict[Credentials, _Line] = {}
         self._ids = itertools.count(1)
-        self.supported = True
-        """False once the service answered ``Follow`` with UNIMPLEMENTED."""
+        self.supported: bool | None = None
+        """Whether the service serves ``Follow``: its ``Describe`` lists ``follow`` (and it
+        has not answered UNIMPLEMENTED since: a replica not upgraded yet); None until
+        asked."""
+        self._asking: asyncio.Task[bool] | None = None
 
     def stream_call(self, request: pb.StreamRequest, *, encoded: bool = False) -> _Followed:
         """One follow on the shared call, or a ``Stream`` call for a service without it."""
@@ -121,6 +125,26 @@ class SharedStreams:
 
     async def reconnected(self, *, within_s: float) -> None:
         await self._client.reconnected(within_s=within_s)
+
+    async def serves_follow(self) -> bool:
+        """Whether to follow on a shared call; the service is asked once (a failed ask
+        streams this follow with ``Stream`` and is asked again by the next)."""
+        if self.supported is not None:
+            return self.supported
+        if self._asking is None:
+            self._asking = asyncio.create_task(self._ask())
+        return await asyncio.shield(self._asking)
+
+    async def _ask(self) -> bool:
+        try:
+            described: pb.DescribeResponse = await self._client.describe()
+        except HelixError:
+            return False
+        else:
+            self.supported = "follow" in described.capabilities
+            return self.supported
+        finally:
+            self._asking = None
 
     def _line(self, credentials: Credentials) -> _Line:
         line = self._lines.get(credentials)
@@ -223,7 +247,7 @@ class _Followed:
     async def _messages(self) -> AsyncIterator[Any]:
         owner = self._owner
         try:
-            if owner.supported:
+            if await owner.serves_follow():
                 line = self._line = owner._line(owner._credentials())
                 self._id = next(owner._ids)
                 inbox = line.add(self._id, self._request)

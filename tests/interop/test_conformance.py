@@ -54,6 +54,7 @@ EXPECTED_CHECKS = {
     "stream.resume_mid_run",
     "stream.replay",
     "stream.beyond_the_end",
+    "stream.follow",
     "session.completed",
     "status.finished",
     "status.wait_finished",
@@ -101,7 +102,7 @@ def assert_all_pass(results: list[CheckResult]) -> None:
     # poll, human input and abort are optional (the Node.js service implements none of
     # them), the suspension needs --input-required, and an abort may come too late
     # for a quick run.
-    optional = {"continue.new_turn", "errors.wait_out_of_range", "sessions.list"}
+    optional = {"continue.new_turn", "errors.wait_out_of_range", "sessions.list", "stream.follow"}
     optional |= HUMAN_INPUT_CHECKS | LIMITS_CHECKS | {"abort.running"}
     assert skipped <= {"stream.resume_mid_run", "status.wait_running"} | optional, format_results(
         results
@@ -126,6 +127,7 @@ async def test_python_services_conform(agent: Agent, input_json: str) -> None:
     assert_all_pass(results)
     by_name = {r.name: r for r in results}
     assert by_name["stream.resume_mid_run"].passed
+    assert not by_name["stream.follow"].skipped
     assert not by_name["continue.new_turn"].skipped
     assert not by_name["sessions.list"].skipped
     assert not by_name["errors.wait_out_of_range"].skipped  # our server checks wait
@@ -212,7 +214,7 @@ async def test_cli_prints_the_table_and_exits_zero(start_node: StartNode) -> Non
     assert "input_json.text: Input should be a valid string" in text
     # Skipped: what its Describe does not list, and the wait checks (a run this fast
     # may end before the kit polls it), none failed.
-    assert re.search(r"\n35 checks: \d+ passed, 0 failed, \d+ skipped$", text.rstrip()), text
+    assert re.search(r"\n36 checks: \d+ passed, 0 failed, \d+ skipped$", text.rstrip()), text
 
 
 async def test_cli_exits_non_zero_when_nothing_listens() -> None:
@@ -382,6 +384,15 @@ class StaysOpenPastTheEnd(AgentServicer):
             await asyncio.sleep(3600)
 
 
+class FollowsWithoutEnds(AgentServicer):
+    """Follows as Stream does, but never says a follow ended (its call stays open)."""
+
+    async def Follow(self, request_iterator: Any, context: Any) -> AsyncIterator[Any]:
+        async for response in super().Follow(request_iterator, context):
+            if not pb.FollowResponse.FromString(response).HasField("end"):
+                yield response
+
+
 class PlainInvalidArgument(AgentServicer):
     """Names the field in its message, but sends no BadRequest in the trailer."""
 
@@ -434,6 +445,7 @@ class CannotStart(AgentServicer):
         (UnknownIsInternal, {"errors.not_found"}),
         (CannotStart, {"start.generated_id", "stream.gapless", "interrupt.running"}),
         (StaysOpenPastTheEnd, {"stream.beyond_the_end"}),
+        (FollowsWithoutEnds, {"stream.follow"}),
         (PlainInvalidArgument, {"errors.empty_session_id"}),
         (ClampsFromSequence, {"errors.from_sequence_out_of_range"}),
         (ContinueNotIdempotent, {"continue.new_turn"}),
@@ -452,6 +464,7 @@ class CannotStart(AgentServicer):
         "internal-not-found",
         "cannot-start",
         "stays-open-past-the-end",
+        "follows-without-ends",
         "no-bad-request",
         "clamps-from-sequence",
         "continue-not-idempotent",

@@ -20,6 +20,8 @@ from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._proto.helix.agent.v1 import agent_pb2_grpc as pb_grpc
 from helix_transport._rich_status import read_details
 from helix_transport.server import ServerConfig, create_server
+from helix_transport.server import app as server_app
+from helix_transport.server._servicer import AgentServicer
 from helix_transport.store.memory import MemoryStore
 from helix_transport.transport import _follows
 from tests.agents import counter
@@ -261,3 +263,46 @@ async def test_a_paused_reader_holds_back_no_other_follow_and_resumes_past_its_b
     assert [first.sequence, *(e.sequence for e in rest)] == list(range(1, rest[-1].sequence + 1))
     assert rest[-1].HasField("completed")
     assert paused.reconnects >= 1  # it fell behind, and resumed
+
+
+class _NoFollowListed(AgentServicer):
+    """A service from before ``Follow``: its ``Describe`` does not list it."""
+
+    CAPABILITIES = tuple(c for c in AgentServicer.CAPABILITIES if c != "follow")
+
+
+class _FollowNotServed(AgentServicer):
+    """Lists ``follow``, but this replica answers it UNIMPLEMENTED (not upgraded yet)."""
+
+    async def Follow(self, request_iterator: Any, context: Any) -> AsyncIterator[Any]:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "not on this replica")
+        yield b""  # pragma: no cover  (an async generator, as grpc serves it)
+
+
+@pytest.mark.parametrize("servicer", [_NoFollowListed, _FollowNotServed])
+async def test_a_service_without_follow_is_streamed_with_stream(
+    servicer: type[AgentServicer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(server_app, "AgentServicer", servicer)
+    made: Counter[str] = Counter()
+    async with (
+        await create_server(counter, MemoryStore(), allow_unauthenticated=True) as server,
+        await AgentClient.connect(
+            server.address, interceptors=[_Streams(made), _Follows(made)]
+        ) as client,
+    ):
+        ids = [f"n{i}" for i in range(3)]
+        for session_id in ids:
+            await client.start(json.dumps({"steps": 2, "words": 3}), session_id=session_id)
+        logs = await asyncio.gather(*(_log(client, s, shared=True) for s in ids))
+        again = await _log(client, ids[0], shared=True)
+
+    assert all(pb.StreamEvent.FromString(log[-1]).HasField("completed") for log in logs)
+    assert again == logs[0]
+    # Every stream was a Stream call: not listed, Follow was never tried; not served,
+    # it was tried by the first streams (at once), never again once refused.
+    assert made["Stream"] == 4
+    if servicer is _NoFollowListed:
+        assert made["Follow"] == 0
+    else:
+        assert 1 <= made["Follow"] <= 3

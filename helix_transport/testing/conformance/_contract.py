@@ -28,6 +28,7 @@ LIST_SESSIONS = "list_sessions"
 HUMAN_INPUT = "human_input"
 ABORT = "abort"
 LIMITS = "limits"
+FOLLOW = "follow"
 """The optional parts of the contract, as ``DescribeResponse.capabilities`` names them."""
 MAX_SEQUENCE = 2**53 - 1
 """The largest ``from_sequence`` the contract allows (JSON and JavaScript numbers)."""
@@ -44,6 +45,7 @@ SESSION_CHECKS = (
     "stream.resume_mid_run",
     "stream.replay",
     "stream.beyond_the_end",
+    "stream.follow",
     "session.completed",
     "status.finished",
     "status.wait_finished",

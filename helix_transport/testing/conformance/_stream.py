@@ -21,6 +21,7 @@ from helix_transport.testing.conformance._contract import (
     require,
     wire,
 )
+from helix_transport.testing.conformance._follow import check_follow
 from helix_transport.testing.conformance._kit import Kit, LongPoll, Read
 
 
@@ -97,6 +98,7 @@ async def check_streams(kit: Kit, run: MainRun) -> bool:
     await kit.check("stream.resume_mid_run", lambda: _resume(run))
     await kit.check("stream.replay", lambda: _replay(kit, run))
     await kit.check("stream.beyond_the_end", lambda: _beyond(run))
+    await kit.check("stream.follow", lambda: check_follow(kit, run.log, run.session_id))
     return True
 
 

@@ -2007,7 +2007,7 @@ class DescribeResponse(_message.Message):
     def capabilities(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """The optional parts of this contract the service implements: `continue`,
         `list_sessions`, `human_input` (SubmitInput, suspension), `abort`, `limits`
-        (deadlines and budgets, `StartRequest.limits`). A client
+        (deadlines and budgets, `StartRequest.limits`), `follow` (Follow). A client
         (and the conformance kit) treats an absent one as unimplemented.
         """
 

@@ -113,7 +113,8 @@ class AgentServiceServicer:
         then a `FollowEnd` saying how it ended (OK after the terminal event, or the
         status `Stream` would have ended with). A parent with many children on one
         service holds one call, not one per child (see "Following many sessions").
-        Optional: a service without it answers UNIMPLEMENTED and callers use `Stream`.
+        Optional (capability `follow`): callers of a service that does not list it
+        use `Stream`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

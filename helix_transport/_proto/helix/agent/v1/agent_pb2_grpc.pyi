@@ -189,7 +189,8 @@ class AgentServiceStub:
     then a `FollowEnd` saying how it ended (OK after the terminal event, or the
     status `Stream` would have ended with). A parent with many children on one
     service holds one call, not one per child (see "Following many sessions").
-    Optional: a service without it answers UNIMPLEMENTED and callers use `Stream`.
+    Optional (capability `follow`): callers of a service that does not list it
+    use `Stream`.
     """
     GetStatus: _grpc.UnaryUnaryMultiCallable[_agent_pb2.GetStatusRequest, _agent_pb2.GetStatusResponse]
     """The session's current status, output and counters. NOT_FOUND for an unknown
@@ -261,7 +262,8 @@ class AgentServiceAsyncStub(AgentServiceStub):
     then a `FollowEnd` saying how it ended (OK after the terminal event, or the
     status `Stream` would have ended with). A parent with many children on one
     service holds one call, not one per child (see "Following many sessions").
-    Optional: a service without it answers UNIMPLEMENTED and callers use `Stream`.
+    Optional (capability `follow`): callers of a service that does not list it
+    use `Stream`.
     """
     GetStatus: _aio.UnaryUnaryMultiCallable[_agent_pb2.GetStatusRequest, _agent_pb2.GetStatusResponse]  # type: ignore[assignment]
     """The session's current status, output and counters. NOT_FOUND for an unknown
@@ -348,7 +350,8 @@ class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
         then a `FollowEnd` saying how it ended (OK after the terminal event, or the
         status `Stream` would have ended with). A parent with many children on one
         service holds one call, not one per child (see "Following many sessions").
-        Optional: a service without it answers UNIMPLEMENTED and callers use `Stream`.
+        Optional (capability `follow`): callers of a service that does not list it
+        use `Stream`.
         """
 
     @_abc_1.abstractmethod
