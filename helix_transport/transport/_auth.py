@@ -173,7 +173,7 @@ class _AuthMetadata:
         )
 
 
-# Two classes: a channel files each interceptor under one kind only (an if/elif chain).
+# A class a kind: a channel files each interceptor under one kind only (an if/elif chain).
 class _UnaryAuth(_AuthMetadata, grpc.aio.UnaryUnaryClientInterceptor):
     async def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
         return await continuation(self._details(details), request)
@@ -191,8 +191,13 @@ def open_channel(
     options = [*(options or []), *(auth.channel_options() if auth else [])]
     interceptors: list[grpc.aio.ClientInterceptor] | None = None
     if auth is not None:
-        interceptors = [_UnaryAuth(auth), _StreamAuth(auth)]
+        interceptors = [_UnaryAuth(auth), _StreamAuth(auth), _BidiAuth(auth)]
     credentials = auth.channel_credentials() if auth is not None else None
     if credentials is None:
         return grpc.aio.insecure_channel(address, options=options, interceptors=interceptors)
     return grpc.aio.secure_channel(address, credentials, options=options, interceptors=interceptors)
+
+
+class _BidiAuth(_AuthMetadata, grpc.aio.StreamStreamClientInterceptor):
+    async def intercept_stream_stream(self, continuation: Any, details: Any, requests: Any) -> Any:
+        return await continuation(self._details(details), requests)
