@@ -25,12 +25,14 @@ MAX_FOLLOWS = 10_000
 _QUEUED = 256
 """Messages waiting for the call's writer before a follow waits to add its next."""
 
+_MESSAGE_KEY = b"\x0a"
+"""``FollowResponse.messages``: field 1, length-delimited (repeated)."""
 _ID_KEY = b"\x08"
-"""``FollowResponse.follow_id``: field 1, varint."""
+"""``FollowMessage.follow_id``: field 1, varint."""
 _RESPONSE_KEY = b"\x12"
-"""``FollowResponse.response``: field 2, length-delimited."""
+"""``FollowMessage.response``: field 2, length-delimited."""
 _END_KEY = b"\x1a"
-"""``FollowResponse.end``: field 3, length-delimited."""
+"""``FollowMessage.end``: field 3, length-delimited."""
 
 StreamOf = Callable[[pb.StreamRequest], AsyncIterator[pb.StreamResponse | bytes]]
 """What ``Stream`` answers a request: its responses (pre-encoded, or messages)."""
@@ -40,6 +42,15 @@ Ended = Callable[[Exception], tuple[int, str, bytes]]
 """What a caller is told of a follow's error: code, message, rich details."""
 
 _Item = bytes | BaseException | None
+"""A message (one ``FollowMessage``, as ``FollowResponse`` bytes), the call's error, or
+its end."""
+
+
+class _NotReady:
+    """No message waits in the queue."""
+
+
+_NOT_READY = _NotReady()
 
 
 async def follow_responses(
@@ -48,19 +59,37 @@ async def follow_responses(
     *,
     charge: Charge,
     ended: Ended,
+    response_bytes: int,
 ) -> AsyncIterator[bytes]:
     """The call's responses, encoded, for the follows ``requests`` add and stop.
 
-    Ends once the caller has sent its last request and every follow has ended; a bad
-    request (a follow id of 0, one already open) ends the call with its error.
+    Each response carries every message ready when it is sent, up to about
+    ``response_bytes``: one call writes its messages one at a time, so a reader that
+    is behind (a parent whose thousand children all speak at once) gets them in few
+    writes, not one each. Ends once the caller has sent its last request and every
+    follow has ended; a bad request (a follow id of 0, one already open) ends the call
+    with its error.
     """
     call = _Call(stream, charge, ended)
     reading = asyncio.create_task(call.read(requests))
+    out = call.out
     try:
-        while (item := await call.out.get()) is not None:
-            if isinstance(item, BaseException):
-                raise item
-            yield item
+        item: _Item | _NotReady = await out.get()
+        while isinstance(item, bytes):
+            parts, size = [item], len(item)
+            item = _NOT_READY
+            while not out.empty():
+                item = out.get_nowait()
+                if not isinstance(item, bytes) or size + len(item) > response_bytes:
+                    break  # the end, an error, or the next response's first message
+                parts.append(item)
+                size += len(item)
+                item = _NOT_READY
+            yield b"".join(parts)
+            if isinstance(item, _NotReady):
+                item = await out.get()
+        if isinstance(item, BaseException):
+            raise item
     finally:
         reading.cancel()
         for task in list(call.follows.values()):
@@ -115,17 +144,24 @@ class _Call:
             self.charge()
             async for response in self.stream(request):
                 data = response if isinstance(response, bytes) else response.SerializeToString()
-                await self.out.put(head + _RESPONSE_KEY + varint(len(data)) + data)
+                await self.out.put(_message(head, _RESPONSE_KEY, data))
         except Exception as exc:
             code, message, details = self.ended(exc)
             end = pb.FollowEnd(code=code, message=message, details=details)
         if self.follows.get(follow_id) is not asyncio.current_task():
             return  # stopped meanwhile: nothing more is sent for it
-        encoded = end.SerializeToString()
-        await self.out.put(head + _END_KEY + varint(len(encoded)) + encoded)
+        await self.out.put(_message(head, _END_KEY, end.SerializeToString()))
         self.follows.pop(follow_id, None)
         if not self.reading and not self.follows:
             await self.out.put(None)
+
+
+def _message(head: bytes, key: bytes, data: bytes) -> bytes:
+    """A ``FollowMessage`` (``head``: its follow id's field) as one entry of a
+    ``FollowResponse``: entries join into a response as they are."""
+    size = varint(len(data))
+    inner = len(head) + len(key) + len(size) + len(data)
+    return b"".join((_MESSAGE_KEY, varint(inner), head, key, size, data))
 
 
 def details_of(metadata: _rich_status.Metadata) -> bytes:

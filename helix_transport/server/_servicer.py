@@ -106,7 +106,11 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
     ) -> AsyncIterator[bytes]:
         """Many ``Stream``s on one call, as pre-encoded ``FollowResponse`` bytes."""
         async for response in follow_responses(
-            request_iterator, self._stream, charge=self.charge, ended=_ended
+            request_iterator,
+            self._stream,
+            charge=self.charge,
+            ended=_ended,
+            response_bytes=self._response_bytes,
         ):
             yield response
 

@@ -27,7 +27,7 @@ from helix_transport._config import ClientConfig
 from helix_transport._exceptions import HelixError
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._rich_status import DETAILS_KEY
-from helix_transport._wire import read_varint
+from helix_transport._wire import read_varint, repeated_field
 
 FOLLOW_METHOD = "/helix.agent.v1.AgentService/Follow"
 
@@ -198,16 +198,10 @@ class _Line:
     async def _read(self) -> None:
         error: grpc.aio.AioRpcError | None = None
         try:
-            async for message in self._call:
-                follow_id, body = _split(message)
-                inbox = self.follows.get(follow_id)
-                if inbox is None:  # stopped, or never ours
-                    continue
-                if inbox.size > _MAX_BUFFERED_BYTES:  # held already: one always fits
-                    self.remove(follow_id, stop=True)
-                    inbox.end(_broken(grpc.StatusCode.UNAVAILABLE, "the reader fell behind"))
-                else:
-                    inbox.put(body)
+            async for response in self._call:
+                behind: dict[int, bool] = {}  # each follow's, as this response began
+                for follow_id, body in _messages(response):
+                    self._deliver(follow_id, body, behind)
         except grpc.aio.AioRpcError as exc:
             error = exc
         except ValueError:
@@ -217,6 +211,19 @@ class _Line:
         finally:
             self.closed = True
         self._end(error or _broken(grpc.StatusCode.UNAVAILABLE, "the Follow call ended"))
+
+    def _deliver(self, follow_id: int, body: bytes | pb.FollowEnd, behind: dict[int, bool]) -> None:
+        """Hand one message to its follow, unless its reader holds too much from earlier
+        responses already (a response always fits whole, or a resumed follow could
+        never catch up)."""
+        inbox = self.follows.get(follow_id)
+        if inbox is None:  # stopped, or never ours
+            return
+        if behind.setdefault(follow_id, inbox.size > _MAX_BUFFERED_BYTES):
+            self.remove(follow_id, stop=True)
+            inbox.end(_broken(grpc.StatusCode.UNAVAILABLE, "the reader fell behind"))
+        else:
+            inbox.put(body)
 
     def _end(self, error: grpc.aio.AioRpcError) -> None:
         """Tell each open follow that the call broke (what it buffered is dropped: its
@@ -277,8 +284,21 @@ class _Followed:
         return True
 
 
+def _messages(response: bytes) -> list[tuple[int, bytes | pb.FollowEnd]]:
+    """A ``FollowResponse``'s messages: each one's follow id, and its ``StreamResponse``
+    bytes or its end.
+
+    Raises:
+        ValueError: the bytes are not such a message.
+    """
+    entries = repeated_field(response, 1)
+    if not entries:
+        raise ValueError("not a FollowResponse")
+    return [_split(entry) for entry in entries]
+
+
 def _split(message: bytes) -> tuple[int, bytes | pb.FollowEnd]:
-    """A ``FollowResponse``'s follow id, and its ``StreamResponse`` bytes or its end.
+    """A ``FollowMessage``'s follow id, and its ``StreamResponse`` bytes or its end.
 
     Raises:
         ValueError: the bytes are not such a message.
@@ -304,7 +324,7 @@ def _split(message: bytes) -> tuple[int, bytes | pb.FollowEnd]:
     except (IndexError, DecodeError) as exc:
         raise ValueError("truncated") from exc
     if index != size or not follow_id:
-        raise ValueError("not a FollowResponse")
+        raise ValueError("not a FollowMessage")
     return follow_id, body if end is None else end
 
 

@@ -389,8 +389,10 @@ class FollowsWithoutEnds(AgentServicer):
 
     async def Follow(self, request_iterator: Any, context: Any) -> AsyncIterator[Any]:
         async for response in super().Follow(request_iterator, context):
-            if not pb.FollowResponse.FromString(response).HasField("end"):
-                yield response
+            messages = pb.FollowResponse.FromString(response).messages
+            kept = [m for m in messages if not m.HasField("end")]
+            if kept:
+                yield pb.FollowResponse(messages=kept)
 
 
 class PlainInvalidArgument(AgentServicer):

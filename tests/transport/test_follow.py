@@ -142,9 +142,9 @@ async def test_every_follow_resumes_after_its_server_restarts(
 
 async def _follow_call(
     address: str, requests: list[pb.FollowRequest], *, close: bool = True
-) -> tuple[list[pb.FollowResponse], grpc.StatusCode, str]:
+) -> tuple[list[pb.FollowMessage], grpc.StatusCode, str]:
     """Send ``requests`` on one raw ``Follow`` call (then half-close, with ``close``);
-    every response, and how the call ended."""
+    every message of its responses, and how the call ended."""
     async with grpc.aio.insecure_channel(address) as channel:
         stub = pb_grpc.AgentServiceStub(channel)
 
@@ -155,10 +155,11 @@ async def _follow_call(
                 await asyncio.Event().wait()
 
         call = stub.Follow(send(), timeout=10)
-        responses: list[pb.FollowResponse] = []
+        responses: list[pb.FollowMessage] = []
         with contextlib.suppress(grpc.aio.AioRpcError):  # its status is read below
             async for response in call:
-                responses.append(response)
+                assert response.messages
+                responses += response.messages
         return responses, await call.code(), await call.details() or ""
 
 

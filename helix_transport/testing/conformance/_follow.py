@@ -46,20 +46,11 @@ async def check_follow(kit: Kit, log: list[pb.StreamEvent], session_id: str) -> 
     ends: dict[int, pb.FollowEnd] = {}
     try:
         async for response in call:
-            require(
-                response.follow_id in events,
-                f"a response for follow_id {response.follow_id}, which the kit never opened",
-            )
-            require(
-                response.follow_id not in ends,
-                f"follow {response.follow_id} got a message after its FollowEnd",
-            )
-            if response.HasField("end"):
-                ends[response.follow_id] = response.end
-                if len(ends) == len(events):
-                    done.set()
-            else:
-                events[response.follow_id] += response.response.events
+            require(bool(response.messages), "an empty FollowResponse")
+            for message in response.messages:
+                _take(message, events, ends)
+            if len(ends) == len(events):
+                done.set()
     except grpc.aio.AioRpcError as exc:
         if exc.code() is grpc.StatusCode.UNIMPLEMENTED:
             require(declared is None, f"Describe lists {FOLLOW!r}, but Follow is UNIMPLEMENTED")
@@ -97,3 +88,18 @@ async def check_follow(kit: Kit, log: list[pb.StreamEvent], session_id: str) -> 
         f"3 follows on one call: from 0 and from {middle}, what Stream sends, ended OK; "
         "an unknown session ended NOT_FOUND"
     )
+
+
+def _take(
+    message: pb.FollowMessage,
+    events: dict[int, list[pb.StreamEvent]],
+    ends: dict[int, pb.FollowEnd],
+) -> None:
+    """Note one follow's message; fail one for a follow never opened or already ended."""
+    follow_id = message.follow_id
+    require(follow_id in events, f"a message for follow_id {follow_id}, never opened")
+    require(follow_id not in ends, f"follow {follow_id} got a message after its FollowEnd")
+    if message.HasField("end"):
+        ends[follow_id] = message.end
+    else:
+        events[follow_id] += message.response.events

@@ -54,7 +54,8 @@ from its last sequence.
 
 `Follow` carries many `Stream`s of one service on one call. Each follow the
 caller adds (`follow_id`, a `StreamRequest`) gets what `Stream` would send,
-in the same order, each message tagged with its `follow_id`, then one
+in the same order, each message tagged with its `follow_id` (a response
+carries several follows' messages when the reader is behind), then one
 `FollowEnd`: OK right after the terminal event, or the status that `Stream`
 would have ended with. A follow ended with an error, and every open follow of
 a call that breaks, is a break like a `Stream`'s: the reader follows again
@@ -678,6 +679,32 @@ Global___FollowRequest: _TypeAlias = FollowRequest  # noqa: Y015
 
 @_typing.final
 class FollowResponse(_message.Message):
+    """What a `Follow` call sends: the next messages of its follows."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MESSAGES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def messages(self) -> _containers.RepeatedCompositeFieldContainer[Global___FollowMessage]:
+        """In the order they were produced: one follow's are in its order; a server
+        puts several in one response when the reader is behind. Never empty.
+        """
+
+    def __init__(
+        self,
+        *,
+        messages: _abc.Iterable[Global___FollowMessage] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["messages", b"messages"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FollowResponse: _TypeAlias = FollowResponse  # noqa: Y015
+
+@_typing.final
+class FollowMessage(_message.Message):
     """One message for one follow of a `Follow` call."""
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -710,7 +737,7 @@ class FollowResponse(_message.Message):
     _WhichOneofArgType_body: _TypeAlias = _typing.Literal["body", b"body"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_body) -> _WhichOneofReturnType_body | None: ...
 
-Global___FollowResponse: _TypeAlias = FollowResponse  # noqa: Y015
+Global___FollowMessage: _TypeAlias = FollowMessage  # noqa: Y015
 
 @_typing.final
 class FollowEnd(_message.Message):

@@ -54,7 +54,8 @@ from its last sequence.
 
 `Follow` carries many `Stream`s of one service on one call. Each follow the
 caller adds (`follow_id`, a `StreamRequest`) gets what `Stream` would send,
-in the same order, each message tagged with its `follow_id`, then one
+in the same order, each message tagged with its `follow_id` (a response
+carries several follows' messages when the reader is behind), then one
 `FollowEnd`: OK right after the terminal event, or the status that `Stream`
 would have ended with. A follow ended with an error, and every open follow of
 a call that breaks, is a break like a `Stream`'s: the reader follows again
