@@ -250,7 +250,9 @@ async def _follow_the_demo(
     assert await page.locator("#tree-state").get_attribute("data-state") == "live"
 
     # The researcher's timeline: its own events, unwrapped from the orchestrator's log.
-    child = await researcher.get_attribute("data-session-id")
+    # Its node found by its agent alone: it may have finished since it was seen running.
+    any_researcher = page.locator('.node:has(.agent:text-is("researcher"))').first
+    child = await any_researcher.get_attribute("data-session-id")
     assert child and child != "demo-1"
     await page.click(node(page, child))
     await page.wait_for_selector("#timeline li")

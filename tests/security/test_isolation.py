@@ -9,6 +9,7 @@ its caller's (forward).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -25,6 +26,7 @@ from helix_transport._proto.helix.agent.v1 import agent_pb2_grpc as pb_grpc
 from helix_transport.registry import address_env_var
 from helix_transport.server.auth import AuthConfig
 from helix_transport.store import MemoryStore
+from helix_transport.transport import set_bearer_token
 from tests.agents import counter, delegator
 from tests.security.conftest import AUDIENCE, JwtKeys, Tokens
 
@@ -186,3 +188,30 @@ def test_forward_without_a_caller_token_fails_clearly() -> None:
     assert ClientAuth(identity="forward", token="own-token-0123456789").metadata() == (
         ("authorization", "Bearer own-token-0123456789"),
     )
+
+
+async def test_shared_streams_follow_each_caller_s_sessions_with_that_caller_s_token(
+    tokens: Tokens, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A forwarding parent follows the children of many callers on shared Follow calls:
+    # one call per token, so a follow never reads a session with another caller's
+    # identity (bob, following alice's session id, finds nothing).
+    monkeypatch.setenv("HELIX_SCRIPTED_DELAY_MS", "20")
+    auth = AuthConfig(tokens_file=str(tokens.path))
+    async with (
+        await create_server(counter, MemoryStore(), auth=auth) as server,
+        connect(server.address, tokens.alice) as alice,
+        await AgentClient.connect(server.address, auth=ClientAuth(identity="forward")) as shared,
+    ):
+        await alice.start(json.dumps({"steps": 3, "words": 3}), session_id="mine")
+
+        async def follow_as(token: str) -> list[pb.StreamEvent]:
+            set_bearer_token(token)  # as the server's interceptor does for each caller
+            return [e async for e in shared.stream("mine", shared=True)]
+
+        events, refused = await asyncio.gather(
+            follow_as(tokens.alice), follow_as(tokens.bob), return_exceptions=True
+        )
+
+    assert isinstance(events, list) and events[-1].WhichOneof("payload") == "completed"
+    assert isinstance(refused, SessionNotFound)
