@@ -18,7 +18,7 @@ import asyncio
 import itertools
 from collections import deque
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -28,6 +28,7 @@ from helix_transport._exceptions import HelixError
 from helix_transport._proto.helix.agent.v1 import agent_pb2 as pb
 from helix_transport._rich_status import DETAILS_KEY
 from helix_transport._wire import read_varint, repeated_field
+from helix_transport.transport.stream import StreamSource
 
 FOLLOW_METHOD = "/helix.agent.v1.AgentService/Follow"
 
@@ -86,6 +87,14 @@ class _Inbox:
         return item
 
 
+class _Client(StreamSource, Protocol):
+    """What the shared streams use of their ``AgentClient``."""
+
+    async def describe(self) -> pb.DescribeResponse:
+        """The service's ``Describe``: whether it lists ``follow``."""
+        ...
+
+
 class SharedStreams:
     """``AgentClient``'s streams that share ``Follow`` calls (``stream(shared=True)``)."""
 
@@ -93,14 +102,14 @@ class SharedStreams:
         self,
         channel: grpc.aio.Channel,
         *,
-        client: Any,
+        client: _Client,
         credentials: Callable[[], Credentials],
     ) -> None:
         """``client``: the ``AgentClient`` whose ``status_call``, ``reconnected`` and,
         for a service without ``Follow``, ``stream_call`` serve these streams.
         ``credentials``: the call metadata, read in the task that follows."""
         self._client = client
-        self.address: str = client.address
+        self.address = client.address
         self.config: ClientConfig = client.config
         self._follow: grpc.aio.StreamStreamMultiCallable[pb.FollowRequest, bytes]
         self._follow = channel.stream_stream(
@@ -120,8 +129,7 @@ class SharedStreams:
         return _Followed(self, request, encoded)
 
     async def status_call(self, session_id: str) -> pb.GetStatusResponse:
-        response: pb.GetStatusResponse = await self._client.status_call(session_id)
-        return response
+        return await self._client.status_call(session_id)
 
     async def reconnected(self, *, within_s: float) -> None:
         await self._client.reconnected(within_s=within_s)
@@ -137,7 +145,7 @@ class SharedStreams:
 
     async def _ask(self) -> bool:
         try:
-            described: pb.DescribeResponse = await self._client.describe()
+            described = await self._client.describe()
         except HelixError:
             return False
         else:

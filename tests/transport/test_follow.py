@@ -8,6 +8,7 @@ import contextlib
 import json
 from collections import Counter
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import grpc
@@ -50,6 +51,18 @@ class _Follows(grpc.aio.StreamStreamClientInterceptor):
         return await continuation(details, requests)
 
 
+@asynccontextmanager
+async def _counted_client(made: Counter[str]) -> AsyncIterator[AgentClient]:
+    """A counter service on a free port, and a client counting its streaming calls."""
+    async with (
+        await create_server(counter, MemoryStore(), allow_unauthenticated=True) as server,
+        await AgentClient.connect(
+            server.address, interceptors=[_Streams(made), _Follows(made)]
+        ) as client,
+    ):
+        yield client
+
+
 async def _log(client: AgentClient, session_id: str, *, shared: bool) -> list[bytes]:
     return [e.SerializeToString() async for e in client.stream(session_id, shared=shared)]
 
@@ -59,12 +72,7 @@ async def test_many_sessions_ride_one_call_each_event_once_as_stream_sends_it(
 ) -> None:
     monkeypatch.setenv("HELIX_SCRIPTED_DELAY_MS", "5")
     made: Counter[str] = Counter()
-    async with (
-        await create_server(counter, MemoryStore(), allow_unauthenticated=True) as server,
-        await AgentClient.connect(
-            server.address, interceptors=[_Streams(made), _Follows(made)]
-        ) as client,
-    ):
+    async with _counted_client(made) as client:
         ids = [f"s{i}" for i in range(20)]
         for session_id in ids:
             await client.start(json.dumps({"steps": 3, "words": 5}), session_id=session_id)
@@ -286,12 +294,7 @@ async def test_a_service_without_follow_is_streamed_with_stream(
 ) -> None:
     monkeypatch.setattr(server_app, "AgentServicer", servicer)
     made: Counter[str] = Counter()
-    async with (
-        await create_server(counter, MemoryStore(), allow_unauthenticated=True) as server,
-        await AgentClient.connect(
-            server.address, interceptors=[_Streams(made), _Follows(made)]
-        ) as client,
-    ):
+    async with _counted_client(made) as client:
         ids = [f"n{i}" for i in range(3)]
         for session_id in ids:
             await client.start(json.dumps({"steps": 2, "words": 3}), session_id=session_id)
